@@ -1,0 +1,205 @@
+"""DMPO: importance weights, weight baselines, WDCE and WDDO losses (ALGORITHMS.md section 5).
+
+Paper: Zhu, Guo, Choi, Molodyk, Yuan, Tao, Chen, "Enhancing Reasoning for Diffusion LLMs via Distribution
+Matching Policy Optimization", arXiv 2510.08233v3 (DMPO). Code: github.com/yuchen-zhu-zyc/DMPO
+(`dmpo_trainer.py`). DMPO fits p_theta to the reward-tilted target `p*(o|q) ∝ p_ref(o|q) exp(r(q,o)/alpha)` by
+minimising the forward KL(p* || p_theta) with self-normalised importance samples from the behaviour policy v.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from mmrl.algorithms.groups import check_group_size, group_softmax, to_groups
+from mmrl.algorithms.registry import DMPO_BASELINES
+
+
+def _check_alpha(alpha: float) -> None:
+    if not alpha > 0:
+        raise ValueError(f"alpha (the reward temperature of the DMPO target) must be > 0, got {alpha}")
+
+
+@torch.no_grad()
+def dmpo_weights(
+    rewards: torch.Tensor,
+    log_ref_minus_v: torch.Tensor,
+    group_size: int,
+    *,
+    alpha: float = 0.04,
+    coeff: float = 1.0,
+) -> torch.Tensor:
+    """Self-normalised importance weights w [N] of the target p*, summing to 1 within each group.
+
+    DMPO eq. 10: `l_i = coeff * (r_i / alpha + log p_ref(o_i) - log p_v(o_i))`, `w = softmax(l)` over the G
+    responses of the same prompt (an empirical estimate of the partition function Z(q)).
+
+    Args:
+        rewards: [N] scalar rewards.
+        log_ref_minus_v: [N] sequence log-likelihood ratio of the reference vs the behaviour policy (ELBO
+            estimates with shared masks for masked-diffusion models, exact sums for autoregressive models).
+        group_size: G.
+        alpha: reward temperature (authors' yaml: 0.04).
+        coeff: proximal coefficient c in [0, 1] (App. B.2, `coeff` in the code); 1 = plain DMPO.
+    """
+    _check_alpha(alpha)
+    logits = coeff * (rewards.float() / alpha + log_ref_minus_v.float())  # [N]
+    return group_softmax(logits, group_size)  # [N]
+
+
+@DMPO_BASELINES.register("none")
+def _baseline_none(rewards, log_ref_minus_v, group_size, alpha, coeff, log_theta_minus_v):
+    check_group_size(rewards.shape[0], group_size)
+    return torch.zeros(rewards.shape[0], dtype=torch.float32, device=rewards.device)  # [N]
+
+
+@DMPO_BASELINES.register("group")
+def _baseline_group(rewards, log_ref_minus_v, group_size, alpha, coeff, log_theta_minus_v):
+    check_group_size(rewards.shape[0], group_size)
+    return torch.full((rewards.shape[0],), 1.0 / group_size, dtype=torch.float32, device=rewards.device)  # [N]
+
+
+@DMPO_BASELINES.register("individual")
+def _baseline_individual(rewards, log_ref_minus_v, group_size, alpha, coeff, log_theta_minus_v):
+    _check_alpha(alpha)
+    logits = coeff * (log_ref_minus_v.float() - rewards.float() / alpha)  # [N] "bad target" p ∝ p_ref e^{-r/alpha}
+    return group_softmax(logits, group_size)  # [N]
+
+
+@DMPO_BASELINES.register("model")
+def _baseline_model(rewards, log_ref_minus_v, group_size, alpha, coeff, log_theta_minus_v):
+    if log_theta_minus_v is None:
+        raise ValueError("the 'model' baseline needs log_theta_minus_v (detached ELBO_theta - ELBO_v per response)")
+    return group_softmax(log_theta_minus_v.detach().float(), group_size)  # [N]
+
+
+@torch.no_grad()
+def dmpo_baseline(
+    kind: str,
+    *,
+    rewards: torch.Tensor,
+    log_ref_minus_v: torch.Tensor,
+    group_size: int,
+    alpha: float = 0.04,
+    coeff: float = 1.0,
+    log_theta_minus_v: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Weight baseline w_base [N] subtracted from the DMPO weights: `w_real = w - strength * w_base`.
+
+    DMPO section 3.3 ("negative gradient insertion"); the paper writes weights that average 1 (`N * softmax`),
+    we keep the code's softmax that sums to 1, so every baseline is divided by G accordingly.
+
+    - `"none"`: zeros (plain WDCE; fails at small batch, paper Fig. 4).
+    - `"group"` (eq. 13): `1/G`.
+    - `"individual"` (eq. 14; the authors' code default): `softmax(coeff * (log_ref_minus_v - r / alpha))` in the group.
+    - `"model"` (eq. 15): `softmax(log_theta_minus_v)` in the group, the detached ELBO of the current model minus
+      the stored one. Deviation: the authors' code takes this softmax over the per-device batch; we take it over
+      the group, which does not depend on how a group is split across devices.
+    """
+    fn = DMPO_BASELINES[kind]
+    return fn(rewards, log_ref_minus_v, group_size, alpha, coeff, log_theta_minus_v)
+
+
+@torch.no_grad()
+def effective_sample_size(w: torch.Tensor, group_size: int) -> torch.Tensor:
+    """Normalised effective sample size per group, `1 / (G * sum_i w_i^2)` in [1/G, 1], of weights w [N] summing to 1
+    per group (the authors' code logs it and uses it for the adaptive coefficient)."""
+    wg = to_groups(w.float(), group_size)  # [B, G]
+    return 1.0 / (group_size * wg.square().sum(-1)).clamp(min=1e-12)  # [B]
+
+
+def antithetic_masks(
+    maskable: torch.Tensor,
+    num_copies: int,
+    generator: torch.Generator | None = None,
+    *,
+    min_rate: float = 0.1,
+    antithetic: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random masks for the R noised copies of each response: (masked [R, N, T] bool, rates [R, N]).
+
+    Each copy masks every maskable position i.i.d. with rate `lambda = min_rate + (1 - min_rate) * U`,
+    `U ~ U(0, 1)` per (copy, response) (authors' code `loss_mask_prob_clamp`: range [0.1, 1.0]). With
+    `antithetic=True` copies come in pairs: copy `R/2 + k` masks exactly the maskable positions copy `k` left
+    unmasked (rate `1 - lambda`), so each token is masked exactly once per pair. `maskable` [N, T] marks the
+    response positions (the prompt is never in it). `num_copies` must be even when antithetic.
+    """
+    if num_copies < 1:
+        raise ValueError(f"num_copies must be >= 1, got {num_copies}")
+    if antithetic and num_copies % 2:
+        raise ValueError(f"antithetic masks come in pairs: num_copies must be even, got {num_copies}")
+    if not 0.0 <= min_rate <= 1.0:
+        raise ValueError(f"min_rate must be in [0, 1], got {min_rate}")
+    maskable = maskable.bool()
+    n, t = maskable.shape
+    draws = num_copies // 2 if antithetic else num_copies
+    dev = maskable.device
+    u = torch.rand((draws, n), generator=generator, device=dev)  # [R', N]
+    rates = min_rate + (1.0 - min_rate) * u  # [R', N]
+    masked = (torch.rand((draws, n, t), generator=generator, device=dev) < rates[..., None]) & maskable  # [R', N, T]
+    if antithetic:
+        masked = torch.cat([masked, ~masked & maskable], dim=0)  # [R, N, T]
+        rates = torch.cat([rates, 1.0 - rates], dim=0)  # [R, N]
+    return masked, rates
+
+
+def elbo_from_masked_logp(masked_logp_sum: torch.Tensor, n_masked: torch.Tensor, n_tokens: torch.Tensor) -> torch.Tensor:
+    """Sequence ELBO estimate [N] from R masked copies: `mean_r(sum_masked log p * |o| / m)`.
+
+    DMPO code `compute_log_prob_elbo` (LLaDA's likelihood estimator with the 1/t weight, t = m/|o|):
+    `masked_logp_sum` [R, N] sums log p_theta(o_d | masked input) over the masked positions of each copy,
+    `n_masked` [R, N] counts them (clamped >= 1), `n_tokens` [N] is the response length |o|.
+    """
+    return (masked_logp_sum * n_tokens.to(masked_logp_sum.dtype) / n_masked.clamp(min=1)).mean(0)  # [N]
+
+
+def wdce_loss(masked_ce_sum: torch.Tensor, n_masked: torch.Tensor, w_real: torch.Tensor, num_groups: int) -> torch.Tensor:
+    """Weighted denoising cross-entropy (DMPO eq. 11), a scalar.
+
+    `loss = (1/num_groups) * sum_i w_real_i * mean_r(masked_ce_sum[r, i] / n_masked[r, i])`.
+
+    Args:
+        masked_ce_sum: [R, N] sum over the masked positions of copy r of `-log p_theta(o_d | masked input)`
+            (carries the gradient).
+        n_masked: [R, N] number of masked positions (clamped >= 1).
+        w_real: [N] constant weights `w - strength * w_base` (each group's w sums to 1).
+        num_groups: number of prompts the weights were normalised over.
+
+    Deviations from the authors' code: the code sums over the local batch; dividing by the number of groups makes
+    the scale independent of the batch size (a constant factor). Like the code, the CE is divided by the realised
+    number of masked tokens m, not by the mask rate (the constant |o| is dropped). For autoregressive models R = 1,
+    `n_masked = 1` and `masked_ce_sum` is the sequence NLL: WDCE becomes weighted NLL.
+    """
+    if num_groups < 1:
+        raise ValueError(f"num_groups must be >= 1, got {num_groups}")
+    if masked_ce_sum.dim() != 2 or masked_ce_sum.shape != n_masked.shape or masked_ce_sum.shape[1] != w_real.shape[0]:
+        raise ValueError(
+            f"expected masked_ce_sum and n_masked [R, N] and w_real [N]; got {tuple(masked_ce_sum.shape)}, "
+            f"{tuple(n_masked.shape)}, {tuple(w_real.shape)}"
+        )
+    per_sample = (masked_ce_sum / n_masked.clamp(min=1).to(masked_ce_sum.dtype)).mean(0)  # [N]
+    return (w_real.detach().to(per_sample.dtype) * per_sample).sum() / num_groups
+
+
+def wddo_loss(
+    delta_real: torch.Tensor,
+    delta_fake: torch.Tensor,
+    w: torch.Tensor,
+    *,
+    beta: float = 1.0,
+    alpha_ddo: float = 1.0,
+) -> torch.Tensor:
+    """Weighted direct discriminative optimisation (DMPO section 3.4, WDDO), a scalar.
+
+    `loss = -mean_i[w_i * logsigmoid(beta * Delta_i)] - alpha_ddo * mean_i[logsigmoid(-beta * Delta'_i)]`,
+    `Delta = ELBO_theta(o) - ELBO_v(o)` on one half of the antithetic masks (`delta_real` [N]) and `Delta'` on the
+    complementary half (`delta_fake` [N]), both carrying the gradient through ELBO_theta; `w` [N] are the DMPO
+    weights (no baseline). Follows the authors' code (`loss: ddo`, `ddo_beta = ddo_alpha = 1`, independent halves);
+    the `.mean()` over responses scales the weighted term by 1/N relative to the paper, absorbed by `alpha_ddo`.
+    """
+    if not (delta_real.shape == delta_fake.shape == w.shape) or w.dim() != 1:
+        raise ValueError(
+            f"delta_real, delta_fake and w must all be [N]; got {tuple(delta_real.shape)}, {tuple(delta_fake.shape)}, {tuple(w.shape)}"
+        )
+    real = w.detach().to(delta_real.dtype) * F.logsigmoid(beta * delta_real)  # [N]
+    fake = F.logsigmoid(-beta * delta_fake)  # [N]
+    return -real.mean() - alpha_ddo * fake.mean()

@@ -1,0 +1,143 @@
+"""Clipped policy-gradient loss and loss aggregation: GRPO / DAPO / Dr.GRPO base (ALGORITHMS.md section 2).
+
+Sources:
+- PPO clipped surrogate: Schulman et al. 2017, eq. 7. DAPO clip-higher (decoupled eps_low / eps_high):
+  Yu et al. 2025, "DAPO", eq. 10. Dual clip: Ye et al. 2020, "Mastering Complex Control in MOBA Games", eq. 5
+  (as in verl `compute_policy_loss`, `clip_ratio_c`).
+- KL to the reference with the k3 estimator: Schulman 2020, "Approximating KL Divergence"; GRPO eq. 4; TRL
+  `GRPOTrainer._compute_loss` (`per_token_kl = exp(ref - logp) - (ref - logp) - 1`).
+- Aggregations: DAPO eq. 10 (token mean), GRPO eq. 3 (sequence mean of token means), Dr.GRPO eq. 3 (sum over
+  tokens / (N * T_max)); names as in verl's `agg_loss` (`token-mean`, `seq-mean-token-mean`,
+  `seq-mean-token-sum-norm`), TRL `loss_type` = dapo / grpo / dr_grpo.
+"""
+from __future__ import annotations
+
+import torch
+
+from mmrl.algorithms.registry import AGGREGATIONS, POLICY_LOSSES, UnknownNameError
+
+
+def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return (x * mask).sum() / mask.sum().clamp(min=1)
+
+
+def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+    """Per-token k3 estimate of KL(pi || ref) on sampled tokens: `exp(ref - logp) - (ref - logp) - 1` [N, T]."""
+    d = ref_logp - logp  # [N, T]
+    return torch.exp(d) - d - 1  # [N, T]
+
+
+@POLICY_LOSSES.register("clip")
+def policy_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    eps_low: float = 0.2,
+    eps_high: float = 0.2,
+    dual_clip: float | None = None,
+    ref_logp: torch.Tensor | None = None,
+    beta: float = 0.0,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Per-token clipped surrogate loss (to be minimised) plus optional k3 KL; returns (loss [N, T], metrics).
+
+    Args:
+        logp: [N, T] log-probs of the sampled tokens under the current policy (carries the gradient).
+        old_logp: [N, T] log-probs under the behaviour (rollout) policy; treated as constants.
+        advantages: [N] sequence advantages (broadcast over tokens) or [N, T] token advantages (GCPO / DGPO pass
+            `A_i * w_it`).
+        mask: [N, T] bool, valid response tokens. Padding positions get loss exactly 0 (also when their
+            log-probs are -inf or NaN).
+        eps_low, eps_high: clip range `[1 - eps_low, 1 + eps_high]`; DAPO's clip-higher is `eps_high = 0.28`.
+        dual_clip: `c > 1` bounds the loss of negative-advantage tokens by `-c * A` (verl `clip_ratio_c`); None = off.
+        ref_logp: [N, T] reference-policy log-probs for the KL term (required when `beta > 0`).
+        beta: KL coefficient.
+
+    `rho = exp(logp - old_logp)`; `loss = -min(rho * A, clip(rho) * A) + beta * k3(logp, ref_logp)`.
+
+    Metrics (detached scalars, means over valid tokens, TRL's definitions): `clip_ratio/low_mean`
+    (rho < 1 - eps_low and A < 0), `clip_ratio/high_mean` (rho > 1 + eps_high and A > 0), `clip_ratio/region_mean`
+    (either), `kl` (when beta > 0). No deviation from the sources.
+    """
+    if dual_clip is not None and dual_clip <= 1.0:
+        raise ValueError(f"dual_clip must be > 1.0 (or None to disable), got {dual_clip}")
+    if eps_low < 0 or eps_high < 0:
+        raise ValueError(f"clip ranges must be >= 0, got eps_low={eps_low}, eps_high={eps_high}")
+    if beta > 0 and ref_logp is None:
+        raise ValueError("beta > 0 needs ref_logp (the reference policy's log-probs of the sampled tokens)")
+    mask = mask.bool()
+    adv = advantages.unsqueeze(-1) if advantages.dim() == 1 else advantages  # [N, 1] or [N, T]
+    adv = adv.to(logp.dtype)
+    # padding may hold -inf log-probs; keep it out of exp() so no NaN can reach the gradient
+    log_ratio = torch.where(mask, logp - old_logp.detach(), torch.zeros_like(logp))  # [N, T]
+    ratio = torch.exp(log_ratio)  # [N, T]
+    clipped = torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high)  # [N, T]
+    loss = -torch.min(ratio * adv, clipped * adv)  # [N, T]
+    if dual_clip is not None:
+        loss = torch.where(adv < 0, torch.minimum(loss, -dual_clip * adv), loss)  # [N, T]
+    metrics: dict[str, torch.Tensor] = {}
+    if beta > 0:
+        zero = torch.zeros_like(logp)
+        kl = k3_kl(torch.where(mask, logp, zero), torch.where(mask, ref_logp.detach(), zero))  # [N, T]
+        loss = loss + beta * kl  # [N, T]
+        metrics["kl"] = _masked_mean(kl.detach(), mask)
+    loss = torch.where(mask, loss, torch.zeros_like(loss))  # [N, T]
+    with torch.no_grad():
+        fmask = mask.float()
+        low = ((ratio < 1.0 - eps_low) & (adv < 0)).float()  # [N, T]
+        high = ((ratio > 1.0 + eps_high) & (adv > 0)).float()  # [N, T]
+        metrics["clip_ratio/low_mean"] = _masked_mean(low, fmask)
+        metrics["clip_ratio/high_mean"] = _masked_mean(high, fmask)
+        metrics["clip_ratio/region_mean"] = _masked_mean(torch.maximum(low, high), fmask)
+    return loss, metrics
+
+
+@AGGREGATIONS.register("token_mean")
+def _token_mean(per_token_loss: torch.Tensor, mask: torch.Tensor, *, num_items: float | None = None, max_len: int | None = None) -> torch.Tensor:
+    denom = mask.sum().clamp(min=1) if num_items is None else torch.as_tensor(float(num_items)).clamp(min=1.0)
+    return (per_token_loss * mask).sum() / denom
+
+
+@AGGREGATIONS.register("seq_mean_token_mean")
+def _seq_mean_token_mean(per_token_loss: torch.Tensor, mask: torch.Tensor, *, num_items: float | None = None, max_len: int | None = None) -> torch.Tensor:
+    per_seq = (per_token_loss * mask).sum(-1) / mask.sum(-1).clamp(min=1)  # [N]
+    return per_seq.mean()
+
+
+@AGGREGATIONS.register("seq_mean_token_sum_norm")
+def _seq_mean_token_sum_norm(per_token_loss: torch.Tensor, mask: torch.Tensor, *, num_items: float | None = None, max_len: int | None = None) -> torch.Tensor:
+    n, t = per_token_loss.shape
+    return (per_token_loss * mask).sum() / (n * (t if max_len is None else max_len))
+
+
+LOSS_TYPES = {"dapo": "token_mean", "grpo": "seq_mean_token_mean", "dr_grpo": "seq_mean_token_sum_norm"}
+"""TRL `loss_type` name -> aggregation mode."""
+
+
+def aggregate(
+    per_token_loss: torch.Tensor,
+    mask: torch.Tensor,
+    mode: str,
+    *,
+    num_items: float | None = None,
+    max_len: int | None = None,
+) -> torch.Tensor:
+    """Reduce a per-token loss [N, T] over valid tokens `mask` [N, T] to a scalar.
+
+    - `"token_mean"` (DAPO; TRL `loss_type="dapo"`): sum over valid tokens / number of valid tokens.
+    - `"seq_mean_token_mean"` (GRPO; TRL `"grpo"`): mean over sequences of each sequence's token mean; a sequence
+      without valid tokens counts as 0 (as in TRL).
+    - `"seq_mean_token_sum_norm"` (Dr.GRPO; TRL `"dr_grpo"`): sum over valid tokens / (N * T).
+
+    TRL's `loss_type` names (dapo, grpo, dr_grpo) are accepted as aliases. Options for gradient accumulation:
+    `num_items` replaces the token count of `token_mean` (TRL normalises by the tokens of the whole accumulated
+    batch; the trainer passes that count), `max_len` replaces T in `seq_mean_token_sum_norm` (TRL uses
+    `max_completion_length`). Unknown mode: `ValueError` listing the valid ones.
+    """
+    if mode not in LOSS_TYPES and mode not in AGGREGATIONS:
+        raise UnknownNameError(
+            f"unknown aggregation mode {mode!r}; valid: {sorted(AGGREGATIONS)} or TRL loss_type names {sorted(LOSS_TYPES)}"
+        )
+    fn = AGGREGATIONS[LOSS_TYPES.get(mode, mode)]
+    return fn(per_token_loss, mask.to(per_token_loss.dtype), num_items=num_items, max_len=max_len)

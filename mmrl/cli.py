@@ -1,0 +1,40 @@
+"""The `mmrl` command. Each subcommand lives in its own module, imported only when it is used.
+
+A subcommand module defines `configure(parser: argparse.ArgumentParser) -> None` and
+`run(args: argparse.Namespace) -> int | None`.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    # name: (module, one-line help)
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="mmrl", description="Reinforcement learning for generative models.")
+    parser.add_argument("--version", action="version", version=f"mmrl {__import__('mmrl').__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (module, help_text) in SUBCOMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        p.set_defaults(_module=module)
+        importlib.import_module(module).configure(p)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "command", None):
+        parser.print_help()
+        return 2
+    code = importlib.import_module(args._module).run(args)
+    return int(code or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Model-family adapters (installed as `mmrl.models`): each implements the protocol of `mmrl.protocol`."""
