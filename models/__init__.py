@@ -1,1 +1,30 @@
-"""Model-family adapters (installed as `mmrl.models`): each implements the protocol of `mmrl.protocol`."""
+"""Model-family adapters (installed as `mmrl.models`): each implements the protocol of `mmrl.protocol.Policy`.
+
+Families are looked up by name; adapter modules are imported only when used.
+"""
+from __future__ import annotations
+
+import importlib
+
+from mmrl.algorithms.registry import UnknownNameError
+
+FAMILIES: dict[str, str] = {
+    "causal_lm": "mmrl.models.causal_lm:CausalLMAdapter",
+    "vlm": "mmrl.models.vlm:VLMAdapter",
+    "janus": "mmrl.models.janus:JanusAdapter",
+    "masked_diffusion": "mmrl.models.masked_diffusion:MaskedDiffusionAdapter",
+}
+"""family name -> "module:AdapterClass"."""
+
+
+def adapter_class(family: str) -> type:
+    """The adapter class of a family; an unknown family raises and lists the valid ones."""
+    if family not in FAMILIES:
+        raise UnknownNameError(f"unknown model family {family!r}; valid families: {sorted(FAMILIES)}")
+    module, cls = FAMILIES[family].split(":")
+    return getattr(importlib.import_module(module), cls)
+
+
+def load_policy(family: str, model_path: str, **options):
+    """`adapter_class(family).from_pretrained(model_path, **options)`: a local checkpoint as a policy."""
+    return adapter_class(family).from_pretrained(model_path, **options)

@@ -27,6 +27,7 @@ def token_distribution_stats(
     *,
     stats: tuple[str, ...] = ("h2", "entropy"),
     chunk_size: int | None = None,
+    temperature: float = 1.0,
 ) -> dict[str, torch.Tensor]:
     """Per-position statistics of `p = softmax(logits)` (and `q = softmax(other_logits)`), each [N, T] float32.
 
@@ -41,6 +42,7 @@ def token_distribution_stats(
             statistics but `"entropy"`.
         stats: names from `STATS`.
         chunk_size: rows (positions) per chunk; default keeps one float32 chunk near 16 MiB.
+        temperature: both logits are divided by it first (statistics of the sampling distribution).
     """
     unknown = [s for s in stats if s not in STATS]
     if unknown:
@@ -61,11 +63,11 @@ def token_distribution_stats(
     out = {s: torch.empty(m, dtype=torch.float32, device=logits.device) for s in stats}
     for start in range(0, m, rows):
         sl = slice(start, min(start + rows, m))
-        lp = torch.log_softmax(p_rows[sl].float(), dim=-1)  # [c, V]
+        lp = torch.log_softmax(p_rows[sl].float() / temperature, dim=-1)  # [c, V]
         if "entropy" in out:
             out["entropy"][sl] = -(lp.exp() * lp).sum(-1)
         if needs_q:
-            lq = torch.log_softmax(q_rows[sl].float(), dim=-1)  # [c, V]
+            lq = torch.log_softmax(q_rows[sl].float() / temperature, dim=-1)  # [c, V]
             if "h2" in out:
                 diff = (0.5 * lp).exp_() - (0.5 * lq).exp()  # [c, V] sqrt p - sqrt q
                 out["h2"][sl] = (0.5 * diff.square_().sum(-1)).clamp_(0.0, 1.0)
