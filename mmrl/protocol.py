@@ -141,6 +141,9 @@ class NoisedBatch:
     """R."""
     prompt_len: int
     """P: width of the prompt part of `input_ids`."""
+    extras: dict = field(default_factory=dict)
+    """Family-specific inputs the denoising forward needs besides the ids (e.g. VLM pixel inputs per response, the
+    sampling temperature); per-response tensors and lists have a leading N dimension."""
 
 
 @runtime_checkable
