@@ -29,11 +29,14 @@ DEFAULT_NEGATIVE_INSTRUCTION = "Note: Intentionally generate an incorrect answer
 
 
 def _index(value: Any, idx: torch.Tensor) -> Any:
-    """Select rows `idx` of a per-response field: tensors and sequences of length N are indexed, the rest kept."""
+    """Select rows `idx` of a per-response field: tensors and lists of length N are indexed, the rest kept.
+
+    Tuples are metadata, never sliced (e.g. `extras["grid"] = (h, w)`, which a 2-row batch could not tell
+    apart from per-response data)."""
     if isinstance(value, torch.Tensor):
         return value[idx.to(value.device)] if value.dim() > 0 else value
-    if isinstance(value, (list, tuple)):
-        return type(value)(value[i] for i in idx.tolist())
+    if isinstance(value, list):
+        return [value[i] for i in idx.tolist()]
     if isinstance(value, dict):
         return {k: _index(v, idx) for k, v in value.items()}
     return value
@@ -73,7 +76,8 @@ class Rollout:
     """[N, P'] bool: real tokens of `neg_prompt_ids`."""
     extras: dict = field(default_factory=dict)
     """Family-specific per-response payload (e.g. VLM pixel inputs, the image-token grid `(h, w)`, the sampler's
-    unmasking order). Tensors and lists with a leading N dimension are sliced by `select`."""
+    unmasking order). Tensors and lists with a leading N dimension are sliced by `select`; tuples are kept as
+    metadata."""
 
     @property
     def num_responses(self) -> int:
