@@ -11,6 +11,7 @@ import sys
 
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     # name: (module, one-line help)
+    "geneval": ("mmrl.geneval.cli", "GenEval: write prompts, generate images, evaluate them, summarize results"),
 }
 
 
