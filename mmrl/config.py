@@ -1,0 +1,565 @@
+"""The one training configuration: a documented dataclass, loaded from YAML with `key=value` overrides.
+
+Field names follow TRL's `GRPOConfig` wherever the concept is the same (`num_generations`, `beta`, `epsilon`,
+`epsilon_high`, `num_iterations`, `loss_type`, `scale_rewards`, `max_completion_length`,
+`per_device_train_batch_size`, `gradient_accumulation_steps`, `learning_rate`, ...). Every field has a docstring
+(the string under it); `mmrl train --help-config` prints them.
+
+Method defaults: a method (e.g. `dapo`) implies some settings (clip-higher, token-mean loss, dynamic sampling).
+They fill every field the YAML file and the command line leave unset, see `METHOD_DEFAULTS`.
+
+Validation happens in `TrainConfig.validate()`, before any model is loaded: every bad value is reported with the
+field, the value and what is allowed.
+"""
+from __future__ import annotations
+
+import ast
+import dataclasses
+import difflib
+import inspect
+import os
+import textwrap
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+METHODS = ("grpo", "dapo", "dr_grpo", "diffu_grpo", "gcpo", "dgpo", "dmpo")
+FAMILIES = ("causal_lm", "vlm", "janus", "masked_diffusion")
+
+
+@dataclass
+class TrainConfig:
+    """Everything a training run needs. See the field docstrings; presets live in `configs/`."""
+
+    # ---- what to train ------------------------------------------------------------------------------------
+    method: str = "grpo"
+    """RL method: grpo, dapo, dr_grpo, diffu_grpo (d1), gcpo, dgpo or dmpo. Sets the defaults of METHOD_DEFAULTS."""
+    family: str = "causal_lm"
+    """Model family (adapter): causal_lm, vlm, janus or masked_diffusion."""
+    model_name_or_path: str = "tiny"
+    """Local checkpoint directory; `tiny` builds a tiny random model of the family (tests); `tiny-world:NAME` uses
+    a tiny-world base model (built and cached on first use). Never downloaded at run time."""
+    ref_model_name_or_path: str | None = None
+    """Reference model directory (KL, DGPO, DMPO). None: a frozen copy of the initial policy, or with LoRA the
+    adapter-disabled base model."""
+    trust_remote_code: bool = False
+    """Allow checkpoints that ship their own modeling code (LLaDA, Dream). Off unless you trust the source."""
+    torch_dtype: str = "float32"
+    """Weights dtype: float32, bfloat16 or float16."""
+    mixed_precision: str = "no"
+    """accelerate mixed precision: no, bf16 or fp16."""
+
+    # ---- data and rewards ---------------------------------------------------------------------------------
+    task: str = "countdown3"
+    """Prompt set / task name (see `mmrl.data.tasks`), e.g. gsm8k, math500, countdown, sudoku, geneval, and the
+    tiny-world tasks sudoku4, countdown3, shapes."""
+    dataset_path: str | None = None
+    """Local data file or directory for the task (JSONL/CSV/parquet); None uses the task's bundled or cached data."""
+    reward_funcs: list[str] = field(default_factory=list)
+    """Reward names from `mmrl.rewards.REWARDS`; empty uses the task's default rewards."""
+    reward_weights: list[float] | None = None
+    """One weight per reward (TRL `reward_weights`); None means all 1."""
+    reward_kwargs: dict = field(default_factory=dict)
+    """Extra keyword arguments for the rewards (e.g. detector paths)."""
+    on_reward_error: str = "raise"
+    """What a failing reward (exception, NaN/inf, wrong length or type) does: `raise` stops with the reward's name
+    and the sample index; `drop` drops the sample's group from the batch and counts it (`rewards/dropped_groups`)."""
+
+    # ---- batch geometry (TRL semantics) -------------------------------------------------------------------
+    num_generations: int = 8
+    """G: responses sampled per prompt (group size), >= 2."""
+    per_device_train_batch_size: int = 8
+    """Responses per micro-batch per process."""
+    gradient_accumulation_steps: int = 1
+    """Micro-batches per optimizer step. One rollout batch = per_device_train_batch_size x
+    gradient_accumulation_steps responses per process; it must hold whole groups."""
+    num_iterations: int = 1
+    """Optimizer steps per rollout batch (TRL's mu; DMPO's buffer reuse F): rollouts are refreshed every
+    num_iterations steps."""
+    max_steps: int = 100
+    """Optimizer steps to train."""
+    seed: int = 0
+    """Seed of every random stream (data order, sampling, masks, initialisation of tiny models)."""
+
+    # ---- generation ---------------------------------------------------------------------------------------
+    max_prompt_length: int | None = None
+    """Prompts longer than this many tokens are truncated from the left; None keeps them whole."""
+    max_completion_length: int = 256
+    """Response tokens: max new tokens (AR families) or the generated span (masked diffusion). Janus generates its
+    fixed number of image tokens."""
+    temperature: float = 1.0
+    """Sampling temperature (> 0; log-probs are of the temperature-scaled distribution, as in TRL). Masked
+    diffusion samplers also accept 0 (greedy)."""
+    top_p: float = 1.0
+    """Nucleus sampling threshold in (0, 1] (autoregressive text families)."""
+    top_k: int = 0
+    """Top-k sampling (0 = off; autoregressive text families)."""
+    cfg_scale: float = 5.0
+    """Janus classifier-free guidance scale s (`uncond + s * (cond - uncond)`)."""
+    score_logits: str = "conditional"
+    """Janus: which distribution the policy log-probs are of: `conditional` (GCPO, T2I-R1) or `guided`."""
+    sampler: str | None = None
+    """Masked-diffusion sampler: low_confidence, random, entropy, maskgit_plus, threshold, threshold_cache,
+    random_order. None: the family default."""
+    block_length: int = 32
+    """Masked diffusion: semi-autoregressive block length; must divide max_completion_length."""
+    diffusion_steps: int | None = None
+    """Masked diffusion: denoising steps for the whole span (a multiple of the number of blocks); None =
+    max_completion_length / 2 (d1's training setting)."""
+    threshold: float = 0.9
+    """Masked diffusion threshold samplers (Fast-dLLM): confidence needed to unmask in parallel."""
+    generation_kwargs: dict = field(default_factory=dict)
+    """Further family-specific sampling options passed to `sample()`."""
+    negative_instruction: str = "Note: Intentionally generate an incorrect answer."
+    """GCPO's negative condition for text, VLM and diffusion LMs (appended to the prompt)."""
+
+    # ---- policy loss (GRPO family) ------------------------------------------------------------------------
+    learning_rate: float = 1e-6
+    """AdamW learning rate (> 0)."""
+    lr_scheduler_type: str = "constant"
+    """transformers scheduler name: constant, constant_with_warmup, linear, cosine, ..."""
+    warmup_ratio: float = 0.0
+    """Fraction of max_steps used for warm-up."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    adam_beta1: float = 0.9
+    """AdamW beta1."""
+    adam_beta2: float = 0.999
+    """AdamW beta2."""
+    adam_epsilon: float = 1e-8
+    """AdamW epsilon."""
+    max_grad_norm: float = 1.0
+    """Gradient-norm clipping (on by default); 0 disables it."""
+    max_nonfinite_steps: int = 3
+    """A step whose loss or gradient is NaN/inf is skipped and logged; this many in a row stop the run."""
+    beta: float = 0.0
+    """KL coefficient to the reference (k3 estimator); 0 loads no reference for the KL."""
+    epsilon: float = 0.2
+    """Lower clip range (ratio >= 1 - epsilon)."""
+    epsilon_high: float | None = None
+    """Upper clip range (ratio <= 1 + epsilon_high); None = epsilon. DAPO's clip-higher uses 0.28."""
+    dual_clip: float | None = None
+    """Dual-clip bound c > 1 for negative advantages (verl `clip_ratio_c`); None = off."""
+    loss_type: str = "dapo"
+    """Loss aggregation (TRL names): dapo (token mean), grpo (sequence mean of token means), dr_grpo (sum over
+    tokens / (N * max_completion_length))."""
+    scale_rewards: str = "group"
+    """Advantage scaling (TRL): group, batch or none."""
+    mask_truncated_completions: bool = False
+    """Exclude responses that never produced EOS from the loss (DAPO's overlong filtering)."""
+    dynamic_sampling: bool = False
+    """DAPO dynamic sampling: drop groups whose rewards are all equal and sample more prompts to refill."""
+    dynamic_sampling_max_tries: int = 8
+    """Rollout batches dynamic sampling may draw to fill one batch before it stops with an error."""
+    overlong_penalty: bool = False
+    """DAPO's soft overlong punishment (eq. 13) added to the reward (text families)."""
+    overlong_buffer_len: int | None = None
+    """Length of the soft-punishment interval L_cache; None = max_completion_length // 5."""
+    nll_coef: float = 0.0
+    """Coefficient of an extra mean NLL term of the sampled tokens (GCPO's VLM recipe "entropy penalty")."""
+    logprob_estimator: str = "mean_field"
+    """Masked diffusion log-probs for GRPO-family losses: mean_field (d1's one-step estimate) or elbo."""
+    p_mask_prompt: float = 0.15
+    """d1 mean-field estimator: probability of masking each prompt token."""
+    random_masking: bool = True
+    """d1: a fresh mask seed per inner iteration (the same seed for old, reference and current log-probs)."""
+
+    # ---- GCPO ---------------------------------------------------------------------------------------------
+    gcpo_divergence: str = "k3"
+    """GCPO per-token contrast: k3 (authors' code), abs, info_gain, or full_kl (exact full-vocabulary KL)."""
+    gcpo_normalization: str = "rank_power"
+    """GCPO normalization: rank_power (authors' "hist") or cdf (the paper's wording)."""
+    gcpo_top_fraction: float = 0.4
+    """GCPO rank-power: fraction of top tokens ..."""
+    gcpo_target_mass: float = 0.8
+    """... that carries this fraction of the weight."""
+
+    # ---- DGPO ---------------------------------------------------------------------------------------------
+    dgpo_tau: float = 0.5
+    """DGPO softmax temperature tau."""
+    dgpo_kappa: float = 1.0
+    """DGPO entropy-gate power kappa."""
+    dgpo_policy: str = "old"
+    """Which policy's distributions DGPO scores: old (rollout time, no extra forward) or current (per micro-batch)."""
+
+    # ---- DMPO ---------------------------------------------------------------------------------------------
+    dmpo_loss: str = "wdce"
+    """DMPO objective: wdce (weighted denoising cross-entropy) or wddo."""
+    dmpo_alpha: float = 0.04
+    """Reward temperature alpha of the target p* ∝ p_ref exp(r / alpha)."""
+    dmpo_coeff: float = 1.0
+    """Proximal coefficient c in (0, 1] multiplying the log-weights."""
+    dmpo_baseline: str = "individual"
+    """Weight baseline: none, group, individual (authors' code default) or model."""
+    dmpo_baseline_strength: float = 1.0
+    """Strength lambda of the baseline: w_real = w - lambda * w_base."""
+    dmpo_num_copies: int = 4
+    """R: masked copies per response in the WDCE loss (antithetic pairs, so even)."""
+    dmpo_elbo_copies: int = 4
+    """Masked copies of the ELBO estimates of log p_ref - log p_v at buffer time (even)."""
+    dmpo_min_mask_rate: float = 0.1
+    """Lower end of the WDCE mask rate, lambda = min + (1 - min) U."""
+    wddo_beta: float = 1.0
+    """WDDO logit scale beta."""
+    wddo_alpha: float = 1.0
+    """WDDO weight of the fake (second-half) term."""
+
+    # ---- LoRA ---------------------------------------------------------------------------------------------
+    use_peft: bool = False
+    """Train LoRA adapters (peft); the reference is then the adapter-disabled base model."""
+    lora_r: int = 16
+    """LoRA rank."""
+    lora_alpha: int = 32
+    """LoRA alpha."""
+    lora_dropout: float = 0.0
+    """LoRA dropout (kept 0 by default: dropout would break ratio == 1 at the first inner step)."""
+    lora_target_modules: list[str] | str = "all-linear"
+    """Modules that get adapters (peft syntax)."""
+
+    # ---- output, logging, checkpoints ---------------------------------------------------------------------
+    output_dir: str = "runs/mmrl"
+    """Run directory: metrics, TensorBoard, checkpoints and pictures are written only inside it."""
+    logging_steps: int = 1
+    """Write metrics every this many optimizer steps."""
+    report_to: list[str] = field(default_factory=lambda: ["jsonl", "tensorboard"])
+    """Metric sinks: jsonl and tensorboard (always available), wandb (if installed)."""
+    save_steps: int = 50
+    """Write a checkpoint every this many optimizer steps (0 = only at the end)."""
+    save_total_limit: int = 2
+    """Keep this many most recent checkpoints."""
+    resume_from: str | None = None
+    """Resume from `auto` (latest checkpoint in output_dir) or a checkpoint directory."""
+    credit_steps: int = 0
+    """Write token-credit pictures (HTML heatmaps, image overlays) every this many steps (0 = off)."""
+    progress_bar: bool = True
+    """Show a progress bar with ETA."""
+
+    # ----------------------------------------------------------------------------------------------------------
+    _explicit: frozenset = field(default=frozenset(), repr=False, compare=False)
+
+    @property
+    def eps_high(self) -> float:
+        return self.epsilon if self.epsilon_high is None else self.epsilon_high
+
+    @property
+    def rollout_batch_size(self) -> int:
+        """Responses per process in one rollout batch."""
+        return self.per_device_train_batch_size * self.gradient_accumulation_steps
+
+    @property
+    def prompts_per_rollout(self) -> int:
+        """Prompts per process in one rollout batch."""
+        return self.rollout_batch_size // self.num_generations
+
+    @property
+    def token_credit(self) -> str:
+        return {"gcpo": "gcpo", "dgpo": "dgpo"}.get(self.method, "uniform")
+
+    def to_dict(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if not f.name.startswith("_")}
+
+    def validate(self) -> "TrainConfig":
+        """Check every value (no model is loaded); raise `ConfigError` listing all problems."""
+        errors = _validate(self)
+        if errors:
+            raise ConfigError("invalid configuration:\n  - " + "\n  - ".join(errors))
+        return self
+
+
+METHOD_DEFAULTS: dict[str, dict[str, Any]] = {
+    # GRPO (DeepSeekMath): std-scaled group advantages, sequence mean of token means.
+    "grpo": {"loss_type": "grpo", "scale_rewards": "group"},
+    # DAPO (Yu et al. 2025): clip-higher 0.28, token mean, dynamic sampling, soft overlong punishment.
+    "dapo": {"loss_type": "dapo", "epsilon_high": 0.28, "dynamic_sampling": True, "overlong_penalty": True, "scale_rewards": "group"},
+    # Dr.GRPO (Liu et al. 2025): no std scaling, sum over tokens / (N * T_max).
+    "dr_grpo": {"loss_type": "dr_grpo", "scale_rewards": "none"},
+    # d1 / diffu-GRPO (Zhao et al. 2025): no std, clip 0.5, beta 0.04, mean-field log-probs with random masking.
+    "diffu_grpo": {"loss_type": "grpo", "scale_rewards": "none", "epsilon": 0.5, "beta": 0.04, "logprob_estimator": "mean_field"},
+    # GCPO (authors' VLM recipe on EasyR1): DAPO-style clip 0.2/0.28, dual clip 3, token mean, online filtering, no KL.
+    "gcpo": {"loss_type": "dapo", "epsilon_high": 0.28, "dual_clip": 3.0, "dynamic_sampling": True, "beta": 0.0},
+    # DGPO: PPO-clip on a DAPO base, no KL term.
+    "dgpo": {"loss_type": "dapo", "epsilon_high": 0.28, "dynamic_sampling": True, "overlong_penalty": True, "beta": 0.0},
+    # DMPO (authors' yaml): buffer reuse F = 8, grad clip 0.2, AdamW (0.9, 0.99), weight decay 0.1.
+    "dmpo": {"num_iterations": 8, "max_grad_norm": 0.2, "adam_beta2": 0.99, "weight_decay": 0.1},
+}
+"""Settings a method implies; applied to every field not set explicitly in the YAML file or on the command line."""
+
+
+class ConfigError(ValueError):
+    """A bad configuration value; the message names the field, the value and what is allowed."""
+
+
+def field_docs() -> dict[str, str]:
+    """The docstring of every field, read from this module's source (attribute docstrings)."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(TrainConfig)))
+    cls = tree.body[0]
+    docs: dict[str, str] = {}
+    body = cls.body
+    for node, nxt in zip(body, body[1:]):
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            if isinstance(nxt, ast.Expr) and isinstance(getattr(nxt, "value", None), ast.Constant) and isinstance(nxt.value.value, str):
+                docs[node.target.id] = " ".join(nxt.value.value.split())
+    return docs
+
+
+def _public_fields() -> dict[str, dataclasses.Field]:
+    return {f.name: f for f in dataclasses.fields(TrainConfig) if not f.name.startswith("_")}
+
+
+def _coerce(name: str, value: Any) -> Any:
+    """Convert a YAML / command-line value to the field's annotated type, or raise ConfigError."""
+    hints = typing.get_type_hints(TrainConfig)
+    tp = hints[name]
+    allowed = typing.get_args(tp) if typing.get_origin(tp) in (typing.Union, types.UnionType) else (tp,)
+    if value is None or (isinstance(value, str) and value.lower() in ("none", "null") and type(None) in allowed):
+        if type(None) in allowed:
+            return None
+        raise ConfigError(f"{name}: None is not allowed (expected {_type_name(tp)})")
+    last_err = None
+    for t in [a for a in allowed if a is not type(None)]:
+        try:
+            return _coerce_one(t, value)
+        except (TypeError, ValueError) as e:
+            last_err = e
+    raise ConfigError(f"{name}={value!r}: expected {_type_name(tp)} ({last_err})")
+
+
+def _coerce_one(t: Any, value: Any) -> Any:
+    origin = typing.get_origin(t)
+    if t is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "yes", "1", "on", "false", "no", "0", "off"):
+            return value.lower() in ("true", "yes", "1", "on")
+        raise ValueError("not a boolean")
+    if t is int:
+        if isinstance(value, bool):
+            raise ValueError("not an integer")
+        if isinstance(value, str):
+            value = float(value) if any(c in value for c in ".eE") else int(value)
+        if isinstance(value, float):
+            if not value.is_integer():
+                raise ValueError("not an integer")
+            return int(value)
+        return int(value)
+    if t is float:
+        if isinstance(value, bool):
+            raise ValueError("not a number")
+        return float(value)
+    if t is str:
+        if isinstance(value, (dict, list)):
+            raise ValueError("not a string")
+        return str(value)
+    if origin is list:
+        (inner,) = typing.get_args(t) or (str,)
+        if isinstance(value, str):
+            parsed = yaml.safe_load(value) if value.strip().startswith("[") else [v for v in value.split(",") if v.strip()]
+            value = parsed
+        if not isinstance(value, (list, tuple)):
+            raise ValueError("not a list")
+        return [_coerce_one(inner, v) for v in value]
+    if origin is dict or t is dict:
+        if isinstance(value, str):
+            value = yaml.safe_load(value)
+        if not isinstance(value, dict):
+            raise ValueError("not a mapping")
+        return dict(value)
+    raise TypeError(f"unsupported type {t}")
+
+
+def _type_name(tp: Any) -> str:
+    return str(tp).replace("typing.", "").replace("<class '", "").replace("'>", "")
+
+
+def _parse_override(item: str) -> tuple[str, Any]:
+    if "=" not in item:
+        raise ConfigError(f"override {item!r} is not of the form key=value")
+    key, raw = item.split("=", 1)
+    key = key.strip().replace("-", "_")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    return key, value
+
+
+def _unknown_key_error(key: str) -> ConfigError:
+    names = sorted(_public_fields())
+    close = difflib.get_close_matches(key, names, n=3)
+    hint = f" (did you mean {', '.join(close)}?)" if close else ""
+    return ConfigError(f"unknown config key {key!r}{hint}; valid keys: {', '.join(names)}")
+
+
+def load_config(path: str | os.PathLike | None = None, overrides: list[str] | dict | None = None, *, validate: bool = True) -> TrainConfig:
+    """Build a `TrainConfig` from a YAML file (optional) and overrides (`["key=value", ...]` or a dict).
+
+    Unknown keys raise `ConfigError` listing the valid ones (with close matches). A YAML file may name a base
+    preset with `base: other.yaml` (relative to itself); its keys are applied first. Method defaults fill the fields
+    left unset. `validate=True` checks every value before returning.
+    """
+    values: dict[str, Any] = {}
+    if path is not None:
+        values.update(_read_yaml(Path(path)))
+    if isinstance(overrides, dict):
+        values.update(overrides)
+    else:
+        for item in overrides or []:
+            k, v = _parse_override(item)
+            values[k] = v
+    return build_config(values, validate=validate)
+
+
+def _read_yaml(path: Path, depth: int = 0) -> dict:
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    if depth > 8:
+        raise ConfigError(f"too many nested `base:` presets at {path}")
+    data = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping of key: value, got {type(data).__name__}")
+    base = data.pop("base", None)
+    if base is not None:
+        merged = _read_yaml((path.parent / base).resolve(), depth + 1)
+        merged.update(data)
+        return merged
+    return data
+
+
+def build_config(values: dict, *, validate: bool = True) -> TrainConfig:
+    """A `TrainConfig` from a dict of explicitly given values (method defaults fill the rest)."""
+    fields_ = _public_fields()
+    kwargs: dict[str, Any] = {}
+    for key, value in values.items():
+        key = key.replace("-", "_")
+        if key not in fields_:
+            raise _unknown_key_error(key)
+        kwargs[key] = _coerce(key, value)
+    method = kwargs.get("method", TrainConfig.method)
+    if method in METHOD_DEFAULTS:
+        for key, value in METHOD_DEFAULTS[method].items():
+            kwargs.setdefault(key, value)
+    cfg = TrainConfig(**kwargs, _explicit=frozenset(values))
+    return cfg.validate() if validate else cfg
+
+
+def _one_of(errors: list[str], cfg: TrainConfig, name: str, allowed: typing.Iterable[str]) -> None:
+    value = getattr(cfg, name)
+    allowed = list(allowed)
+    if value not in allowed:
+        errors.append(f"{name}={value!r} is not allowed; choose one of {allowed}")
+
+
+def _validate(cfg: TrainConfig) -> list[str]:
+    from mmrl.algorithms import AGGREGATIONS, GCPO_DIVERGENCES, LOSS_TYPES  # light imports only
+
+    e: list[str] = []
+    _one_of(e, cfg, "method", METHODS)
+    _one_of(e, cfg, "family", FAMILIES)
+    _one_of(e, cfg, "torch_dtype", ["float32", "bfloat16", "float16"])
+    _one_of(e, cfg, "mixed_precision", ["no", "bf16", "fp16"])
+    _one_of(e, cfg, "on_reward_error", ["raise", "drop"])
+    _one_of(e, cfg, "loss_type", list(LOSS_TYPES) + list(AGGREGATIONS))
+    _one_of(e, cfg, "scale_rewards", ["group", "batch", "none"])
+    _one_of(e, cfg, "score_logits", ["conditional", "guided"])
+    _one_of(e, cfg, "logprob_estimator", ["mean_field", "elbo"])
+    _one_of(e, cfg, "gcpo_divergence", list(GCPO_DIVERGENCES) + ["full_kl"])
+    _one_of(e, cfg, "gcpo_normalization", ["rank_power", "cdf"])
+    _one_of(e, cfg, "dgpo_policy", ["old", "current"])
+    _one_of(e, cfg, "dmpo_loss", ["wdce", "wddo"])
+    _one_of(e, cfg, "dmpo_baseline", ["none", "group", "individual", "model"])
+    if cfg.sampler is not None:
+        _one_of(e, cfg, "sampler", ["low_confidence", "random", "entropy", "maskgit_plus", "threshold", "threshold_cache", "random_order"])
+    for name in ("num_generations",):
+        if getattr(cfg, name) < 2:
+            e.append(f"num_generations={cfg.num_generations}: a group needs at least 2 responses (group-relative advantages); use >= 2")
+    for name in ("per_device_train_batch_size", "gradient_accumulation_steps", "num_iterations", "max_steps", "max_completion_length",
+                 "logging_steps", "dmpo_num_copies", "dmpo_elbo_copies", "max_nonfinite_steps", "dynamic_sampling_max_tries", "block_length"):
+        if getattr(cfg, name) < 1:
+            e.append(f"{name}={getattr(cfg, name)} must be >= 1")
+    if cfg.num_generations >= 2 and cfg.rollout_batch_size % cfg.num_generations:
+        e.append(
+            f"per_device_train_batch_size x gradient_accumulation_steps = {cfg.rollout_batch_size} responses is not a multiple of "
+            f"num_generations={cfg.num_generations}: a rollout batch must hold whole groups"
+        )
+    if not cfg.learning_rate > 0:
+        e.append(f"learning_rate={cfg.learning_rate} must be > 0")
+    if cfg.family != "masked_diffusion" and not cfg.temperature > 0:
+        e.append(f"temperature={cfg.temperature} must be > 0 for the {cfg.family} family (sampling needs a positive temperature)")
+    if cfg.family == "masked_diffusion" and cfg.temperature < 0:
+        e.append(f"temperature={cfg.temperature} must be >= 0 (0 = greedy) for masked diffusion")
+    if not 0 < cfg.top_p <= 1:
+        e.append(f"top_p={cfg.top_p} must be in (0, 1]")
+    if cfg.top_k < 0:
+        e.append(f"top_k={cfg.top_k} must be >= 0 (0 = off)")
+    if cfg.beta < 0:
+        e.append(f"beta={cfg.beta} must be >= 0")
+    if cfg.epsilon < 0 or cfg.eps_high < 0:
+        e.append(f"epsilon={cfg.epsilon}, epsilon_high={cfg.epsilon_high} must be >= 0")
+    if cfg.dual_clip is not None and cfg.dual_clip <= 1:
+        e.append(f"dual_clip={cfg.dual_clip} must be > 1 (or null to disable)")
+    if cfg.max_grad_norm < 0:
+        e.append(f"max_grad_norm={cfg.max_grad_norm} must be >= 0 (0 disables clipping)")
+    if not 0 <= cfg.warmup_ratio < 1:
+        e.append(f"warmup_ratio={cfg.warmup_ratio} must be in [0, 1)")
+    if cfg.weight_decay < 0:
+        e.append(f"weight_decay={cfg.weight_decay} must be >= 0")
+    if not 0 <= cfg.p_mask_prompt < 1:
+        e.append(f"p_mask_prompt={cfg.p_mask_prompt} must be in [0, 1)")
+    if cfg.family == "masked_diffusion":
+        if cfg.max_completion_length % cfg.block_length:
+            e.append(f"block_length={cfg.block_length} does not divide max_completion_length={cfg.max_completion_length}; "
+                     f"choose a divisor of {cfg.max_completion_length}")
+        elif cfg.diffusion_steps is not None:
+            blocks = cfg.max_completion_length // cfg.block_length
+            if cfg.diffusion_steps < 1 or cfg.diffusion_steps % blocks:
+                e.append(f"diffusion_steps={cfg.diffusion_steps} must be a positive multiple of the number of blocks "
+                         f"({blocks} = max_completion_length / block_length)")
+        if not 0 < cfg.threshold <= 1:
+            e.append(f"threshold={cfg.threshold} must be in (0, 1]")
+    if cfg.dmpo_num_copies % 2 or cfg.dmpo_elbo_copies % 2:
+        e.append(f"dmpo_num_copies={cfg.dmpo_num_copies} and dmpo_elbo_copies={cfg.dmpo_elbo_copies} must be even (antithetic pairs)")
+    if not cfg.dmpo_alpha > 0:
+        e.append(f"dmpo_alpha={cfg.dmpo_alpha} must be > 0")
+    if not 0 < cfg.dmpo_coeff <= 1:
+        e.append(f"dmpo_coeff={cfg.dmpo_coeff} must be in (0, 1]")
+    if not 0 <= cfg.dmpo_min_mask_rate <= 1:
+        e.append(f"dmpo_min_mask_rate={cfg.dmpo_min_mask_rate} must be in [0, 1]")
+    if not 0 < cfg.gcpo_top_fraction < 1 or not cfg.gcpo_top_fraction <= cfg.gcpo_target_mass < 1:
+        e.append(f"gcpo_top_fraction={cfg.gcpo_top_fraction}, gcpo_target_mass={cfg.gcpo_target_mass}: need 0 < top_fraction <= target_mass < 1")
+    if not cfg.dgpo_tau > 0:
+        e.append(f"dgpo_tau={cfg.dgpo_tau} must be > 0")
+    if cfg.reward_weights is not None and cfg.reward_funcs and len(cfg.reward_weights) != len(cfg.reward_funcs):
+        e.append(f"reward_weights has {len(cfg.reward_weights)} entries but reward_funcs has {len(cfg.reward_funcs)}")
+    bad_sinks = [s for s in cfg.report_to if s not in ("jsonl", "tensorboard", "wandb", "none")]
+    if bad_sinks:
+        e.append(f"report_to={cfg.report_to}: unknown sinks {bad_sinks}; choose from ['jsonl', 'tensorboard', 'wandb', 'none']")
+    if cfg.save_steps < 0 or cfg.save_total_limit < 1 or cfg.credit_steps < 0:
+        e.append(f"save_steps={cfg.save_steps} (>= 0), save_total_limit={cfg.save_total_limit} (>= 1), credit_steps={cfg.credit_steps} (>= 0)")
+    if cfg.method == "diffu_grpo" and cfg.family != "masked_diffusion":
+        pass  # diffu-GRPO on an AR family is plain GRPO with d1's settings; allowed
+    if not str(cfg.output_dir).strip():
+        e.append("output_dir must not be empty")
+    if cfg.reward_funcs:
+        try:
+            from mmrl.rewards import REWARDS
+
+            unknown = [r for r in cfg.reward_funcs if r not in REWARDS]
+            if unknown:
+                e.append(f"reward_funcs: unknown rewards {unknown}; valid: {sorted(REWARDS)}")
+        except ImportError:  # pragma: no cover - the rewards package is part of mmrl
+            pass
+    return e
+
+
+def describe_fields() -> str:
+    """Every field with its type, default and docstring (for `mmrl train --help-config`)."""
+    docs = field_docs()
+    lines = []
+    for name, f in _public_fields().items():
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+        lines.append(f"{name} (default {default!r}): {docs.get(name, '')}")
+    return "\n".join(lines)
