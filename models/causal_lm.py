@@ -1,0 +1,665 @@
+"""Adapter for any transformers `AutoModelForCausalLM` (Qwen2.5, Llama, ...): KV-cache sampling with per-token
+log-probs, teacher-forced scoring, GCPO's negative condition.
+
+Choices (each also stated where it is implemented):
+- Log-probs, at rollout time and teacher-forced, are of the temperature-scaled distribution softmax(logits / T)
+  *before* top-k / top-p filtering, as TRL's GRPOTrainer scores them (`_get_per_token_logps_and_entropies` divides
+  by the temperature and applies no top-p). Filtering only decides which tokens can be drawn.
+- Randomness is per response row (`models.sampling`): row n draws its uniforms from its own seed, so a row's
+  tokens do not depend on the other rows of the batch or on their padding. The row seeds are drawn from the
+  caller's `torch.Generator`, or given explicitly with `seeds=`.
+- Each prompt is prefilled once and its KV cache repeated G times for the group (the G responses of a prompt
+  share the prompt's forward), then one decode step per token for all N rows; decoding stops as soon as every
+  row has produced an end-of-sequence id.
+- String prompts are tokenized as they are (the tokenizer adds its special tokens, e.g. Llama's BOS); chat
+  prompts (lists of `{"role", "content"}` messages) go through the tokenizer's chat template with
+  `add_generation_prompt=True`, like TRL.
+- GCPO's negative condition (ALGORITHMS.md section 3; reference/gcpo_dgpo.md 1.6, authors' "wrong_answer"
+  template): the prompt with `negative_instruction` appended on a new line; for chat prompts it is appended to
+  the last user message.
+"""
+from __future__ import annotations
+
+import copy
+import inspect
+import json
+from pathlib import Path
+from typing import Any, Literal, Sequence
+
+import torch
+
+from mmrl.algorithms.distributions import STATS
+from mmrl.models.base import BaseAdapter, is_peft_model, left_pad, mask_through_first_eos, score_logits, unwrap
+from mmrl.models.sampling import row_seeds, row_uniforms, sample_next_tokens
+from mmrl.protocol import DEFAULT_NEGATIVE_INSTRUCTION, NoisedBatch, Rollout, TokenScores
+
+ADAPTER_FILE = "mmrl_adapter.json"
+"""Written by `save_pretrained` next to the weights: family and generation defaults."""
+
+GENERATION_DEFAULTS: dict[str, Any] = {
+    "max_new_tokens": 256,
+    "temperature": 1.0,
+    "top_p": 1.0,
+    "top_k": 0,
+    "eos_token_id": None,
+    "pad_token_id": None,
+    "negative_instruction": DEFAULT_NEGATIVE_INSTRUCTION,
+    "chat_template_kwargs": {},
+}
+"""Sampling options and their defaults. `eos_token_id` (int or list) defaults to the union of the model's
+generation config and the tokenizer's EOS ids; `pad_token_id` to the tokenizer's, then the generation config's,
+then the first EOS id. `top_k = 0` and `top_p = 1` disable those filters. `chat_template_kwargs` are passed to
+`apply_chat_template` (e.g. `{"enable_thinking": False}`)."""
+
+IGNORED_ESTIMATOR_OPTIONS = ("estimator", "mask_seed", "num_copies")
+"""Masked-diffusion estimator options that `logprob` accepts and ignores: an autoregressive log-prob is exact."""
+
+NEGATIVE_SEPARATOR = "\n"
+"""Joins a prompt and the negative instruction."""
+
+
+def _id_list(value: Any) -> list[int]:
+    """None / int / sequence of ints -> list of ints."""
+    if value is None:
+        return []
+    if isinstance(value, (int,)) and not isinstance(value, bool):
+        return [int(value)]
+    if isinstance(value, torch.Tensor):
+        return [int(v) for v in value.reshape(-1).tolist()]
+    return [int(v) for v in value]
+
+
+def is_chat(prompt: Any) -> bool:
+    """A chat prompt: a non-empty list of message dicts with a "role"."""
+    return isinstance(prompt, (list, tuple)) and len(prompt) > 0 and all(isinstance(m, dict) and "role" in m for m in prompt)
+
+
+def append_to_last_user_message(messages: Sequence[dict], text: str, separator: str = NEGATIVE_SEPARATOR) -> list[dict]:
+    """A copy of `messages` with `text` appended to the last user message (string content: joined by `separator`;
+    structured content: added to its last text block, or as a new text block after the images)."""
+    messages = [dict(m) for m in messages]
+    users = [i for i, m in enumerate(messages) if m.get("role") == "user"]
+    if not users:
+        raise ValueError(f"cannot build the negative condition: the chat prompt has no user message (roles: {[m.get('role') for m in messages]})")
+    last = messages[users[-1]]
+    content = last.get("content")
+    if isinstance(content, str):
+        last["content"] = content + separator + text
+    elif isinstance(content, (list, tuple)):
+        blocks = [dict(b) if isinstance(b, dict) else b for b in content]
+        if blocks and isinstance(blocks[-1], dict) and blocks[-1].get("type") == "text":
+            blocks[-1]["text"] = blocks[-1].get("text", "") + separator + text
+        else:
+            blocks.append({"type": "text", "text": text})
+        last["content"] = blocks
+    else:
+        raise ValueError(f"cannot build the negative condition: the last user message has content of type {type(content).__name__}; expected str or a list of content blocks")
+    return messages
+
+
+def negative_prompt(prompt: Any, instruction: str) -> Any:
+    """GCPO's negative condition for text (authors' "wrong_answer" template, reference/gcpo_dgpo.md 1.6): the
+    prompt with `instruction` appended (string prompts on a new line; chat prompts in the last user message)."""
+    if isinstance(prompt, str):
+        return prompt + NEGATIVE_SEPARATOR + instruction
+    if is_chat(prompt):
+        return append_to_last_user_message(prompt, instruction)
+    raise TypeError(f"a prompt must be a string or a list of chat messages, got {type(prompt).__name__}")
+
+
+def transformers_model(model: torch.nn.Module) -> torch.nn.Module:
+    """The transformers model under DDP / accelerate / peft wrappers (the module whose forward signature counts)."""
+    model = unwrap(model)
+    if is_peft_model(model):
+        model = model.get_base_model()
+    return model
+
+
+def forward_signature(model: torch.nn.Module) -> tuple[str, bool]:
+    """(name of the KV-cache argument, whether `logits_to_keep` is accepted) of a transformers model's forward.
+
+    transformers 5.24 renamed `past_key_values` to `cache` (the old name is deprecated); older releases and remote
+    code only know `past_key_values`.
+    """
+    params = inspect.signature(transformers_model(model).forward).parameters
+    cache_arg = "cache" if "cache" in params else "past_key_values"
+    return cache_arg, "logits_to_keep" in params
+
+
+def resolve_dtype(dtype: Any) -> Any:
+    """torch.dtype, "auto" or a dtype name ("bfloat16", "float32", "fp16", ...) -> what `from_pretrained` takes."""
+    if dtype is None or isinstance(dtype, torch.dtype) or dtype == "auto":
+        return dtype
+    names = {"float32": torch.float32, "fp32": torch.float32, "float": torch.float32, "bfloat16": torch.bfloat16,
+             "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16, "half": torch.float16}
+    if isinstance(dtype, str) and dtype.lower() in names:
+        return names[dtype.lower()]
+    raise ValueError(f"unknown dtype {dtype!r}; use a torch.dtype, 'auto' or one of {sorted(names)}")
+
+
+def local_dir(path: str | Path, what: str = "model") -> Path:
+    """`path` as a Path, or a FileNotFoundError naming it (mmrl loads local checkpoints only, never the Hub)."""
+    p = Path(path).expanduser()
+    if not p.is_dir():
+        raise FileNotFoundError(
+            f"{what} path {str(path)!r} is not a directory: mmrl loads checkpoints from local directories only "
+            f"(download them first, e.g. with `huggingface-cli download <repo> --local-dir <dir>`)"
+        )
+    return p
+
+
+def read_adapter_file(path: Path, family: str) -> dict:
+    """The generation defaults saved in `mmrl_adapter.json` ({} if absent); a file of another family raises."""
+    f = path / ADAPTER_FILE
+    if not f.is_file():
+        return {}
+    data = json.loads(f.read_text())
+    if data.get("family") not in (None, family):
+        raise ValueError(f"{str(path)!r} holds a {data.get('family')!r} adapter, not {family!r}: load it with family={data.get('family')!r}")
+    return dict(data.get("generation_defaults", {}))
+
+
+def load_tokenizer(path: Path, **kwargs: Any):
+    """The tokenizer saved in `path`, of the class its `tokenizer_config.json` declares.
+
+    transformers 5 `AutoTokenizer` prefers the model type's tokenizer class when a `config.json` sits beside the
+    tokenizer (e.g. `Qwen2Tokenizer` for a qwen2 model), which rebuilds the pre-tokenizer and so changes what a
+    generic `tokenizers` tokenizer (such as the offline char tokenizer) produces. A declared generic class
+    (`TokenizersBackend` / `PreTrainedTokenizerFast`) is therefore loaded as such, from its `tokenizer.json`.
+    """
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    cfg = Path(path) / "tokenizer_config.json"
+    declared = json.loads(cfg.read_text()).get("tokenizer_class") if cfg.is_file() else None
+    if declared in ("TokenizersBackend", "PreTrainedTokenizerFast"):
+        return PreTrainedTokenizerFast.from_pretrained(path, **kwargs)
+    return AutoTokenizer.from_pretrained(path, **kwargs)
+
+
+class CausalLMAdapter(BaseAdapter):
+    """Policy adapter for a transformers causal LM (see the module docstring for the sampling choices).
+
+    Args:
+        model: an `AutoModelForCausalLM` model (possibly peft-wrapped).
+        tokenizer: its tokenizer (with a chat template if chat prompts are used).
+        ref_model: optional frozen reference copy (for LoRA the adapter-disabled base is used instead).
+        generation_defaults: options of `GENERATION_DEFAULTS`; each can be overridden per `sample` call.
+    """
+
+    family = "causal_lm"
+
+    def __init__(self, model: torch.nn.Module, tokenizer, *, ref_model: torch.nn.Module | None = None, **generation_defaults: Any):
+        super().__init__(model, ref_model=ref_model)
+        self.tokenizer = tokenizer
+        base = transformers_model(model)
+        head = base.get_output_embeddings() if hasattr(base, "get_output_embeddings") else None
+        self.vocab_size = int(head.weight.shape[0]) if head is not None else int(base.config.get_text_config().vocab_size)
+        self.generation_defaults = self._resolve_defaults(base, generation_defaults)
+
+    # ------------------------------------------------------------------ options
+
+    def _resolve_defaults(self, base: torch.nn.Module, given: dict) -> dict:
+        """GENERATION_DEFAULTS updated by `given`, with EOS / pad ids resolved and everything validated."""
+        opts = self._check_options({**GENERATION_DEFAULTS, **given})
+        gen_cfg = getattr(base, "generation_config", None)
+        if opts["eos_token_id"] is None:
+            eos = _id_list(getattr(gen_cfg, "eos_token_id", None)) + _id_list(getattr(self.tokenizer, "eos_token_id", None))
+            if not eos:
+                raise ValueError(
+                    "no end-of-sequence id: neither the model's generation_config.eos_token_id nor the tokenizer's "
+                    "eos_token_id is set; pass eos_token_id=<id or list of ids>"
+                )
+            opts["eos_token_id"] = list(dict.fromkeys(eos))
+        if opts["pad_token_id"] is None:
+            for cand in (getattr(self.tokenizer, "pad_token_id", None), getattr(gen_cfg, "pad_token_id", None), opts["eos_token_id"][0]):
+                if isinstance(cand, int):
+                    opts["pad_token_id"] = cand
+                    break
+        return self._check_options(opts)
+
+    def _check_options(self, opts: dict) -> dict:
+        """Validate sampling options; an unknown name or a bad value raises with what is allowed."""
+        unknown = sorted(set(opts) - set(GENERATION_DEFAULTS))
+        if unknown:
+            raise ValueError(f"unknown generation option(s) {unknown} for {type(self).__name__}; valid: {sorted(GENERATION_DEFAULTS)}")
+        out = dict(opts)
+        if not isinstance(out["max_new_tokens"], int) or isinstance(out["max_new_tokens"], bool) or out["max_new_tokens"] < 1:
+            raise ValueError(f"max_new_tokens must be an integer >= 1, got {out['max_new_tokens']!r}")
+        t = out["temperature"]
+        if not isinstance(t, (int, float)) or isinstance(t, bool) or not t > 0:
+            raise ValueError(f"temperature must be a number > 0, got {t!r} (for greedy decoding use top_k=1)")
+        out["temperature"] = float(t)
+        p = out["top_p"]
+        if not isinstance(p, (int, float)) or isinstance(p, bool) or not 0 < p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {p!r}")
+        out["top_p"] = float(p)
+        k = out["top_k"]
+        if k is None:
+            k = 0
+        if not isinstance(k, int) or isinstance(k, bool) or k < 0:
+            raise ValueError(f"top_k must be an integer >= 0 (0 disables it), got {out['top_k']!r}")
+        out["top_k"] = k
+        if out["eos_token_id"] is not None:
+            eos = _id_list(out["eos_token_id"])
+            bad = [e for e in eos if not 0 <= e < self.vocab_size]
+            if not eos or bad:
+                raise ValueError(f"eos_token_id must be one id or a non-empty list of ids in [0, {self.vocab_size}), got {out['eos_token_id']!r}")
+            out["eos_token_id"] = eos
+        pad = out["pad_token_id"]
+        if pad is not None and (not isinstance(pad, int) or not 0 <= pad < self.vocab_size):
+            raise ValueError(f"pad_token_id must be an id in [0, {self.vocab_size}), got {pad!r}")
+        if not isinstance(out["negative_instruction"], str) or not out["negative_instruction"].strip():
+            raise ValueError(f"negative_instruction must be a non-empty string, got {out['negative_instruction']!r}")
+        if not isinstance(out["chat_template_kwargs"], dict):
+            raise ValueError(f"chat_template_kwargs must be a dict, got {type(out['chat_template_kwargs']).__name__}")
+        return out
+
+    # ------------------------------------------------------------------ prompts
+
+    def _prompt_ids(self, prompt: Any, opts: dict) -> list[int]:
+        """Token ids of one prompt: strings as they are, chat messages through the chat template."""
+        if isinstance(prompt, str):
+            return list(self.tokenizer(prompt)["input_ids"])
+        if is_chat(prompt):
+            ids = self.tokenizer.apply_chat_template(list(prompt), tokenize=True, add_generation_prompt=True, **opts["chat_template_kwargs"])
+            if isinstance(ids, dict) or hasattr(ids, "keys"):  # transformers 5 returns a BatchEncoding
+                ids = ids["input_ids"]
+            return [int(i) for i in ids]
+        raise TypeError(
+            f"a {self.family} prompt must be a string or a list of chat messages "
+            f"([{{'role': 'user', 'content': ...}}, ...]), got {type(prompt).__name__}: {prompt!r:.80}"
+        )
+
+    def encode_prompts(self, prompts: Sequence[Any], *, negative: bool = False, **generation: Any) -> tuple[list[list[int]], dict[str, list]]:
+        """Token ids of each prompt (or of its negative condition) and per-prompt model inputs (none for text).
+
+        Returns (ids, extras): `ids[b]` the unpadded token ids of prompt b; `extras` maps names to lists of length
+        B (the VLM puts pixel inputs there).
+        """
+        opts = self._check_options({**self.generation_defaults, **generation})
+        if negative:
+            prompts = [negative_prompt(p, opts["negative_instruction"]) for p in prompts]
+        ids = [self._prompt_ids(p, opts) for p in prompts]
+        empty = [i for i, x in enumerate(ids) if not x]
+        if empty:
+            raise ValueError(f"prompts {empty} encode to no tokens; every prompt needs at least one token")
+        return ids, {}
+
+    # ------------------------------------------------------------------ model inputs (overridden by the VLM)
+
+    def _forward_inputs(self, ids: torch.Tensor, mask: torch.Tensor, extras: dict) -> dict:
+        """Keyword inputs of a full forward over left-padded `ids` [N, L] besides ids and mask: position ids
+        counted over real tokens, so left padding does not shift positions ([N, L])."""
+        return {"position_ids": (mask.long().cumsum(-1) - 1).clamp_(min=0)}  # [N, L]
+
+    def _next_positions(self, forward_inputs: dict, mask: torch.Tensor) -> torch.Tensor:
+        """[N] position id of the first generated token after the prompts of a prefill."""
+        return mask.long().sum(-1)  # [N]
+
+    def _suppressed_ids(self) -> list[int]:
+        """Ids never sampled (none for text; the VLM suppresses its vision placeholders)."""
+        return []
+
+    # ------------------------------------------------------------------ sampling
+
+    @torch.no_grad()
+    def sample(
+        self,
+        prompts: list,
+        group_size: int,
+        *,
+        generator: torch.Generator | None = None,
+        seeds: Sequence[int] | torch.Tensor | None = None,
+        **generation: Any,
+    ) -> Rollout:
+        """`group_size` responses per prompt with rollout-time log-probs (rows g*G .. g*G+G-1 answer prompt g).
+
+        Args:
+            prompts: strings or chat-message lists.
+            group_size: G.
+            generator: draws the N row seeds (torch's default generator if None).
+            seeds: explicit per-response seeds ([N] ints) instead of drawing them: a row's tokens depend only on
+                its seed and its prompt, whatever else is in the batch.
+            generation: overrides of `generation_defaults` for this call.
+        """
+        if not isinstance(prompts, (list, tuple)) or len(prompts) == 0:
+            raise ValueError(f"prompts must be a non-empty list, got {type(prompts).__name__} of length {len(prompts) if hasattr(prompts, '__len__') else '?'}")
+        if not isinstance(group_size, int) or isinstance(group_size, bool) or group_size < 1:
+            raise ValueError(f"group_size must be an integer >= 1, got {group_size!r}")
+        opts = self._check_options({**self.generation_defaults, **generation})
+        prompts = list(prompts)
+        b, g = len(prompts), group_size
+        n = b * g
+        device = self.device
+        pos_ids, pos_extras = self.encode_prompts(prompts, **generation)
+        neg_ids, _ = self.encode_prompts(prompts, negative=True, **generation)
+        pad = opts["pad_token_id"]
+        prompt_ids, prompt_mask = left_pad(pos_ids, pad, device)  # [B, P]
+        neg_prompt_ids, neg_prompt_mask = left_pad(neg_ids, pad, device)  # [B, P']
+
+        if seeds is None:
+            seeds_t = row_seeds(n, generator)  # [N]
+        else:
+            seeds_t = torch.as_tensor(seeds, dtype=torch.long).reshape(-1).cpu()  # [N]
+            if seeds_t.numel() != n:
+                raise ValueError(f"seeds must give one seed per response ({len(prompts)} prompts x group_size {g} = {n}), got {seeds_t.numel()}")
+        u = row_uniforms(seeds_t, opts["max_new_tokens"], device)  # [N, T_max]
+
+        response_ids, old_logp, terminated = self._decode(prompt_ids, prompt_mask, pos_extras, g, u, opts)
+        response_mask = mask_through_first_eos(response_ids, opts["eos_token_id"])  # [N, T]
+        old_logp = old_logp.masked_fill(~response_mask, 0.0)  # [N, T]
+
+        extras = {k: [v for v in vals for _ in range(g)] for k, vals in pos_extras.items()}
+        extras.update(temperature=opts["temperature"], terminated=terminated, seeds=seeds_t.to(device))
+        return Rollout(
+            prompt_ids=prompt_ids.repeat_interleave(g, 0),  # [N, P]
+            prompt_mask=prompt_mask.repeat_interleave(g, 0),  # [N, P]
+            response_ids=response_ids,
+            response_mask=response_mask,
+            group_size=g,
+            prompts=[p for p in prompts for _ in range(g)],
+            completions=self._decode_text(response_ids, response_mask),
+            old_logp=old_logp,
+            neg_prompt_ids=neg_prompt_ids.repeat_interleave(g, 0),  # [N, P']
+            neg_prompt_mask=neg_prompt_mask.repeat_interleave(g, 0),  # [N, P']
+            extras=extras,
+        )
+
+    def _decode(
+        self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, prompt_extras: dict, group_size: int, u: torch.Tensor, opts: dict
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """KV-cache decoding: prefill each of the B prompts once, repeat the cache G times, then one forward per
+        step for all N rows until every row has emitted an EOS id or `max_new_tokens` is reached.
+
+        Returns (tokens [N, T] long, right padded with pad after EOS; log-probs [N, T] float32 of the
+        temperature-scaled unfiltered distribution; terminated [N] bool, True where an EOS was emitted).
+        """
+        model = self.unwrapped
+        from transformers import DynamicCache
+
+        cache_arg, keeps_logits = forward_signature(model)
+        keep1 = {"logits_to_keep": 1} if keeps_logits else {}
+        b, p = prompt_ids.shape
+        g = group_size
+        n, t_max = u.shape
+        device = prompt_ids.device
+        temperature, top_k, top_p = opts["temperature"], opts["top_k"], opts["top_p"]
+        pad = opts["pad_token_id"]
+        eos = torch.as_tensor(opts["eos_token_id"], device=device)  # [E]
+        suppress = torch.as_tensor(self._suppressed_ids(), dtype=torch.long, device=device)  # [S]
+
+        was_training = model.training
+        model.eval()  # sampling never runs dropout
+        try:
+            cache = DynamicCache(config=transformers_model(model).config)
+            inputs = self._forward_inputs(prompt_ids, prompt_mask, prompt_extras)
+            out = model(input_ids=prompt_ids, attention_mask=prompt_mask, use_cache=True, **{cache_arg: cache}, **inputs, **keep1)
+            logits = out.logits[:, -1].float()  # [B, V]
+            next_pos = self._next_positions(inputs, prompt_mask)  # [B]
+            if g > 1:
+                logits = logits.repeat_interleave(g, 0)  # [N, V]
+                next_pos = next_pos.repeat_interleave(g, 0)  # [N]
+                cache.batch_repeat_interleave(g)
+            attn = torch.ones(n, p + t_max, dtype=prompt_mask.dtype, device=device)  # [N, P+T_max]
+            attn[:, :p] = prompt_mask.repeat_interleave(g, 0)
+            tokens = torch.full((n, t_max), pad, dtype=torch.long, device=device)  # [N, T_max]
+            logps = torch.zeros(n, t_max, dtype=torch.float32, device=device)  # [N, T_max]
+            done = torch.zeros(n, dtype=torch.bool, device=device)  # [N]
+            steps = 0
+            for t in range(t_max):
+                scaled = logits / temperature if temperature != 1.0 else logits  # [N, V]
+                tok = sample_next_tokens(scaled, u[:, t], top_k=top_k, top_p=top_p, suppress_ids=suppress)  # [N]
+                tok = tok.masked_fill_(done, pad)
+                # log-prob of the unfiltered temperature-scaled distribution (TRL's convention)
+                lp = scaled.gather(-1, tok[:, None]).squeeze(-1) - torch.logsumexp(scaled, dim=-1)  # [N]
+                tokens[:, t] = tok
+                logps[:, t] = lp.masked_fill_(done, 0.0)
+                done |= torch.isin(tok, eos)
+                steps = t + 1
+                if steps == t_max or bool(done.all()):
+                    break
+                out = model(
+                    input_ids=tok[:, None],
+                    attention_mask=attn[:, : p + steps],
+                    position_ids=(next_pos + t)[:, None],
+                    use_cache=True,
+                    **{cache_arg: cache},
+                )
+                logits = out.logits[:, -1].float()  # [N, V]
+        finally:
+            model.train(was_training)
+        tokens, logps = tokens[:, :steps], logps[:, :steps]
+        terminated = torch.isin(tokens, eos).any(-1)  # [N]
+        return tokens, logps, terminated
+
+    def _decode_text(self, ids: torch.Tensor, mask: torch.Tensor) -> list[str]:
+        """Each row's valid tokens decoded without special tokens (the EOS is not part of the text)."""
+        rows = [r[m].tolist() for r, m in zip(ids.cpu(), mask.cpu())]
+        return self.tokenizer.batch_decode(rows, skip_special_tokens=True)
+
+    # ------------------------------------------------------------------ scoring
+
+    def _response_logits(
+        self, model: torch.nn.Module, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, response_ids: torch.Tensor,
+        response_mask: torch.Tensor, extras: dict,
+    ) -> torch.Tensor:
+        """[N, T, V] logits predicting each response token, teacher-forced through `model` (called as a module, so
+        DDP / peft wrappers take part). The last response token is not fed (nothing is predicted from it), and
+        only the T predicting positions go through the LM head (`logits_to_keep`)."""
+        n, t = response_ids.shape
+        if t == 0:
+            return torch.zeros(n, 0, self.vocab_size, device=response_ids.device)
+        ids = torch.cat([prompt_ids, response_ids[:, :-1]], dim=1)  # [N, P+T-1]
+        mask = torch.cat([prompt_mask.bool(), response_mask[:, :-1].bool()], dim=1)  # [N, P+T-1]
+        _, keeps_logits = forward_signature(model)
+        keep = {"logits_to_keep": t} if keeps_logits else {}
+        out = model(input_ids=ids, attention_mask=mask, use_cache=False, **self._forward_inputs(ids, mask, extras), **keep)
+        return out.logits[:, -t:]  # [N, T, V]
+
+    def _condition_prompt(self, rollout: Rollout, condition: str) -> tuple[torch.Tensor, torch.Tensor]:
+        if condition == "positive":
+            return rollout.prompt_ids, rollout.prompt_mask
+        if condition == "negative":
+            if rollout.neg_prompt_ids is None or rollout.neg_prompt_mask is None:
+                raise ValueError("condition='negative' needs rollout.neg_prompt_ids / neg_prompt_mask, which this rollout lacks")
+            return rollout.neg_prompt_ids, rollout.neg_prompt_mask
+        raise ValueError(f"condition must be 'positive' or 'negative', got {condition!r}")
+
+    def _temperature(self, extras: dict, estimator: dict) -> float:
+        """The temperature to score with: an explicit `temperature=`, else the rollout's, else the default."""
+        unknown = sorted(set(estimator) - {"temperature", *IGNORED_ESTIMATOR_OPTIONS})
+        if unknown:
+            raise ValueError(f"unknown logprob option(s) {unknown} for {type(self).__name__}; valid: ['temperature'] (and the ignored masked-diffusion options {list(IGNORED_ESTIMATOR_OPTIONS)})")
+        t = estimator.get("temperature", extras.get("temperature", self.generation_defaults["temperature"]))
+        return self._check_options({**self.generation_defaults, "temperature": t})["temperature"]
+
+    def logprob(
+        self,
+        rollout: Rollout,
+        *,
+        condition: Literal["positive", "negative"] = "positive",
+        use_reference: bool = False,
+        stats: tuple[str, ...] = (),
+        stats_against: Literal["reference", "negative"] = "reference",
+        **estimator: Any,
+    ) -> TokenScores:
+        """Teacher-forced log-probs [N, T] of the response tokens under softmax(logits / temperature) (the rollout's
+        temperature unless `temperature=` is given), with the gradient when called outside `no_grad`.
+
+        `stats` (names of `mmrl.algorithms.STATS`) are taken against the reference model under the same condition
+        (`stats_against="reference"`) or against this model under the negative condition (`"negative"`, for
+        GCPO's full-vocabulary KL); the other side runs under `no_grad` and its log-probs are returned as
+        `other_logp`. `"entropy"` alone needs no other side (then `other_logp` is None).
+        """
+        temperature = self._temperature(rollout.extras, estimator)
+        stats = tuple(stats)
+        bad = [s for s in stats if s not in STATS]
+        if bad:
+            raise ValueError(f"unknown statistics {bad}; valid: {list(STATS)}")
+        if stats_against not in ("reference", "negative"):
+            raise ValueError(f"stats_against must be 'reference' or 'negative', got {stats_against!r}")
+        if stats_against == "negative" and condition == "negative" and any(s != "entropy" for s in stats):
+            raise ValueError("stats_against='negative' compares with the negative condition: score condition='positive'")
+        prompt_ids, prompt_mask = self._condition_prompt(rollout, condition)
+        resp, resp_mask = rollout.response_ids, rollout.response_mask
+        with self.scoring_model(use_reference) as m:
+            logits = self._response_logits(m, prompt_ids, prompt_mask, resp, resp_mask, rollout.extras)  # [N, T, V]
+        other = None
+        if any(s != "entropy" for s in stats):
+            with torch.no_grad():
+                if stats_against == "reference":
+                    with self.scoring_model(True) as ref:
+                        other = self._response_logits(ref, prompt_ids, prompt_mask, resp, resp_mask, rollout.extras)  # [N, T, V]
+                else:
+                    neg_ids, neg_mask = self._condition_prompt(rollout, "negative")
+                    with self.scoring_model(use_reference) as m:
+                        other = self._response_logits(m, neg_ids, neg_mask, resp, resp_mask, rollout.extras)  # [N, T, V]
+        return score_logits(logits, resp, resp_mask, temperature=temperature, other_logits=other, stats=stats)
+
+    def forward_noise(self, rollout: Rollout, num_copies: int = 1, generator: torch.Generator | None = None) -> NoisedBatch:
+        """The clean sequence, R = 1 whatever `num_copies` asks (an autoregressive model has no masking noise), so
+        WDCE becomes the weighted sequence NLL: noise_mask = response_mask, n_masked = rates = 1."""
+        if not isinstance(num_copies, int) or num_copies < 1:
+            raise ValueError(f"num_copies must be an integer >= 1, got {num_copies!r}")
+        n, p = rollout.prompt_ids.shape
+        dev = rollout.response_ids.device
+        extras = dict(rollout.extras)
+        extras["temperature"] = self._temperature(rollout.extras, {})
+        return NoisedBatch(
+            input_ids=torch.cat([rollout.prompt_ids, rollout.response_ids], dim=1),  # [N, P+T]
+            attention_mask=torch.cat([rollout.prompt_mask.bool(), rollout.response_mask.bool()], dim=1),  # [N, P+T]
+            noise_mask=rollout.response_mask.bool()[None].clone(),  # [1, N, T]
+            n_masked=torch.ones(1, n, device=dev),  # [1, N]
+            rates=torch.ones(1, n, device=dev),  # [1, N]
+            num_copies=1,
+            prompt_len=p,
+            extras=extras,
+        )
+
+    def denoise_logprob(self, noised: NoisedBatch, *, use_reference: bool = False) -> torch.Tensor:
+        """[R, N, T] teacher-forced log-probs of the clean response tokens at `noise_mask` positions, 0 elsewhere
+        (equal to `logprob(rollout).logp` for the batch of `forward_noise`)."""
+        r, p = noised.num_copies, noised.prompt_len
+        n = noised.input_ids.shape[0] // r
+        temperature = self._temperature(noised.extras, {})
+        out = []
+        with self.scoring_model(use_reference) as m:
+            for c in range(r):
+                rows = slice(c * n, (c + 1) * n)
+                ids, mask = noised.input_ids[rows], noised.attention_mask[rows].bool()  # [N, P+T]
+                resp, resp_mask = ids[:, p:], mask[:, p:]  # [N, T]
+                logits = self._response_logits(m, ids[:, :p], mask[:, :p], resp, resp_mask, noised.extras)  # [N, T, V]
+                out.append(score_logits(logits, resp, noised.noise_mask[c], temperature=temperature).logp)  # [N, T]
+        return torch.stack(out)  # [R, N, T]
+
+    def token_strings(self, rollout: Rollout) -> list[list[str]]:
+        """The decoded string of every valid response token, row by row (for token-credit heatmaps)."""
+        ids, mask = rollout.response_ids.cpu(), rollout.response_mask.cpu().bool()
+        flat = ids[mask].tolist()
+        pieces = self.tokenizer.batch_decode([[t] for t in flat], skip_special_tokens=False)
+        out, start = [], 0
+        for count in mask.sum(-1).tolist():
+            out.append(pieces[start : start + count])
+            start += count
+        return out
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def _save_processor(self, path: Path) -> None:
+        self.tokenizer.save_pretrained(path)
+
+    def save_pretrained(self, path: str | Path) -> None:
+        """Weights as safetensors, the tokenizer (processor for the VLM) and `mmrl_adapter.json` (family and
+        generation defaults), so `from_pretrained(path)` rebuilds this adapter. A peft (LoRA) model is saved
+        merged into its base weights (a plain checkpoint; the trainer checkpoints adapters separately)."""
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        model = self.unwrapped
+        if is_peft_model(model):
+            model = copy.deepcopy(model).merge_and_unload()
+        model.save_pretrained(path)
+        self._save_processor(path)
+        meta = {"family": self.family, "generation_defaults": self.generation_defaults}
+        (path / ADAPTER_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+
+    @classmethod
+    def _load_model(cls, path: Path, **kwargs: Any) -> torch.nn.Module:
+        from transformers import AutoModelForCausalLM
+
+        return AutoModelForCausalLM.from_pretrained(path, **kwargs)
+
+    @classmethod
+    def _load_processor(cls, path: Path, **kwargs: Any):
+        return load_tokenizer(path, **kwargs)
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        path: str | Path,
+        *,
+        trust_remote_code: bool = False,
+        dtype: Any = None,
+        device: torch.device | str | None = None,
+        ref_model: bool | str = False,
+        **generation_defaults: Any,
+    ) -> "CausalLMAdapter":
+        """Load from a local directory (never the Hub; a missing path raises FileNotFoundError naming it).
+
+        `trust_remote_code` is passed to transformers only when True. `ref_model=True` loads a second frozen copy
+        as the reference; a string loads the reference from that directory. Generation defaults saved in
+        `mmrl_adapter.json` apply, overridden by `generation_defaults`.
+        """
+        path = local_dir(path)
+        load_kwargs: dict[str, Any] = {"local_files_only": True}
+        if trust_remote_code:
+            load_kwargs["trust_remote_code"] = True
+        model_kwargs = dict(load_kwargs)
+        if dtype is not None:
+            model_kwargs["dtype"] = resolve_dtype(dtype)
+        model = cls._load_model(path, **model_kwargs)
+        processor = cls._load_processor(path, **load_kwargs)
+        ref = None
+        if ref_model:
+            ref_path = path if ref_model is True else local_dir(ref_model, "reference model")
+            ref = cls._load_model(ref_path, **model_kwargs)
+        if device is not None:
+            model.to(device)
+            if ref is not None:
+                ref.to(device)
+        saved = read_adapter_file(path, cls.family)
+        return cls(model, processor, ref_model=ref, **{**saved, **generation_defaults})
+
+    @classmethod
+    def tiny(cls, *, seed: int = 0, **overrides: Any) -> "CausalLMAdapter":
+        """A tiny randomly initialised `Qwen2ForCausalLM` (hidden 32, 2 layers, ~25k parameters) over the offline
+        char tokenizer (`models.tokenizers.char_tokenizer`), seeded without touching the global RNG.
+
+        `overrides`: generation options (see `GENERATION_DEFAULTS`; `max_new_tokens` defaults to 16 here),
+        `ref_model=True` for an identical frozen reference copy, anything else is a `Qwen2Config` field.
+        """
+        from transformers import Qwen2Config, Qwen2ForCausalLM
+
+        from mmrl.models.tokenizers import char_tokenizer
+
+        tok = char_tokenizer()
+        gen = {k: overrides.pop(k) for k in list(overrides) if k in GENERATION_DEFAULTS}
+        gen.setdefault("max_new_tokens", 16)
+        with_ref = bool(overrides.pop("ref_model", False))
+        cfg = dict(
+            vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, max_position_embeddings=1024, tie_word_embeddings=True,
+            pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+        )
+        cfg.update(overrides)
+        config = Qwen2Config(**cfg)
+
+        def build() -> torch.nn.Module:
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(seed)
+                m = Qwen2ForCausalLM(config)
+            m.generation_config.eos_token_id = tok.eos_token_id
+            m.generation_config.pad_token_id = tok.pad_token_id
+            m.generation_config.bos_token_id = tok.bos_token_id
+            return m.eval()
+
+        return cls(build(), tok, ref_model=build() if with_ref else None, **gen)
