@@ -64,7 +64,7 @@ class TrainConfig:
     reward_weights: list[float] | None = None
     """One weight per reward (TRL `reward_weights`); None means all 1."""
     reward_kwargs: dict = field(default_factory=dict)
-    """Extra keyword arguments for the rewards (e.g. detector paths)."""
+    """Per-reward configuration by reward name, e.g. `{clip_score: {pretrained: /path/to/weights}}`."""
     on_reward_error: str = "raise"
     """What a failing reward (exception, NaN/inf, wrong length or type) does: `raise` stops with the reward's name
     and the sample index; `drop` drops the sample's group from the batch and counts it (`rewards/dropped_groups`)."""
@@ -522,6 +522,9 @@ def _validate(cfg: TrainConfig) -> list[str]:
             e.append(f"threshold={cfg.threshold} must be in (0, 1]")
     if cfg.dmpo_num_copies % 2 or cfg.dmpo_elbo_copies % 2:
         e.append(f"dmpo_num_copies={cfg.dmpo_num_copies} and dmpo_elbo_copies={cfg.dmpo_elbo_copies} must be even (antithetic pairs)")
+    if cfg.dmpo_baseline == "model" and cfg.num_generations >= 2 and cfg.per_device_train_batch_size % cfg.num_generations:
+        e.append(f"dmpo_baseline='model' normalises within groups at loss time: per_device_train_batch_size="
+                 f"{cfg.per_device_train_batch_size} must be a multiple of num_generations={cfg.num_generations}")
     if not cfg.dmpo_alpha > 0:
         e.append(f"dmpo_alpha={cfg.dmpo_alpha} must be > 0")
     if not 0 < cfg.dmpo_coeff <= 1:

@@ -1,0 +1,143 @@
+"""Atomic checkpoints: everything needed to resume a run exactly, written to a temporary directory then renamed.
+
+Layout of `<output_dir>/checkpoints/checkpoint-<step>/`:
+- `model/`: the policy as `save_pretrained` writes it (weights as safetensors, tokenizer/processor,
+  `mmrl_adapter.json`), or only the LoRA adapter; loadable with `mmrl.models.load_policy(family, path)`.
+- `optimizer.pt`, `scheduler.pt`: state dicts (loaded with `weights_only=True`).
+- `buffer.pt`: the rollout buffer in use (tensors and plain Python values only; `weights_only=True`).
+- `trainer_state.json`: step, rollout count, data position, config, the metric history's last values.
+- `rng.pt`: torch's global RNG state (the trainer itself derives every random stream from (seed, step)).
+
+A checkpoint directory either exists complete or not at all: it is written as `.tmp-checkpoint-<step>-<pid>` and
+renamed; `latest_checkpoint` ignores temporary directories, so a process killed mid-write leaves the previous
+checkpoint as the latest.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+
+CKPT_RE = re.compile(r"^checkpoint-(\d+)$")
+
+
+def checkpoint_dir(output_dir: str | Path) -> Path:
+    return Path(output_dir) / "checkpoints"
+
+
+def list_checkpoints(output_dir: str | Path) -> list[Path]:
+    """Complete checkpoints, oldest first."""
+    root = checkpoint_dir(output_dir)
+    if not root.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in root.iterdir() if p.is_dir() and (m := CKPT_RE.match(p.name)) and (p / "trainer_state.json").is_file()]
+    return [p for _, p in sorted(found)]
+
+
+def latest_checkpoint(output_dir: str | Path) -> Path | None:
+    ckpts = list_checkpoints(output_dir)
+    return ckpts[-1] if ckpts else None
+
+
+def _fsync_tree(path: Path) -> None:
+    for p in sorted(path.rglob("*")):
+        if p.is_file():
+            with open(p, "rb") as f:
+                os.fsync(f.fileno())
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def save_checkpoint(output_dir: str | Path, step: int, *, save_model, optimizer, scheduler, buffer: dict | None,
+                    state: dict, keep: int) -> Path:
+    """Write checkpoint `step` atomically and keep the newest `keep` checkpoints. Returns its path.
+
+    `save_model(path)` writes the model (adapter `save_pretrained`).
+    """
+    root = checkpoint_dir(output_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"checkpoint-{step:06d}"
+    tmp = root / f".tmp-checkpoint-{step:06d}-{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    from transformers.utils import logging as hf_logging
+
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # no "Writing model shards" bar at every checkpoint
+    try:
+        save_model(tmp / "model")
+    finally:
+        if bars:
+            hf_logging.enable_progress_bar()
+    torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+    torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
+    torch.save(torch.get_rng_state(), tmp / "rng.pt")
+    if buffer is not None:
+        torch.save(buffer, tmp / "buffer.pt")
+    (tmp / "trainer_state.json").write_text(json.dumps(state, indent=2, default=str))
+    _fsync_tree(tmp)
+    if final.exists():  # re-saving the same step (e.g. final save right after a periodic one)
+        old = root / f".old-checkpoint-{step:06d}-{os.getpid()}"
+        final.rename(old)
+        tmp.rename(final)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        tmp.rename(final)
+    fd = os.open(root, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    for old in list_checkpoints(output_dir)[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+    for stale in root.glob(".tmp-checkpoint-*"):  # left by killed processes
+        if stale != tmp:
+            shutil.rmtree(stale, ignore_errors=True)
+    return final
+
+
+def load_checkpoint(path: str | Path) -> dict[str, Any]:
+    """Read a checkpoint's state (weights_only loads); the model is loaded separately from `path/model`."""
+    path = Path(path)
+    if not (path / "trainer_state.json").is_file():
+        raise FileNotFoundError(f"{path} is not a complete mmrl checkpoint (no trainer_state.json)")
+    out: dict[str, Any] = {"state": json.loads((path / "trainer_state.json").read_text())}
+    out["optimizer"] = torch.load(path / "optimizer.pt", weights_only=True)
+    out["scheduler"] = torch.load(path / "scheduler.pt", weights_only=True)
+    out["rng"] = torch.load(path / "rng.pt", weights_only=True)
+    out["buffer"] = torch.load(path / "buffer.pt", weights_only=True) if (path / "buffer.pt").is_file() else None
+    return out
+
+
+def load_model_weights(model: torch.nn.Module, model_dir: str | Path) -> None:
+    """Load the weights saved in `model_dir` (full model safetensors, sharded or not, or a peft adapter) into `model`."""
+    from safetensors.torch import load_file
+
+    model_dir = Path(model_dir)
+    if (model_dir / "adapter_model.safetensors").is_file():
+        from peft import set_peft_model_state_dict
+
+        set_peft_model_state_dict(model, load_file(model_dir / "adapter_model.safetensors"))
+        return
+    files = sorted(model_dir.glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"no .safetensors weights in {model_dir}")
+    state: dict[str, torch.Tensor] = {}
+    for f in files:
+        state.update(load_file(f))
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    # tied weights (e.g. lm_head = embeddings) are saved once; a missing key is fine if it shares storage with a loaded one
+    params = model.state_dict(keep_vars=True)
+    loaded_ptrs = {params[k].data_ptr() for k in state if k in params}
+    missing = [k for k in missing if params[k].data_ptr() not in loaded_ptrs]
+    if unexpected or missing:
+        raise RuntimeError(f"checkpoint weights in {model_dir} do not match the model: missing {missing[:5]}, unexpected {unexpected[:5]}")

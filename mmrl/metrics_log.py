@@ -1,0 +1,82 @@
+"""Metric sinks: JSONL and TensorBoard always, Weights & Biases when installed and asked for.
+
+Metric names follow TRL's GRPOTrainer where the concept is the same (`reward`, `reward_std`,
+`rewards/<name>/mean`, `frac_reward_zero_std`, `completions/mean_length`, `entropy`, `kl`, `clip_ratio/*`), plus
+`gcpo/*`, `dgpo/*`, `dmpo/*` and `perf/*`.
+"""
+from __future__ import annotations
+
+import json
+import math
+import warnings
+from pathlib import Path
+from typing import Any
+
+
+class MetricLogger:
+    """Writes one record per logged step to `<run>/metrics.jsonl`, `<run>/tensorboard/` and optionally wandb."""
+
+    def __init__(self, run_dir: str | Path, report_to: list[str], *, config: dict | None = None, resume_step: int | None = None, enabled: bool = True):
+        self.enabled = enabled
+        self.run_dir = Path(run_dir)
+        self.path = self.run_dir / "metrics.jsonl"
+        self._tb = None
+        self._wandb = None
+        if not enabled:
+            return
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        if resume_step is not None and self.path.exists():
+            # drop records of steps after the checkpoint we resume from (they will be recomputed)
+            keep = [line for line in self.path.read_text().splitlines() if line.strip() and json.loads(line).get("step", 0) <= resume_step]
+            self.path.write_text("".join(line + "\n" for line in keep))
+        elif resume_step is None and self.path.exists():
+            self.path.unlink()
+        if "tensorboard" in report_to:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._tb = SummaryWriter(log_dir=str(self.run_dir / "tensorboard"), purge_step=(resume_step + 1) if resume_step is not None else None)
+        if "wandb" in report_to:
+            try:
+                import wandb
+
+                self._wandb = wandb.init(project="mmrl", dir=str(self.run_dir), config=config or {}, resume="allow")
+            except ImportError:
+                warnings.warn("report_to includes wandb but wandb is not installed; logging to JSONL and TensorBoard only")
+        self._jsonl = "jsonl" in report_to or True  # JSONL is the record the reports read; always written
+
+    def log(self, step: int, metrics: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
+        clean = {k: _to_float(v) for k, v in metrics.items()}
+        record = {"step": step, **clean}
+        with open(self.path, "a") as f:
+            f.write(json.dumps(record) + "\n")
+        if self._tb is not None:
+            for k, v in clean.items():
+                if isinstance(v, float) and math.isfinite(v):
+                    self._tb.add_scalar(k, v, step)
+            self._tb.flush()
+        if self._wandb is not None:
+            self._wandb.log(clean, step=step)
+
+    def close(self) -> None:
+        if self._tb is not None:
+            self._tb.close()
+        if self._wandb is not None:
+            self._wandb.finish()
+
+
+def _to_float(v: Any) -> Any:
+    if hasattr(v, "item"):
+        v = v.item()
+    if isinstance(v, bool):
+        return float(v)
+    if isinstance(v, (int, float)):
+        return float(v)
+    return v
+
+
+def read_metrics(run_dir: str | Path) -> list[dict]:
+    """The records of `<run_dir>/metrics.jsonl`."""
+    path = Path(run_dir) / "metrics.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []

@@ -1,0 +1,102 @@
+"""From a `TrainConfig` to a ready policy adapter: load or build the model, the reference, LoRA, and the options
+the trainer passes to `sample` and `logprob`."""
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import torch
+
+from mmrl.config import TrainConfig
+
+
+def needs_reference(cfg: TrainConfig) -> bool:
+    """Whether the method needs a frozen reference model (KL term, DGPO's deviation, DMPO's target)."""
+    return cfg.beta > 0 or cfg.method in ("dgpo", "dmpo")
+
+
+def generation_options(cfg: TrainConfig) -> dict[str, Any]:
+    """The `sample()` options of the configured family."""
+    if cfg.family in ("causal_lm", "vlm"):
+        opts = {"max_new_tokens": cfg.max_completion_length, "temperature": cfg.temperature, "top_p": cfg.top_p, "top_k": cfg.top_k,
+                "negative_instruction": cfg.negative_instruction}
+    elif cfg.family == "janus":
+        opts = {"cfg_scale": cfg.cfg_scale, "temperature": cfg.temperature, "score": cfg.score_logits}
+    else:
+        steps = cfg.diffusion_steps or max(1, cfg.max_completion_length // 2)
+        opts = {"gen_length": cfg.max_completion_length, "block_length": cfg.block_length, "steps": steps,
+                "temperature": cfg.temperature, "threshold": cfg.threshold, "negative_instruction": cfg.negative_instruction}
+        if cfg.sampler is not None:
+            opts["sampler"] = cfg.sampler
+    opts.update(cfg.generation_kwargs)
+    return opts
+
+
+def estimator_options(cfg: TrainConfig, mask_seed: int, *, kind: str | None = None) -> dict[str, Any]:
+    """`logprob()` options: masked-diffusion estimators need a kind and a mask seed; other families none."""
+    if cfg.family != "masked_diffusion":
+        return {}
+    kind = kind or cfg.logprob_estimator
+    opts: dict[str, Any] = {"estimator": kind, "mask_seed": int(mask_seed)}
+    if kind == "mean_field":
+        opts["p_mask_prompt"] = cfg.p_mask_prompt
+    elif kind == "elbo":
+        opts["num_copies"] = cfg.dmpo_elbo_copies
+    return opts
+
+
+def build_policy(cfg: TrainConfig, device: torch.device | str | None = None):
+    """The configured adapter, with a reference model when the method needs one and LoRA when asked."""
+    from mmrl.models import adapter_class
+
+    cls = adapter_class(cfg.family)
+    want_ref = needs_reference(cfg) and not cfg.use_peft
+    gen = generation_options(cfg)
+    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[cfg.torch_dtype]
+    src = cfg.model_name_or_path
+    if src == "tiny":
+        policy = cls.tiny(seed=cfg.seed)
+    elif src.startswith("tiny-world:"):
+        from mmrl.tiny_world.models import load_base_policy
+
+        policy = load_base_policy(src.split(":", 1)[1], family=cfg.family)
+    else:
+        policy = cls.from_pretrained(src, trust_remote_code=cfg.trust_remote_code, dtype=dtype, device=device,
+                                     ref_model=(cfg.ref_model_name_or_path or True) if want_ref else False)
+    _set_generation_defaults(policy, gen)
+    if want_ref and policy.ref_model is None:
+        if cfg.ref_model_name_or_path:
+            ref = cls.from_pretrained(cfg.ref_model_name_or_path, trust_remote_code=cfg.trust_remote_code, dtype=dtype).model
+        else:
+            ref = copy.deepcopy(policy.unwrapped)
+        ref.requires_grad_(False)
+        ref.eval()
+        policy.ref_model = ref
+    if src in ("tiny",) or src.startswith("tiny-world:"):
+        policy.model.to(dtype)
+        if policy.ref_model is not None:
+            policy.ref_model.to(dtype)
+    if cfg.use_peft:
+        policy.model = apply_lora(policy.model, cfg)
+    if device is not None:
+        policy.model.to(device)
+        if policy.ref_model is not None:
+            policy.ref_model.to(device)
+    policy.model.eval()  # dropout off: the importance ratio must be exactly 1 at the first inner step
+    return policy
+
+
+def _set_generation_defaults(policy, gen: dict[str, Any]) -> None:
+    """Merge the config's sampling options into the adapter's defaults, keeping only options it knows."""
+    known = getattr(policy, "generation_defaults", {})
+    policy.generation_defaults = {**known, **{k: v for k, v in gen.items() if k in known}}
+
+
+def apply_lora(model: torch.nn.Module, cfg: TrainConfig) -> torch.nn.Module:
+    """Wrap `model` with LoRA adapters (peft); the reference is then the adapter-disabled base."""
+    try:
+        from peft import LoraConfig, get_peft_model
+    except ImportError as e:  # pragma: no cover - peft is in the lora / test extras
+        raise ImportError("use_peft=true needs peft: pip install 'mmrl[lora]'") from e
+    lcfg = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout, target_modules=cfg.lora_target_modules)
+    return get_peft_model(model, lcfg)

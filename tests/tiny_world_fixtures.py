@@ -1,0 +1,33 @@
+"""Prompts and rewards for trainer tests on tiny random models of every family (rewards vary on random outputs)."""
+from __future__ import annotations
+
+from PIL import Image
+
+FAMILIES = ["causal_lm", "vlm", "janus", "masked_diffusion"]
+METHODS = ["grpo", "dapo", "dr_grpo", "diffu_grpo", "gcpo", "dgpo", "dmpo"]
+
+
+def vowel_reward(prompts, completions, **kwargs):
+    """Fraction of vowels in a text completion (varies across random samples)."""
+    return [sum(ch in "aeiou" for ch in c) / (1 + len(c)) for c in completions]
+
+
+def brightness_reward(prompts, completions, **kwargs):
+    """Mean brightness of a PIL image in [0, 1]."""
+    out = []
+    for img in completions:
+        g = img.convert("L")
+        out.append(sum(g.getdata()) / (255.0 * g.width * g.height))
+    return out
+
+
+def dataset_for(family: str, n: int = 16) -> list[dict]:
+    if family == "vlm":
+        return [{"prompt": f"what colour {i}?", "images": [Image.new("RGB", (28, 28), (10 * i % 255, 80, 160))]} for i in range(n)]
+    if family == "janus":
+        return [{"prompt": f"a red square {i}"} for i in range(n)]
+    return [{"prompt": f"say a {i}"} for i in range(n)]
+
+
+def reward_for(family: str):
+    return brightness_reward if family == "janus" else vowel_reward
