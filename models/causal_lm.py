@@ -610,6 +610,7 @@ class CausalLMAdapter(BaseAdapter):
         `mmrl_adapter.json` apply, overridden by `generation_defaults`.
         """
         path = local_dir(path)
+        saved = read_adapter_file(path, cls.family)
         load_kwargs: dict[str, Any] = {"local_files_only": True}
         if trust_remote_code:
             load_kwargs["trust_remote_code"] = True
@@ -626,7 +627,6 @@ class CausalLMAdapter(BaseAdapter):
             model.to(device)
             if ref is not None:
                 ref.to(device)
-        saved = read_adapter_file(path, cls.family)
         return cls(model, processor, ref_model=ref, **{**saved, **generation_defaults})
 
     @classmethod
