@@ -1,0 +1,33 @@
+"""Runs a tiny training job from a JSON config (used by the resume, crash and distributed tests as a subprocess).
+
+    python tests/run_tiny_training.py '{"method": "grpo", "family": "causal_lm", ...}'
+"""
+import json
+import os
+import sys
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+os.environ["HF_HUB_OFFLINE"] = "1"
+# MKL's results may depend on memory alignment, which differs between a fresh and a resumed process; strict
+# conditional numerical reproducibility makes them bitwise repeatable (Intel MKL developer guide, "CNR")
+os.environ.setdefault("MKL_CBWR", "AUTO,STRICT")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import torch  # noqa: E402
+
+from mmrl.config import load_config  # noqa: E402
+from mmrl.models import adapter_class  # noqa: E402
+from mmrl.trainer import Trainer  # noqa: E402
+from tiny_world_fixtures import dataset_for, reward_for  # noqa: E402
+
+
+def main() -> None:
+    torch.set_num_threads(1)
+    values = json.loads(sys.argv[1])
+    cfg = load_config(None, values)
+    policy = adapter_class(cfg.family).tiny(seed=0)
+    Trainer(cfg, policy=policy, dataset=dataset_for(cfg.family, 32), reward_funcs=[reward_for(cfg.family)]).train()
+
+
+if __name__ == "__main__":
+    main()
