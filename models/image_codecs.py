@@ -142,7 +142,8 @@ class PaletteCodec:
         return torch.stack(out).long()  # [N, h*w]
 
     def config(self) -> dict:
-        return {"type": "palette", "palette": [list(c) for c in self.palette], "grid": list(self.grid), "cell_px": self.cell_px}
+        return {"type": "palette", "palette": [list(c) for c in self.palette], "grid": list(self.grid),
+                "cell_px": self.cell_px}
 
     def __repr__(self) -> str:
         return f"PaletteCodec(colours={self.codebook_size}, grid={self.grid}, cell_px={self.cell_px})"

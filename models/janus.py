@@ -72,9 +72,10 @@ class JanusIds:
 def janus_ids(model: torch.nn.Module) -> JanusIds:
     """Read `JanusIds` from a `JanusForConditionalGeneration`'s config and generation config.
 
-    pad and BOS: `generation_config` first (the converted checkpoints set `pad_token_id` to `<｜▁pad▁｜>` there), then
-    `text_config`. begin-of-image: `generation_config.boi_token_id` or `generation_config.generation_kwargs
-    ["boi_token_id"]` (where transformers' `generate` reads it). A missing id raises naming the fields looked at.
+    pad and BOS: `generation_config` first (the converted checkpoints set `pad_token_id` to `<｜▁pad▁｜>` there),
+    then `text_config`. begin-of-image: `generation_config.boi_token_id` or
+    `generation_config.generation_kwargs["boi_token_id"]` (where transformers' `generate` reads it). A missing id
+    raises naming the fields looked at.
     """
     cfg = model.config
     gen = getattr(model, "generation_config", None)
@@ -143,6 +144,19 @@ def sample_from_probs(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tens
     cdf = probs.cumsum(-1)  # [B, V]
     target = uniforms.to(cdf.dtype)[:, None] * cdf[:, -1:]  # [B, 1]
     return torch.searchsorted(cdf, target, right=True).squeeze(-1).clamp_(max=probs.shape[-1] - 1)  # [B]
+
+
+def _stack_left_padded(a_ids, a_mask, b_ids, b_mask, pad: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Stack two left-padded prompt batches [N, Pa], [N, Pb] into [2N, max(Pa, Pb)] (more left padding)."""
+    width = max(a_ids.shape[1], b_ids.shape[1])
+
+    def widen(ids, mask):
+        extra = width - ids.shape[1]
+        return (torch.nn.functional.pad(ids, (extra, 0), value=pad),
+                torch.nn.functional.pad(mask.bool(), (extra, 0), value=False))
+
+    (a_ids, a_mask), (b_ids, b_mask) = widen(a_ids, a_mask), widen(b_ids, b_mask)
+    return torch.cat([a_ids, b_ids]), torch.cat([a_mask, b_mask])
 
 
 def _janus_core(module: torch.nn.Module) -> torch.nn.Module:
@@ -286,7 +300,8 @@ class JanusAdapter(BaseAdapter):
             )
         if self.codec.codebook_size != self.vocab_size:
             raise ValueError(
-                f"codec codebook_size {self.codec.codebook_size} != the model's vq_config.num_embeddings {self.vocab_size}"
+                f"codec codebook_size {self.codec.codebook_size} != the model's vq_config.num_embeddings "
+                f"{self.vocab_size}"
             )
         if freeze_unused:
             for name in ("vision_model", "aligner", "vqmodel"):
@@ -430,24 +445,22 @@ class JanusAdapter(BaseAdapter):
         return core.model.generation_head(hidden)  # [B, T, V]
 
     def _scored_logits(
-        self, module, prompt_ids, prompt_mask, null_ids, response_ids, *, condition: str, score: str, cfg_scale: float,
-        want_negative: bool,
+        self, module, prompt_ids, prompt_mask, null_ids, null_mask, response_ids, *, condition: str, score: str,
+        cfg_scale: float, want_negative: bool,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(logits of the scored distribution [N, T, V], null-condition logits [N, T, V] or None)."""
         if condition == "negative":
-            return self.image_logits(module, null_ids, prompt_mask, response_ids), None
+            return self.image_logits(module, null_ids, null_mask, response_ids), None
         if score == "guided" and cfg_scale != 1.0:
-            both = self.image_logits(
-                module, torch.cat([prompt_ids, null_ids]), torch.cat([prompt_mask, prompt_mask]),
-                torch.cat([response_ids, response_ids]),
-            )  # [2N, T, V]
+            ids2, mask2 = _stack_left_padded(prompt_ids, prompt_mask, null_ids, null_mask, self.ids.pad)
+            both = self.image_logits(module, ids2, mask2, torch.cat([response_ids, response_ids]))  # [2N, T, V]
             cond, uncond = both.chunk(2)
             return cfg_logits(cond, uncond, cfg_scale), (uncond.detach() if want_negative else None)
         logits = self.image_logits(module, prompt_ids, prompt_mask, response_ids)  # [N, T, V]
         neg = None
         if want_negative:
             with torch.no_grad():
-                neg = self.image_logits(module, null_ids, prompt_mask, response_ids)
+                neg = self.image_logits(module, null_ids, null_mask, response_ids)
         return logits, neg
 
     def _rollout_option(self, rollout: Rollout, key: str):
@@ -490,18 +503,22 @@ class JanusAdapter(BaseAdapter):
         cfg_scale = float(self._rollout_option(rollout, "cfg_scale"))
         temperature = float(self._rollout_option(rollout, "temperature"))
         prompt_ids, prompt_mask = rollout.prompt_ids, rollout.prompt_mask.bool()
-        null_ids = rollout.neg_prompt_ids if rollout.neg_prompt_ids is not None else self.null_prompt(prompt_ids, prompt_mask)
+        if rollout.neg_prompt_ids is not None:
+            null_ids, null_mask = rollout.neg_prompt_ids, rollout.neg_prompt_mask.bool()
+        else:
+            null_ids, null_mask = self.null_prompt(prompt_ids, prompt_mask), prompt_mask
         response_ids = rollout.response_ids
         kwargs = dict(condition=condition, score=score, cfg_scale=cfg_scale)
         with self.scoring_model(use_reference) as module:
             want_negative = bool(stats) and stats_against == "negative"
             logits, other = self._scored_logits(
-                module, prompt_ids, prompt_mask, null_ids, response_ids, want_negative=want_negative, **kwargs
+                module, prompt_ids, prompt_mask, null_ids, null_mask, response_ids, want_negative=want_negative,
+                **kwargs,
             )
         if stats and stats_against == "reference":
             with self.scoring_model(True) as ref, torch.no_grad():
                 other, _ = self._scored_logits(
-                    ref, prompt_ids, prompt_mask, null_ids, response_ids, want_negative=False, **kwargs
+                    ref, prompt_ids, prompt_mask, null_ids, null_mask, response_ids, want_negative=False, **kwargs
                 )
         return score_logits(
             logits, response_ids, rollout.response_mask, temperature=temperature,
@@ -509,7 +526,9 @@ class JanusAdapter(BaseAdapter):
         )
 
     # ------------------------------------------------------------------ WDCE hooks (identity for AR models)
-    def forward_noise(self, rollout: Rollout, num_copies: int = 1, generator: torch.Generator | None = None) -> NoisedBatch:
+    def forward_noise(
+        self, rollout: Rollout, num_copies: int = 1, generator: torch.Generator | None = None
+    ) -> NoisedBatch:
         """The clean sequence, R = 1 (autoregressive: WDCE becomes the weighted sequence NLL)."""
         n, t = rollout.response_ids.shape
         return NoisedBatch(
@@ -534,8 +553,8 @@ class JanusAdapter(BaseAdapter):
         d = {**self.generation_defaults, **getattr(noised, "extras", {})}
         with self.scoring_model(use_reference) as module:
             logits, _ = self._scored_logits(
-                module, prompt_ids, prompt_mask, null_ids, response_ids, condition="positive", score=d["score"],
-                cfg_scale=d["cfg_scale"], want_negative=False,
+                module, prompt_ids, prompt_mask, null_ids, prompt_mask, response_ids, condition="positive",
+                score=d["score"], cfg_scale=d["cfg_scale"], want_negative=False,
             )
         scores = score_logits(logits, response_ids, response_mask, temperature=d["temperature"])
         return scores.logp[None]  # [1, N, T]
@@ -609,7 +628,8 @@ class JanusAdapter(BaseAdapter):
                 torch.manual_seed(seed)
                 model = JanusForConditionalGeneration(config)
             gen = model.generation_config
-            gen.pad_token_id, gen.bos_token_id, gen.eos_token_id = text["pad_token_id"], text["bos_token_id"], text["eos_token_id"]
+            gen.pad_token_id, gen.bos_token_id = text["pad_token_id"], text["bos_token_id"]
+            gen.eos_token_id = text["eos_token_id"]
             gen.boi_token_id = boi
             gen.generation_kwargs = {"boi_token_id": boi}
             gen.guidance_scale, gen.temperature = 5.0, 1.0

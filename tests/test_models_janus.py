@@ -305,7 +305,7 @@ def test_gradients_reach_the_generation_path_only(adapter, rollout):
 
 
 def test_lora_model_scores_and_reference_is_the_base():
-    peft = pytest.importorskip("peft")
+    import peft
     a = JanusAdapter.tiny(seed=2, grid=(2, 2), codebook_size=4, init_std=0.1)
     r = a.sample(["ab"], 2, generator=torch.Generator().manual_seed(0))
     cfg = peft.LoraConfig(r=2, target_modules=["q_proj", "v_proj"], init_lora_weights=True)
@@ -430,8 +430,24 @@ def test_old_logp_is_temperature_scaled(adapter):
     r2 = adapter.sample(PROMPTS[:1], 1, uniforms=torch.full((1, 20), 0.5), temperature=2.0)
     row = unpadded_rows(r2.prompt_ids, r2.prompt_mask)[0]
     img = r2.response_ids[0].tolist()
-    torch.testing.assert_close(r2.old_logp[0].double(), ref_logp(ref_logits(adapter.unwrapped_core, row, img), img, 2.0),
-                               atol=1e-5, rtol=0)
+    expected = ref_logp(ref_logits(adapter.unwrapped_core, row, img), img, 2.0)
+    torch.testing.assert_close(r2.old_logp[0].double(), expected, atol=1e-5, rtol=0)
     at_one = ref_logp(ref_logits(adapter.unwrapped_core, row, img), img, 1.0)
     assert float((r2.old_logp[0].double() - at_one).abs().max()) > 1e-2
     torch.testing.assert_close(adapter.logprob(r2).logp[0].detach(), r2.old_logp[0], atol=1e-5, rtol=0)
+
+
+def test_a_given_negative_prompt_of_another_width_is_used(adapter, rollout):
+    ids = adapter.ids
+    short = [ids.bos, ids.pad, ids.boi]
+    r = rollout.select([0, 2])
+    r.neg_prompt_ids = torch.tensor([short, short])
+    r.neg_prompt_mask = torch.ones(2, 3, dtype=torch.bool)
+    neg = adapter.logprob(r, condition="negative").logp.detach()
+    guided = adapter.logprob(r, score="guided").logp.detach()
+    for i, row in enumerate(unpadded_rows(r.prompt_ids, r.prompt_mask)):
+        img = r.response_ids[i].tolist()
+        lq = ref_logits(adapter.unwrapped_core, short, img)
+        torch.testing.assert_close(neg[i].double(), ref_logp(lq, img), atol=1e-5, rtol=0)
+        lg = cfg_logits(ref_logits(adapter.unwrapped_core, row, img), lq, 5.0)
+        torch.testing.assert_close(guided[i].double(), ref_logp(lg, img), atol=1e-5, rtol=0)
