@@ -108,7 +108,10 @@ class Trainer:
         from accelerate.utils import DistributedDataParallelKwargs
 
         ddp = DistributedDataParallelKwargs(find_unused_parameters=cfg.family in ("janus", "vlm"))
-        self.accelerator = Accelerator(mixed_precision=cfg.mixed_precision, kwargs_handlers=[ddp])
+        # accelerate only picks gloo (MULTI_CPU) when told to use the CPU; a torchrun-style multi-process launch on a
+        # machine without an accelerator would otherwise give N independent single-process runs
+        cpu_ddp = int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.cuda.is_available()
+        self.accelerator = Accelerator(mixed_precision=cfg.mixed_precision, kwargs_handlers=[ddp], cpu=cpu_ddp)
         self.is_main = self.accelerator.is_main_process
         self.run_dir = Path(cfg.output_dir)
         if self.is_main:
