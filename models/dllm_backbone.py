@@ -1,0 +1,204 @@
+"""How to call a masked-diffusion backbone: forward arguments per family, Dream's logit shift, the prefix cache.
+
+Three kinds of backbones:
+
+- `"native"`: a transformers decoder class (Llama, Qwen2, ...) with `config.is_causal = False`, which makes
+  transformers build a bidirectional attention mask for both the `sdpa` and `eager` backends (checked in
+  transformers 5.24, reference/tiny_world_measurements.md). Takes a 2-D padding mask, position ids,
+  `logits_to_keep` and a `DynamicCache`, so it gets the LM head on the needed positions only and Fast-dLLM's
+  prefix cache.
+- `"llada"`: LLaDA's remote code (`LLaDAModelLM`): `model(input_ids, attention_mask=...)`, logits aligned with
+  the input (no shift), no position ids (its 2025-10 code accepts a padding mask), no cache in the stock code.
+- `"dream"`: Dream's remote code (`DreamModel`): `model(x, attention_mask, tok_idx)` with a 4-D boolean mask
+  (or `"full"` without padding) and position ids `tok_idx`, exactly as Dream's `generation_utils.py` calls it;
+  logits shifted right by one (the output at position i-1 predicts token i).
+"""
+from __future__ import annotations
+
+import inspect
+
+import torch
+
+from mmrl.models.base import is_peft_model, unwrap
+from mmrl.models.dllm_samplers import suppress_tokens
+
+BACKBONES = ("native", "llada", "dream")
+
+
+def base_model(model: torch.nn.Module) -> torch.nn.Module:
+    """The innermost model under DDP and peft wrappers (for capability checks only)."""
+    m = unwrap(model)
+    if is_peft_model(m):
+        m = m.get_base_model()
+    return m
+
+
+def backbone_kind(model: torch.nn.Module) -> str:
+    """"llada", "dream" or "native" from the config's `model_type` and the model class' module."""
+    m = base_model(model)
+    model_type = str(getattr(getattr(m, "config", None), "model_type", "")).lower()
+    if model_type.startswith("llada"):
+        return "llada"
+    if model_type == "dream":
+        return "dream"
+    if type(m).__module__.startswith("transformers."):
+        return "native"
+    raise ValueError(
+        f"unknown masked-diffusion backbone {type(m).__name__} (model_type={model_type!r}); supported: LLaDA "
+        "(model_type 'llada'), Dream (model_type 'Dream'), or a transformers-native decoder class (e.g. Llama, "
+        "Qwen2) with config.is_causal = False"
+    )
+
+
+def align_shifted(raw: torch.Tensor, starts_at_zero: bool) -> torch.Tensor:
+    """Dream's right shift: aligned[:, i] = raw[:, i-1] (position 0 keeps raw[:, 0], it is never predicted).
+
+    Dream `generation_utils.py`: `logits = torch.cat([logits[:, :1], logits[:, :-1]], dim=1)`. For a window that
+    does not start at position 0, `raw` holds positions start-1 .. L-1 and the aligned window is `raw[:, :-1]`.
+    """
+    if starts_at_zero:
+        return torch.cat([raw[:, :1], raw[:, :-1]], dim=1)  # [B, L, V]
+    return raw[:, :-1]  # [B, L - start, V]
+
+
+def _cache_argument(model: torch.nn.Module) -> str | None:
+    """Name of the KV-cache argument of a native model's forward (`cache` in transformers >= 5.2x, else
+    `past_key_values`), or None."""
+    params = inspect.signature(base_model(model).forward).parameters
+    for name in ("cache", "past_key_values"):
+        if name in params:
+            return name
+    return None
+
+
+class BackboneLogits:
+    """The `logits_fn` of `models.dllm_samplers` over one backbone and one batch layout (fixed padding mask).
+
+    Call it as `logits_fn(x) -> [B, L, V]` or `window(x, start) -> [B, L - start, V]`; logits are aligned (position
+    i predicts token i) whatever the backbone. `prefill` / `suffix` implement Fast-dLLM's prefix cache for native
+    backbones (`supports_cache`). `nfe` counts forward passes and `tokens_fed` the positions fed through them.
+
+    Args:
+        model: the module to call (possibly DDP / peft wrapped).
+        attention_mask: [B, L] bool, False on left padding; None when no row is padded.
+        kind: one of `BACKBONES`.
+        shift: Dream-style right-shifted logits.
+        suppress_ids: token ids whose logits are set to `SUPPRESSED_LOGIT` (the mask token: the policy's
+            distribution is over real tokens, the same in sampling and scoring).
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        attention_mask: torch.Tensor | None,
+        *,
+        kind: str,
+        shift: bool,
+        suppress_ids: tuple[int, ...] = (),
+    ):
+        if kind not in BACKBONES:
+            raise ValueError(f"unknown backbone kind {kind!r}; valid: {list(BACKBONES)}")
+        self.model = model
+        self.kind = kind
+        self.shift = bool(shift)
+        self.suppress_ids = tuple(int(i) for i in suppress_ids)
+        if attention_mask is not None and bool(attention_mask.all()):
+            attention_mask = None  # no padding: let the attention run without a mask
+        self.attention_mask = attention_mask
+        self.position_ids = None
+        if attention_mask is not None:
+            self.position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)  # [B, L]
+        self.cache_arg = _cache_argument(model) if kind == "native" else None
+        self.supports_cache = self.cache_arg is not None
+        self.cache = None
+        self.nfe = 0
+        self.tokens_fed = 0
+
+    # ----------------------------------------------------------------------------------------- forward
+    def _kwargs(self, start: int, keep: int | None) -> dict:
+        """Forward keyword arguments for inputs x[:, start:] (start > 0 only with a cache)."""
+        am, pos = self.attention_mask, self.position_ids
+        if self.kind == "native":
+            kw = {}
+            if am is not None:
+                kw["attention_mask"] = am.long()
+                kw["position_ids"] = pos[:, start:]
+            elif start > 0:
+                kw["position_ids"] = torch.arange(start, self._length, device=self._device)[None]
+            if keep is not None:
+                kw["logits_to_keep"] = keep
+            return kw
+        if self.kind == "llada":
+            return {} if am is None else {"attention_mask": am.long()}
+        # dream: 4-D boolean mask and tok_idx positions as in Dream's own sampler
+        if am is None:
+            return {"attention_mask": "full", "position_ids": None}
+        full = am[:, None, None, :] & am[:, None, :, None]  # [B, 1, L, L]
+        tok_idx = pos.masked_fill(~am, 1)  # [B, L]
+        return {"attention_mask": full, "position_ids": tok_idx}
+
+    def _forward(self, x: torch.Tensor, start: int, keep: int | None, use_cache: bool = False) -> torch.Tensor:
+        self._length, self._device = x.shape[1], x.device
+        kw = self._kwargs(start, keep)
+        if use_cache:
+            kw[self.cache_arg] = self.cache
+            kw["use_cache"] = True
+        out = self.model(input_ids=x[:, start:], **kw)
+        self.nfe += 1
+        self.tokens_fed += x.shape[0] * (x.shape[1] - start)
+        return out.logits
+
+    def _raw_start(self, start: int) -> int:
+        return max(start - int(self.shift), 0)
+
+    def _aligned(self, raw: torch.Tensor, length: int, raw_start: int, start: int) -> torch.Tensor:
+        """Cut raw logits of positions raw_start.. to the aligned window of positions start..L-1."""
+        raw = raw[:, raw.shape[1] - (length - raw_start):]  # [B, L - raw_start, V]
+        out = align_shifted(raw, starts_at_zero=start == 0) if self.shift else raw
+        return suppress_tokens(out, self.suppress_ids)
+
+    def window(self, x: torch.Tensor, start: int = 0) -> torch.Tensor:
+        """[B, L - start, V] aligned logits of positions >= start (one full forward)."""
+        length = x.shape[1]
+        raw_start = self._raw_start(start)
+        keep = length - raw_start if self.kind == "native" else None
+        return self._aligned(self._forward(x, 0, keep), length, raw_start, start)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return self.window(x, 0)
+
+    # ----------------------------------------------------------------------------------------- prefix cache
+    def prefill(self, x: torch.Tensor, start: int) -> torch.Tensor:
+        """Full forward that keeps every position's keys/values; returns aligned logits of positions >= start."""
+        if not self.supports_cache:
+            raise RuntimeError(f"the {self.kind} backbone offers no KV cache")
+        from transformers import DynamicCache
+
+        cfg = getattr(base_model(self.model), "config", None)
+        try:
+            self.cache = DynamicCache(config=cfg)
+        except TypeError:  # older transformers
+            self.cache = DynamicCache()
+        length = x.shape[1]
+        raw_start = self._raw_start(start)
+        raw = self._forward(x, 0, length - raw_start, use_cache=True)
+        return self._aligned(raw, length, raw_start, start)
+
+    def suffix(self, x: torch.Tensor, start: int) -> torch.Tensor:
+        """Forward of x[:, start:] (from start-1 with a shift) over the prefix keys/values of the last `prefill`.
+
+        The cache is cropped back to the prefix first, so repeated calls inside a block reuse the same prefix.
+        """
+        if self.cache is None:
+            raise RuntimeError("suffix() needs a prefill() first")
+        length = x.shape[1]
+        raw_start = self._raw_start(start)
+        if raw_start == 0:
+            return self.prefill(x, start)
+        have = self.cache.get_seq_length()
+        if have < raw_start:
+            raise RuntimeError(f"the cache holds {have} positions but the prefix needs {raw_start}")
+        if have > raw_start:
+            self.cache.crop(raw_start - have)  # negative: drop the positions at and after the prefix end
+        raw = self._forward(x, raw_start, None, use_cache=True)  # [B, L - raw_start, V]
+        return self._aligned(raw, length, raw_start, start)

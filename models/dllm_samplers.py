@@ -1,0 +1,419 @@
+"""Samplers for masked-diffusion language models (LLaDA, Dream, Fast-dLLM, random order with exact log-probs).
+
+Every sampler starts from `x = prompt ⊕ gen_length × [MASK]` and fills the masks in; it only needs a logits
+function over the whole sequence:
+
+- `logits_fn(x) -> [B, L, V]` (required): logits at every position, already aligned so that position i predicts
+  token i (Dream's right shift is undone by the caller, see `models.dllm_backbone`).
+- `logits_fn.window(x, start) -> [B, L - start, V]` (optional): the same logits for positions >= start only
+  (saves the LM head on the prompt).
+- `logits_fn.prefill(x, start)` / `logits_fn.suffix(x, start)` (optional, Fast-dLLM's prefix cache): `prefill`
+  runs a full forward, returns positions >= start and keeps the keys/values; `suffix` feeds only `x[:, start:]`
+  and attends to the keys/values of positions < start kept by the last `prefill`.
+
+Shapes: B rows, P prompt width (left padded), L = P + gen_length, V vocabulary, W block width. All samplers run
+row-independent arithmetic, so a row's result does not depend on the other rows of the batch (up to floating
+point) when temperature is 0; with temperature > 0 the noise is drawn for the whole batch from `generator`.
+
+Sources (facts and equations, not code): LLaDA `generate.py` (ML-GSAI/LLaDA, Nie et al. 2025); Dream
+`generation_utils.py` (HKUNLP/Dream, Ye et al. 2025); Fast-dLLM `generate.py` (NVlabs/Fast-dLLM, Wu et al.,
+arXiv 2505.22618); DMPO's random-order (ROAR) sampler (yuchen-zhu-zyc/DMPO, arXiv 2510.08233).
+"""
+from __future__ import annotations
+
+import warnings
+from typing import Callable
+
+import torch
+
+from mmrl.models.base import selective_log_softmax
+
+LogitsFn = Callable[[torch.Tensor], torch.Tensor]
+
+REMASKING = ("low_confidence", "random")
+SUPPRESSED_LOGIT = -1.0e4
+"""Logit given to tokens that must never be produced (the mask token): finite, so that entropies and KLs over a
+row stay finite (0 * log 0 would be NaN at -inf), yet exp(-1e4) underflows to exactly 0 probability."""
+
+
+def suppress_tokens(logits: torch.Tensor, token_ids) -> torch.Tensor:
+    """Set `logits[..., token_ids]` to `SUPPRESSED_LOGIT` in place and return the tensor.
+
+    The samplers never produce the mask token: a trained model gives it ~0 probability, an untrained one may
+    predict it and would then leave the position masked forever.
+    """
+    if len(token_ids):
+        logits[..., list(token_ids)] = SUPPRESSED_LOGIT
+    return logits
+DREAM_ORDERS = ("entropy", "maskgit_plus", "topk_margin")
+
+
+# --------------------------------------------------------------------------------------------- small pieces
+def block_schedule(gen_length: int, block_length: int, steps: int | None) -> tuple[int, int]:
+    """(num_blocks, steps_per_block) of LLaDA's semi-autoregressive schedule; bad values raise naming them.
+
+    LLaDA `generate`: `gen_length % block_length == 0` and `steps % num_blocks == 0`. `steps=None` means one
+    step per block (for samplers that choose their own number of steps).
+    """
+    for name, v in (("gen_length", gen_length), ("block_length", block_length)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"{name} must be a positive int, got {v!r}")
+    if gen_length % block_length:
+        raise ValueError(f"gen_length ({gen_length}) must be divisible by block_length ({block_length})")
+    num_blocks = gen_length // block_length
+    if steps is None:
+        return num_blocks, 1
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"steps must be a positive int, got {steps!r}")
+    if steps % num_blocks:
+        raise ValueError(
+            f"steps ({steps}) must be divisible by the number of blocks gen_length/block_length = {num_blocks}"
+        )
+    return num_blocks, steps // num_blocks
+
+
+def num_transfer_tokens(mask_count: torch.Tensor, steps: int) -> torch.Tensor:
+    """[B] masked tokens of a block -> [B, steps] tokens to reveal at each step (LLaDA `get_num_transfer_tokens`).
+
+    The count is spread evenly: `count // steps` per step, the first `count % steps` steps one more.
+    """
+    base = mask_count // steps  # [B]
+    rem = mask_count % steps  # [B]
+    extra = torch.arange(steps, device=mask_count.device)[None, :] < rem[:, None]  # [B, S]
+    return base[:, None] + extra.long()  # [B, S]
+
+
+def _uniform(shape, generator: torch.Generator | None, device, dtype=torch.float32) -> torch.Tensor:
+    """U(0, 1) drawn on the generator's device (so a CPU generator also serves a GPU model), then moved."""
+    gen_device = generator.device if generator is not None else device
+    return torch.rand(shape, generator=generator, device=gen_device, dtype=dtype).to(device)
+
+
+def gumbel_argmax(logits: torch.Tensor, temperature: float, generator: torch.Generator | None = None) -> torch.Tensor:
+    """[..., V] -> [...] a sample of `softmax(logits / temperature)`; the argmax at temperature 0.
+
+    LLaDA `add_gumbel_noise` draws in float64 and takes `argmax(exp(logits) / (-log U)^temperature)`; its log is
+    `temperature * (logits / temperature - log(-log U))`, the Gumbel-max trick, computed here in log space
+    (same argmax, no overflow of `exp`).
+    """
+    if temperature == 0:
+        return logits.argmax(-1)
+    u = _uniform(logits.shape, generator, logits.device, torch.float64).clamp_(min=1e-300)  # [..., V]
+    scores = logits.double() / temperature - torch.log(-torch.log(u))  # [..., V]
+    return scores.argmax(-1)
+
+
+def top_k_mask(confidence: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """[B, W] bool: the `k[b]` most confident positions of row b (per-row `torch.topk`, vectorised).
+
+    Positions at -inf are never chosen as long as `k[b]` does not exceed the row's finite entries.
+    """
+    out = torch.zeros_like(confidence, dtype=torch.bool)  # [B, W]
+    kmax = int(k.max()) if k.numel() else 0
+    if kmax <= 0:
+        return out
+    idx = confidence.topk(kmax, dim=-1).indices  # [B, kmax]
+    keep = torch.arange(kmax, device=confidence.device)[None, :] < k[:, None]  # [B, kmax]
+    return out.scatter(1, idx, keep)
+
+
+def _window(logits_fn, x: torch.Tensor, start: int) -> torch.Tensor:
+    """[B, L - start, V] logits of positions >= start, through `logits_fn.window` when it exists."""
+    window = getattr(logits_fn, "window", None)
+    if window is not None:
+        return window(x, start)
+    return logits_fn(x)[:, start:]
+
+
+def supports_prefix_cache(logits_fn) -> bool:
+    """Whether `logits_fn` offers Fast-dLLM's prefix cache (`prefill` and `suffix`) and says it can use it."""
+    return (
+        callable(getattr(logits_fn, "prefill", None))
+        and callable(getattr(logits_fn, "suffix", None))
+        and bool(getattr(logits_fn, "supports_cache", True))
+    )
+
+
+class _BlockLogits:
+    """Logits of the current block [B, W, V]: from a full forward, or (prefix cache) from a full forward at the
+    first step of each block and from the block-plus-suffix over the cached prefix afterwards (Fast-dLLM
+    PrefixCache: the cache is refreshed at every block, so it is approximate inside a block)."""
+
+    def __init__(self, logits_fn, prefix_cache: bool, mask_id: int):
+        self.fn = logits_fn
+        self.mask_id = mask_id
+        self.cached = bool(prefix_cache) and supports_prefix_cache(logits_fn)
+        if prefix_cache and not self.cached:
+            warnings.warn("this backbone offers no prefix KV cache; decoding without it", stacklevel=3)
+
+    def __call__(self, x: torch.Tensor, start: int, end: int, first_step: bool) -> torch.Tensor:
+        if not self.cached:
+            out = _window(self.fn, x, start)
+        elif first_step:
+            out = self.fn.prefill(x, start)
+        else:
+            out = self.fn.suffix(x, start)
+        return suppress_tokens(out[:, : end - start], (self.mask_id,))  # [B, W, V]
+
+
+def _init_canvas(prompt_ids: torch.Tensor, gen_length: int, mask_id: int) -> torch.Tensor:
+    """[B, P] prompt -> [B, P + gen_length] with the generated span all masks."""
+    if prompt_ids.dim() != 2:
+        raise ValueError(f"prompt_ids must be [B, P], got shape {tuple(prompt_ids.shape)}")
+    masks = torch.full((prompt_ids.shape[0], gen_length), mask_id, dtype=prompt_ids.dtype, device=prompt_ids.device)
+    return torch.cat([prompt_ids, masks], dim=1)  # [B, L]
+
+
+def _check_temperature(temperature: float) -> None:
+    if not temperature >= 0:
+        raise ValueError(f"temperature must be >= 0, got {temperature}")
+
+
+# --------------------------------------------------------------------------------------------- LLaDA
+@torch.no_grad()
+def generate_low_confidence(
+    logits_fn: LogitsFn,
+    prompt_ids: torch.Tensor,
+    *,
+    gen_length: int,
+    block_length: int,
+    steps: int,
+    mask_id: int,
+    temperature: float = 0.0,
+    remasking: str = "low_confidence",
+    generator: torch.Generator | None = None,
+    prefix_cache: bool = False,
+) -> torch.Tensor:
+    """LLaDA's semi-autoregressive sampler -> ids [B, P + gen_length].
+
+    LLaDA `generate` (Nie et al. 2025, App. B): the generated span is cut into blocks of `block_length`, decoded
+    left to right with `steps / num_blocks` steps each; a block's masked count is spread evenly over its steps
+    (`num_transfer_tokens`). Each step predicts x0 = Gumbel-max sample of the logits (argmax at temperature 0),
+    scores every masked position of the current block by `softmax(logits)[x0]` (`"low_confidence"`) or by
+    U(0, 1) (`"random"`); positions outside the current block and already decoded ones get -inf; the top-k
+    positions take their x0. `prefix_cache=True` runs the steps after the first of each block over Fast-dLLM's
+    prefix cache (what DMPO's default training sampler does with two tokens per step).
+    """
+    if remasking not in REMASKING:
+        raise ValueError(f"unknown remasking {remasking!r}; valid: {list(REMASKING)}")
+    _check_temperature(temperature)
+    num_blocks, spb = block_schedule(gen_length, block_length, steps)
+    x = _init_canvas(prompt_ids, gen_length, mask_id)  # [B, L]
+    p = prompt_ids.shape[1]
+    block_logits = _BlockLogits(logits_fn, prefix_cache, mask_id)
+    for b in range(num_blocks):
+        s, e = p + b * block_length, p + (b + 1) * block_length
+        k_sched = num_transfer_tokens((x[:, s:e] == mask_id).sum(-1), spb)  # [B, spb]
+        for i in range(spb):
+            masked = x[:, s:e] == mask_id  # [B, W]
+            logits = block_logits(x, s, e, first_step=i == 0)  # [B, W, V]
+            x0 = gumbel_argmax(logits, temperature, generator)  # [B, W]
+            if remasking == "low_confidence":
+                conf = torch.softmax(logits.float(), dim=-1).gather(-1, x0[..., None]).squeeze(-1)  # [B, W]
+            else:
+                conf = _uniform(masked.shape, generator, x.device)  # [B, W]
+            conf = torch.where(masked, conf, torch.full_like(conf, -torch.inf))  # [B, W]
+            pick = top_k_mask(conf, k_sched[:, i])  # [B, W]
+            x[:, s:e] = torch.where(pick, x0, x[:, s:e])
+    return x
+
+
+# --------------------------------------------------------------------------------------------- Dream
+def top_p_filter(logits: torch.Tensor, top_p: float | None) -> torch.Tensor:
+    """[..., V] logits with everything outside the nucleus of mass `top_p` set to -inf (the top token is kept)."""
+    if top_p is None or top_p >= 1.0:
+        return logits
+    if not 0.0 < top_p:
+        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+    sorted_logits, order = logits.sort(dim=-1, descending=True)  # [..., V]
+    cum = torch.softmax(sorted_logits, dim=-1).cumsum(-1)  # [..., V]
+    drop_sorted = cum > top_p
+    drop_sorted[..., 1:] = drop_sorted[..., :-1].clone()  # keep the token that crosses top_p
+    drop_sorted[..., 0] = False
+    drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)  # [..., V]
+    return logits.masked_fill(drop, -torch.inf)
+
+
+def dream_confidence(
+    logits: torch.Tensor,
+    alg: str,
+    *,
+    temperature: float = 0.0,
+    top_p: float | None = None,
+    generator: torch.Generator | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(confidence [...], x0 [...]) of Dream's ordering rules on logits [..., V].
+
+    Dream `sample_tokens` (HKUNLP/Dream `generation_utils.py`): logits divided by the temperature, nucleus
+    filtered, `probs = softmax`; x0 = a sample (temperature > 0) or the argmax; confidence of `"maskgit_plus"`
+    = probs[x0], `"topk_margin"` = top1 - top2 probability, `"entropy"` = sum p log p (the negative entropy, so
+    higher = more confident).
+    """
+    if alg not in DREAM_ORDERS:
+        raise ValueError(f"unknown Dream order {alg!r}; valid: {list(DREAM_ORDERS)}")
+    scaled = logits.float() / temperature if temperature > 0 else logits.float()  # [..., V]
+    scaled = top_p_filter(scaled, top_p)
+    probs = torch.softmax(scaled, dim=-1)  # [..., V]
+    if temperature > 0:
+        x0 = gumbel_argmax(scaled, 1.0, generator)  # [...]
+        conf = probs.gather(-1, x0[..., None]).squeeze(-1)  # [...]
+    else:
+        conf, x0 = probs.max(-1)  # [...]
+    if alg == "topk_margin":
+        top2 = probs.topk(2, dim=-1).values  # [..., 2]
+        conf = top2[..., 0] - top2[..., 1]
+    elif alg == "entropy":
+        conf = (probs * torch.log(probs + 1e-10)).sum(-1)  # [...] negative entropy
+    return conf, x0
+
+
+@torch.no_grad()
+def generate_dream(
+    logits_fn: LogitsFn,
+    prompt_ids: torch.Tensor,
+    *,
+    gen_length: int,
+    steps: int,
+    mask_id: int,
+    alg: str = "entropy",
+    block_length: int | None = None,
+    temperature: float = 0.0,
+    top_p: float | None = None,
+    eps: float = 1e-3,
+    generator: torch.Generator | None = None,
+    prefix_cache: bool = False,
+) -> torch.Tensor:
+    """Dream's confidence-ordered sampler (`alg` = entropy / maskgit_plus / topk_margin) -> ids [B, P + gen_length].
+
+    Dream `_sample`: timesteps `linspace(1, eps, steps + 1)`; at step i (t, s consecutive timesteps) a row with
+    n masked tokens reveals `int(n * (1 - s / t))` of them (all remaining at the last step), the most confident
+    by `dream_confidence`. The stock sampler is one block over the whole span (`block_length=None`); a smaller
+    `block_length` runs the same rule block by block (steps divided evenly, as Dream's blockwise variant does).
+    Dream's `alg_temp` (sampling the order) is not offered: positions are always taken top-k.
+    """
+    _check_temperature(temperature)
+    block_length = gen_length if block_length is None else block_length
+    num_blocks, spb = block_schedule(gen_length, block_length, steps)
+    x = _init_canvas(prompt_ids, gen_length, mask_id)  # [B, L]
+    p = prompt_ids.shape[1]
+    timesteps = torch.linspace(1, eps, spb + 1, device=x.device)  # [spb + 1]
+    block_logits = _BlockLogits(logits_fn, prefix_cache, mask_id)
+    for b in range(num_blocks):
+        s, e = p + b * block_length, p + (b + 1) * block_length
+        for i in range(spb):
+            masked = x[:, s:e] == mask_id  # [B, W]
+            logits = block_logits(x, s, e, first_step=i == 0)  # [B, W, V]
+            conf, x0 = dream_confidence(logits, alg, temperature=temperature, top_p=top_p, generator=generator)
+            n_mask = masked.sum(-1)  # [B]
+            if i < spb - 1:
+                k = (n_mask.float() * (1 - timesteps[i + 1] / timesteps[i])).long()  # [B] int() truncation
+            else:
+                k = n_mask
+            conf = torch.where(masked, conf, torch.full_like(conf, -torch.inf))  # [B, W]
+            pick = top_k_mask(conf, k)  # [B, W]
+            x[:, s:e] = torch.where(pick, x0, x[:, s:e])
+    return x
+
+
+# --------------------------------------------------------------------------------------------- Fast-dLLM
+@torch.no_grad()
+def generate_threshold(
+    logits_fn: LogitsFn,
+    prompt_ids: torch.Tensor,
+    *,
+    gen_length: int,
+    block_length: int,
+    mask_id: int,
+    threshold: float = 0.9,
+    temperature: float = 0.0,
+    prefix_cache: bool = False,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """Fast-dLLM's confidence-aware parallel decoding -> ids [B, P + gen_length].
+
+    Fast-dLLM `get_transfer_index` with a threshold (Wu et al., arXiv 2505.22618, Sec. 3.3): inside the current
+    block, each step reveals the most confident masked token plus every other masked token whose confidence
+    `softmax(logits)[x0]` is >= `threshold` (default 0.9, the authors' scripts); a block ends when it has no mask
+    left, so the number of forwards adapts to the model's confidence (at most `block_length` per block). With
+    `prefix_cache=True` the first step of each block is a full forward that keeps the keys/values of the positions
+    before the block, and later steps feed only the block and the masked suffix (Fast-dLLM PrefixCache).
+    Rows that finish a block early wait (their extra steps change nothing).
+    """
+    _check_temperature(temperature)
+    if not 0.0 <= threshold <= 1.0:
+        raise ValueError(f"threshold must be in [0, 1], got {threshold}")
+    num_blocks, _ = block_schedule(gen_length, block_length, None)
+    x = _init_canvas(prompt_ids, gen_length, mask_id)  # [B, L]
+    p = prompt_ids.shape[1]
+    block_logits = _BlockLogits(logits_fn, prefix_cache, mask_id)
+    for b in range(num_blocks):
+        s, e = p + b * block_length, p + (b + 1) * block_length
+        for it in range(block_length + 1):
+            masked = x[:, s:e] == mask_id  # [B, W]
+            active = masked.any(-1)  # [B]
+            if not bool(active.any()):
+                break
+            if it == block_length:  # every step reveals >= 1 token per unfinished row, so this cannot happen
+                raise RuntimeError("threshold decoding made no progress")
+            logits = block_logits(x, s, e, first_step=it == 0)  # [B, W, V]
+            x0 = gumbel_argmax(logits, temperature, generator)  # [B, W]
+            conf = torch.softmax(logits.float(), dim=-1).gather(-1, x0[..., None]).squeeze(-1)  # [B, W]
+            conf = torch.where(masked, conf, torch.full_like(conf, -torch.inf))  # [B, W]
+            top1 = top_k_mask(conf, active.long())  # [B, W]
+            pick = top1 | (masked & (conf >= threshold))  # [B, W]
+            x[:, s:e] = torch.where(pick, x0, x[:, s:e])
+    return x
+
+
+# --------------------------------------------------------------------------------------------- random order
+@torch.no_grad()
+def generate_random_order(
+    logits_fn: LogitsFn,
+    prompt_ids: torch.Tensor,
+    *,
+    gen_length: int,
+    block_length: int,
+    mask_id: int,
+    steps: int | None = None,
+    temperature: float = 0.0,
+    generator: torch.Generator | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Random-order sampler with exact per-token log-probs -> (ids [B, P+T], logp [B, T], order [B, T]).
+
+    DMPO's ROAR sampler (arXiv 2510.08233, Sec. 3 and `dmpo_trainer.py`): inside each block (left to right) the
+    positions are revealed in a uniformly random order, one per forward by default (`steps = gen_length`); with
+    fewer steps each step reveals the next `num_transfer_tokens` positions of the order. A revealed token is
+    sampled from `softmax(logits / temperature)` (the argmax at temperature 0), and its log-prob under that
+    distribution is recorded (at temperature 0, under `softmax(logits)`), so `sum_t logp` is the exact
+    log-probability of the sampled tokens given the order, `log p(o | q; sigma)`.
+
+    `order[b, t]` is the global step (0-based, across blocks) at which response position t was revealed;
+    re-running the model on the partially revealed inputs of each step reproduces `logp`
+    (`models.dllm_estimators.exact_logprob`).
+    """
+    _check_temperature(temperature)
+    steps = gen_length if steps is None else steps
+    num_blocks, spb = block_schedule(gen_length, block_length, steps)
+    x = _init_canvas(prompt_ids, gen_length, mask_id)  # [B, L]
+    bsz, p = prompt_ids.shape
+    dev = x.device
+    logp = torch.zeros(bsz, gen_length, dtype=torch.float32, device=dev)  # [B, T]
+    order = torch.zeros(bsz, gen_length, dtype=torch.long, device=dev)  # [B, T]
+    score_temperature = temperature if temperature > 0 else 1.0
+    k = num_transfer_tokens(torch.tensor([block_length], device=dev), spb)[0]  # [spb]
+    bounds = k.cumsum(0)  # [spb]
+    for b in range(num_blocks):
+        s, e = p + b * block_length, p + (b + 1) * block_length
+        rank = _uniform((bsz, block_length), generator, dev).argsort(-1).argsort(-1)  # [B, W] random permutation
+        step_of = torch.searchsorted(bounds, rank, right=True)  # [B, W] local step of each position
+        order[:, s - p : e - p] = step_of + b * spb
+        for i in range(spb):
+            reveal = step_of == i  # [B, W]
+            if not bool(reveal.any()):
+                continue
+            logits = suppress_tokens(_window(logits_fn, x, s)[:, : e - s], (mask_id,))  # [B, W, V]
+            x0 = gumbel_argmax(logits, temperature, generator)  # [B, W]
+            lp = selective_log_softmax(logits, x0, temperature=score_temperature)  # [B, W]
+            x[:, s:e] = torch.where(reveal, x0, x[:, s:e])
+            logp[:, s - p : e - p] = torch.where(reveal, lp, logp[:, s - p : e - p])
+    return x, logp, order

@@ -1,0 +1,715 @@
+"""Masked-diffusion language models (LLaDA, Dream, transformers-native bidirectional backbones) as mmrl policies.
+
+Sampling (`sample`, option `sampler`):
+
+| sampler | algorithm (source) | exact `old_logp` |
+|---|---|---|
+| `low_confidence` | LLaDA semi-AR blocks, top-k by softmax confidence (LLaDA `generate`) | no |
+| `random` | the same with random confidences (LLaDA `remasking="random"`) | no |
+| `entropy`, `maskgit_plus`, `topk_margin` | Dream's orders and schedule (Dream `generation_utils.py`) | no |
+| `threshold` | Fast-dLLM parallel decoding: top-1 + every masked token with confidence >= `threshold` | no |
+| `threshold_cache` | the same with Fast-dLLM's prefix KV cache (native backbones; others decode uncached) | no |
+| `random_order` | DMPO's ROAR: random order inside each block, exact per-token log-probs | yes |
+
+`prefix_cache=True` adds the prefix cache to the LLaDA and Dream samplers too (DMPO's default training sampler is
+low-confidence with two tokens per step over the prefix cache). Options: `gen_length`, `block_length` (None =
+one block over the whole span; LLaDA recipes use 32), `steps` (None = `gen_length`), `temperature` (0 = greedy),
+`threshold` (0.9), `top_p` (Dream orders only).
+
+The rollout's `response_ids` [N, T] are the whole generated span (T = gen_length); `response_mask` runs up to and
+including the first EOS (TRL's completion mask).
+
+Log-probs (`logprob(..., estimator=...)`, ALGORITHMS.md sections 5-6):
+
+- `"mean_field"` (d1 / diffu-GRPO): all response tokens masked, each real prompt token masked with
+  `p_mask_prompt` (0.15), one forward. Post-EOS positions are 0 (`padding="drop"`).
+- `"elbo"` (DMPO): `num_copies` antithetic masked copies of the whole generated span; per-token
+  `log p * |o| / m` averaged over copies. With `padding="fold"` (default) the contributions of post-EOS positions
+  are added onto the EOS token, so the sum over valid tokens is DMPO's whole-span sequence ELBO.
+- `"exact"`: re-scores the `random_order` sampler's recorded order (`rollout.extras["order"]`), one forward per
+  (row, step); reproduces the rollout's `old_logp` (same folding).
+
+Masks are seeded by `mask_seed` and each row's own tokens (`models.dllm_estimators`), so old / current /
+reference / negative-condition scores share them and a row scores the same in any micro-batch.
+`mean_field` and `elbo` score the model's distribution (temperature 1, as d1 and DMPO); `exact` scores the
+sampling distribution (`softmax(logits / temperature)`, temperature 1 for greedy rollouts).
+
+WDCE noise (`forward_noise`): R antithetic copies over the whole generated span, post-EOS padding included
+(DMPO's `loss_mask_non_eos=False`); the prompt is never masked.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+from einops import rearrange
+
+from mmrl.algorithms.distributions import STATS
+from mmrl.models.base import (
+    BaseAdapter,
+    left_pad,
+    mask_through_first_eos,
+    score_logits,
+    selective_log_softmax,
+)
+from mmrl.models.dllm_backbone import BackboneLogits, backbone_kind, base_model
+from mmrl.models.dllm_estimators import (
+    elbo_masks,
+    elbo_token_contributions,
+    exact_step_batches,
+    exact_step_input,
+    fold_padding,
+    masked_copies_input,
+    mean_field_input,
+    mean_field_prompt_mask,
+    row_seeds,
+)
+from mmrl.models.dllm_samplers import (
+    DREAM_ORDERS,
+    block_schedule,
+    generate_dream,
+    generate_low_confidence,
+    generate_random_order,
+    generate_threshold,
+)
+from mmrl.protocol import DEFAULT_NEGATIVE_INSTRUCTION, NoisedBatch, Rollout, TokenScores
+
+SAMPLERS = ("low_confidence", "random", *DREAM_ORDERS, "threshold", "threshold_cache", "random_order")
+ESTIMATORS = ("mean_field", "elbo", "exact")
+PADDING_MODES = ("fold", "drop")
+GENERATION_KEYS = ("sampler", "gen_length", "block_length", "steps", "temperature", "threshold", "top_p", "prefix_cache")
+DEFAULT_GENERATION = {
+    "sampler": "low_confidence",
+    "gen_length": 32,
+    "block_length": None,
+    "steps": None,
+    "temperature": 0.0,
+    "threshold": 0.9,
+    "top_p": None,
+    "prefix_cache": False,
+}
+ADAPTER_FILE = "mmrl_adapter.json"
+_ADAPTER_KEYS = ("mask_token_id", "eos_token_ids", "pad_token_id", "shift_logits", "negative_instruction")
+
+
+@dataclass
+class MaskedNoisedBatch(NoisedBatch):
+    """A `NoisedBatch` that also carries the clean response tokens its masked positions are scored against."""
+
+    targets: torch.Tensor = None  # type: ignore[assignment]
+    """[N, T] long: the clean response tokens."""
+
+
+@contextlib.contextmanager
+def _eval_mode(module: torch.nn.Module):
+    """Dropout off while sampling; every submodule's own mode is restored afterwards."""
+    modes = [(m, m.training) for m in module.modules()]
+    module.eval()
+    try:
+        yield
+    finally:
+        for m, mode in modes:
+            m.training = mode
+
+
+def _as_id_list(value) -> list[int]:
+    if value is None:
+        return []
+    if isinstance(value, (list, tuple)):
+        return [int(v) for v in value]
+    return [int(value)]
+
+
+class MaskedDiffusionAdapter(BaseAdapter):
+    """LLaDA / Dream / a bidirectional transformers decoder as an mmrl `Policy` (see the module docstring).
+
+    Args:
+        model: the backbone (`config.is_causal` is set to False for transformers-native classes).
+        tokenizer: its tokenizer (prompts are strings or chat messages).
+        ref_model: an optional frozen reference copy (else the adapter-disabled base of a peft model).
+        mask_token_id, eos_token_ids, pad_token_id: override the ids read from the config / tokenizer.
+        shift_logits: Dream-style right shift (default: `config.shift_logits`, else True for Dream).
+        negative_instruction: GCPO's negative condition, appended to the prompt.
+        **generation_defaults: sampling options (`GENERATION_KEYS`).
+    """
+
+    family = "masked_diffusion"
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        tokenizer,
+        *,
+        ref_model: torch.nn.Module | None = None,
+        mask_token_id: int | None = None,
+        eos_token_ids: Sequence[int] | int | None = None,
+        pad_token_id: int | None = None,
+        shift_logits: bool | None = None,
+        negative_instruction: str = DEFAULT_NEGATIVE_INSTRUCTION,
+        **generation_defaults: Any,
+    ):
+        super().__init__(model, ref_model=ref_model)
+        self.tokenizer = tokenizer
+        self.backbone = backbone_kind(model)
+        config = base_model(model).config
+        if self.backbone == "native":
+            for m in (model, ref_model):
+                if m is not None:
+                    base_model(m).config.is_causal = False  # masked diffusion needs bidirectional attention
+        self.vocab_size = int(getattr(config, "vocab_size", 0) or len(tokenizer))
+        self.mask_token_id = self._resolve_id("mask_token_id", mask_token_id, config, getattr(tokenizer, "mask_token_id", None))
+        self.pad_token_id = self._resolve_id("pad_token_id", pad_token_id, config, getattr(tokenizer, "pad_token_id", None))
+        eos = _as_id_list(eos_token_ids) if eos_token_ids is not None else sorted(
+            set(_as_id_list(getattr(config, "eos_token_id", None))) | set(_as_id_list(getattr(tokenizer, "eos_token_id", None)))
+        )
+        if not eos:
+            raise ValueError(
+                "no EOS token id: config.eos_token_id and the tokenizer's eos_token are both missing; pass eos_token_ids="
+            )
+        for i in eos:
+            self._check_in_vocab("eos_token_ids", i)
+        self.eos_token_ids = eos
+        if shift_logits is None:
+            shift_logits = getattr(config, "shift_logits", None)
+        if shift_logits is None:
+            shift_logits = self.backbone == "dream"
+        self.shift_logits = bool(shift_logits)
+        if not isinstance(negative_instruction, str) or not negative_instruction.strip():
+            raise ValueError(f"negative_instruction must be a non-empty string, got {negative_instruction!r}")
+        self.negative_instruction = negative_instruction
+        self.generation_defaults = self._resolve_generation({**DEFAULT_GENERATION, **generation_defaults})
+
+    # ------------------------------------------------------------------------------------------ ids and options
+    def _check_in_vocab(self, name: str, value: int) -> None:
+        if not 0 <= value < self.vocab_size:
+            raise ValueError(f"{name}={value} is outside the vocabulary [0, {self.vocab_size})")
+
+    def _resolve_id(self, name: str, explicit, config, from_tokenizer) -> int:
+        """`explicit`, else `config.<name>`, else the tokenizer's; missing everywhere raises naming the field."""
+        for value in (explicit, getattr(config, name, None), from_tokenizer):
+            if isinstance(value, (list, tuple)):
+                value = value[0] if value else None
+            if value is not None:
+                self._check_in_vocab(name, int(value))
+                return int(value)
+        token = name.replace("_token_id", "_token")
+        raise ValueError(
+            f"no {name}: neither config.{name} nor the tokenizer's {token} is set (a masked-diffusion model needs "
+            f"it); pass {name}= explicitly"
+        )
+
+    def _resolve_generation(self, options: dict) -> dict:
+        """Validated sampling options (unknown keys and bad values raise naming them)."""
+        unknown = sorted(set(options) - set(GENERATION_KEYS))
+        if unknown:
+            raise ValueError(f"unknown generation options {unknown}; valid: {list(GENERATION_KEYS)}")
+        opts = dict(options)
+        if opts["sampler"] not in SAMPLERS:
+            raise ValueError(f"unknown sampler {opts['sampler']!r}; valid: {list(SAMPLERS)}")
+        gl = opts["gen_length"]
+        if isinstance(gl, bool) or not isinstance(gl, int) or gl < 1:
+            raise ValueError(f"gen_length must be a positive int, got {gl!r}")
+        if not (isinstance(opts["temperature"], (int, float)) and opts["temperature"] >= 0):
+            raise ValueError(f"temperature must be a number >= 0, got {opts['temperature']!r}")
+        if not (isinstance(opts["threshold"], (int, float)) and 0 <= opts["threshold"] <= 1):
+            raise ValueError(f"threshold must be in [0, 1], got {opts['threshold']!r}")
+        bl = gl if opts["block_length"] is None else opts["block_length"]
+        steps = gl if opts["steps"] is None else opts["steps"]
+        block_schedule(gl, bl, None if opts["sampler"].startswith("threshold") else steps)
+        if opts["sampler"] == "random_order" and opts["prefix_cache"]:
+            raise ValueError("sampler='random_order' records exact log-probs and cannot use the approximate prefix cache")
+        return opts
+
+    # ------------------------------------------------------------------------------------------ prompts
+    def _prompt_text(self, prompt) -> str:
+        if isinstance(prompt, str):
+            return prompt
+        if isinstance(prompt, (list, tuple)) and prompt and all(isinstance(m, dict) for m in prompt):
+            return self.tokenizer.apply_chat_template(list(prompt), tokenize=False, add_generation_prompt=True)
+        raise TypeError(
+            f"a masked-diffusion prompt must be a string or a list of chat messages (dicts), got {type(prompt).__name__}"
+        )
+
+    def negative_prompt(self, prompt):
+        """GCPO's negative condition for text: the prompt with the wrong-answer instruction appended (after a
+        newline; inside the last user message for chat prompts)."""
+        if isinstance(prompt, str):
+            return f"{prompt}\n{self.negative_instruction}"
+        if isinstance(prompt, (list, tuple)) and prompt and all(isinstance(m, dict) for m in prompt):
+            msgs = [dict(m) for m in prompt]
+            users = [i for i, m in enumerate(msgs) if m.get("role") == "user"]
+            i = users[-1] if users else len(msgs) - 1
+            if not isinstance(msgs[i].get("content"), str):
+                raise TypeError("the negative condition needs a text message content")
+            msgs[i]["content"] = f"{msgs[i]['content']}\n{self.negative_instruction}"
+            return msgs
+        return self._prompt_text(prompt)  # raises the type error
+
+    def encode_prompts(self, prompts: Sequence) -> tuple[torch.Tensor, torch.Tensor]:
+        """Left-padded (ids [N, P], mask [N, P]) of prompts (strings tokenized without added special tokens; chat
+        messages through the tokenizer's chat template with the generation prompt)."""
+        ids = [self.tokenizer(self._prompt_text(p), add_special_tokens=False)["input_ids"] for p in prompts]
+        for p, row in zip(prompts, ids):
+            if self.mask_token_id in row:
+                raise ValueError(f"prompt {p!r} contains the mask token")
+        return left_pad(ids, self.pad_token_id, self.device)
+
+    def _condition_prompt(self, rollout: Rollout, condition: str) -> tuple[torch.Tensor, torch.Tensor]:
+        if condition == "positive":
+            return rollout.prompt_ids, rollout.prompt_mask.bool()
+        if condition == "negative":
+            if rollout.neg_prompt_ids is None:
+                return self.encode_prompts([self.negative_prompt(p) for p in rollout.prompts])
+            return rollout.neg_prompt_ids, rollout.neg_prompt_mask.bool()
+        raise ValueError(f"condition must be 'positive' or 'negative', got {condition!r}")
+
+    # ------------------------------------------------------------------------------------------ forwards
+    def _logits(self, model: torch.nn.Module, prompt_ids, prompt_mask, response_part) -> torch.Tensor:
+        """[B, T, V] aligned logits of the response positions of `prompt ⊕ response_part` (one forward)."""
+        ids = torch.cat([prompt_ids, response_part], dim=1)  # [B, P + T]
+        attn = torch.cat([prompt_mask.bool(), torch.ones_like(response_part, dtype=torch.bool)], dim=1)  # [B, P + T]
+        fn = BackboneLogits(model, attn, kind=self.backbone, shift=self.shift_logits, suppress_ids=(self.mask_token_id,))
+        return fn.window(ids, prompt_ids.shape[1])
+
+    def backbone_logits(self, prompt_mask: torch.Tensor, gen_length: int, model: torch.nn.Module | None = None) -> BackboneLogits:
+        """The sampler's `logits_fn` for prompts with padding mask `prompt_mask` [B, P] plus `gen_length` positions."""
+        attn = torch.cat(
+            [prompt_mask.bool(), torch.ones(prompt_mask.shape[0], gen_length, dtype=torch.bool, device=prompt_mask.device)],
+            dim=1,
+        )  # [B, P + T]
+        return BackboneLogits(
+            model or self.unwrapped, attn, kind=self.backbone, shift=self.shift_logits, suppress_ids=(self.mask_token_id,)
+        )
+
+    # ------------------------------------------------------------------------------------------ sampling
+    @torch.no_grad()
+    def generate(
+        self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, generator: torch.Generator | None = None, **generation
+    ) -> dict:
+        """Run the configured sampler on left-padded prompts -> {"ids" [B, P+T], "logp" [B, T] | None,
+        "order" [B, T] | None, "nfe": forward passes, "tokens_fed": positions fed through the backbone}."""
+        o = self._resolve_generation({**self.generation_defaults, **generation})
+        gl = o["gen_length"]
+        bl = gl if o["block_length"] is None else o["block_length"]
+        steps = gl if o["steps"] is None else o["steps"]
+        sampler, temp = o["sampler"], float(o["temperature"])
+        fn = self.backbone_logits(prompt_mask, gl)
+        logp = order = None
+        common = dict(gen_length=gl, mask_id=self.mask_token_id, temperature=temp, generator=generator)
+        with _eval_mode(self.unwrapped):
+            if sampler in ("low_confidence", "random"):
+                ids = generate_low_confidence(
+                    fn, prompt_ids, block_length=bl, steps=steps, remasking=sampler, prefix_cache=o["prefix_cache"], **common
+                )
+            elif sampler in DREAM_ORDERS:
+                ids = generate_dream(
+                    fn, prompt_ids, block_length=bl, steps=steps, alg=sampler, top_p=o["top_p"],
+                    prefix_cache=o["prefix_cache"], **common,
+                )
+            elif sampler in ("threshold", "threshold_cache"):
+                ids = generate_threshold(
+                    fn, prompt_ids, block_length=bl, threshold=float(o["threshold"]),
+                    prefix_cache=sampler == "threshold_cache" or o["prefix_cache"], **common,
+                )
+            else:
+                ids, logp, order = generate_random_order(fn, prompt_ids, block_length=bl, steps=steps, **common)
+        return {"ids": ids, "logp": logp, "order": order, "nfe": fn.nfe, "tokens_fed": fn.tokens_fed}
+
+    def sample(self, prompts: list, group_size: int, *, generator: torch.Generator | None = None, **generation) -> Rollout:
+        """G responses per prompt (rows g*G .. g*G+G-1); `old_logp` only for `sampler="random_order"`."""
+        if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1:
+            raise ValueError(f"group_size must be a positive int, got {group_size!r}")
+        rep = [p for p in prompts for _ in range(group_size)]
+        prompt_ids, prompt_mask = self.encode_prompts(rep)
+        out = self.generate(prompt_ids, prompt_mask, generator=generator, **generation)
+        p = prompt_ids.shape[1]
+        response_ids = out["ids"][:, p:]  # [N, T]
+        response_mask = mask_through_first_eos(response_ids, self.eos_token_ids)  # [N, T]
+        neg_ids, neg_mask = self.encode_prompts([self.negative_prompt(x) for x in rep])
+        opts = {**self.generation_defaults, **generation}
+        extras = {"sampler": opts["sampler"], "temperature": float(opts["temperature"]), "nfe": out["nfe"]}
+        old_logp = None
+        if out["order"] is not None:
+            extras["order"] = out["order"]
+            extras["span_logp"] = out["logp"]  # [N, T] every generated position, post-EOS included
+            old_logp = fold_padding(out["logp"], response_mask)
+        return Rollout(
+            prompt_ids=prompt_ids,
+            prompt_mask=prompt_mask,
+            response_ids=response_ids,
+            response_mask=response_mask,
+            group_size=group_size,
+            prompts=rep,
+            completions=self._decode(response_ids, response_mask),
+            old_logp=old_logp,
+            neg_prompt_ids=neg_ids,
+            neg_prompt_mask=neg_mask,
+            extras=extras,
+        )
+
+    def _decode(self, response_ids: torch.Tensor, response_mask: torch.Tensor) -> list[str]:
+        return [
+            self.tokenizer.decode(row[m].tolist(), skip_special_tokens=True)
+            for row, m in zip(response_ids.cpu(), response_mask.cpu())
+        ]
+
+    def token_strings(self, rollout: Rollout) -> list[list[str]]:
+        """The decoded string of every valid response token."""
+        return [
+            [self.tokenizer.decode([t]) for t in row[m].tolist()]
+            for row, m in zip(rollout.response_ids.cpu(), rollout.response_mask.cpu())
+        ]
+
+    # ------------------------------------------------------------------------------------------ log-probs
+    def logprob(
+        self,
+        rollout: Rollout,
+        *,
+        condition: str = "positive",
+        use_reference: bool = False,
+        stats: tuple[str, ...] = (),
+        stats_against: str = "reference",
+        estimator: str = "mean_field",
+        mask_seed: int = 0,
+        num_copies: int = 4,
+        p_mask_prompt: float = 0.15,
+        padding: str | None = None,
+        temperature: float | None = None,
+        rows_per_chunk: int = 256,
+    ) -> TokenScores:
+        """Per-token log-prob estimates [N, T] of `rollout.response_ids` (see the module docstring).
+
+        Args:
+            estimator: "mean_field" (d1), "elbo" (DMPO, `num_copies` antithetic copies) or "exact" (random-order
+                rollouts).
+            mask_seed: seeds the masks together with each row's tokens; the same seed gives the same masks.
+            p_mask_prompt: mean-field prompt masking probability (d1: 0.15).
+            padding: "fold" (post-EOS contributions added onto the EOS token; default for elbo / exact) or "drop"
+                (zeroed; default for mean_field).
+            temperature: the scored distribution is `softmax(logits / temperature)`; default 1 for mean_field /
+                elbo, the rollout's sampling temperature (1 if greedy) for exact.
+            stats, stats_against: per-token statistics (`mmrl.algorithms.STATS`) against the reference model under
+                the same condition, or against this model under the negative condition, from the same masked
+                inputs; `other_logp` then holds the other side's estimate.
+            rows_per_chunk: sequences per forward of the exact estimator.
+        """
+        if estimator not in ESTIMATORS:
+            raise ValueError(f"unknown estimator {estimator!r}; valid: {list(ESTIMATORS)}")
+        if stats_against not in ("reference", "negative"):
+            raise ValueError(f"stats_against must be 'reference' or 'negative', got {stats_against!r}")
+        bad = [s for s in stats if s not in STATS]
+        if bad:
+            raise ValueError(f"unknown statistics {bad}; valid: {list(STATS)}")
+        padding = padding or ("drop" if estimator == "mean_field" else "fold")
+        if padding not in PADDING_MODES:
+            raise ValueError(f"padding must be one of {list(PADDING_MODES)}, got {padding!r}")
+        if temperature is None:
+            temperature = 1.0
+            if estimator == "exact":
+                t = float(rollout.extras.get("temperature", self.generation_defaults["temperature"]))
+                temperature = t if t > 0 else 1.0
+        if not temperature > 0:
+            raise ValueError(f"temperature must be > 0, got {temperature}")
+
+        prompt_ids, prompt_mask = self._condition_prompt(rollout, condition)
+        other_cond = condition if stats_against == "reference" else "negative"
+        other_ref = True if stats_against == "reference" else use_reference
+        sides = [(condition, use_reference)] + ([(other_cond, other_ref)] if stats else [])
+        args = dict(rollout=rollout, mask_seed=mask_seed, temperature=temperature)
+        if estimator == "mean_field":
+            out = self._mean_field(sides, p_mask_prompt=p_mask_prompt, stats=stats, **args)
+        elif estimator == "elbo":
+            out = self._elbo(sides, num_copies=num_copies, stats=stats, **args)
+        else:
+            out = self._exact(sides, rows_per_chunk=rows_per_chunk, stats=stats, **args)
+        valid = rollout.response_mask.bool()
+        finish = (lambda v: fold_padding(v, valid)) if padding == "fold" else (lambda v: torch.where(valid, v, torch.zeros_like(v)))
+        logp = finish(out.logp)
+        other = finish(out.other_logp) if out.other_logp is not None else None
+        st = {k: torch.where(valid, v, torch.zeros_like(v)) for k, v in out.stats.items()}
+        return TokenScores(logp=logp, stats=st, other_logp=other)
+
+    def _sides_logits(self, sides, rollout, build) -> list[torch.Tensor]:
+        """Logits [B, T, V] for each side (condition, use_reference); `build(prompt_ids, prompt_mask)` returns
+        (prompt_ids, prompt_mask, response_part) of the noised input. Only the first side carries a gradient."""
+        out = []
+        for j, (condition, use_ref) in enumerate(sides):
+            pid, pmask, resp_part = build(*self._condition_prompt(rollout, condition))
+            with self.scoring_model(use_ref) as m, (torch.no_grad() if j else contextlib.nullcontext()):
+                out.append(self._logits(m, pid, pmask, resp_part))
+        return out
+
+    def _mean_field(self, sides, *, rollout, mask_seed, temperature, p_mask_prompt, stats) -> TokenScores:
+        seeds = row_seeds(mask_seed, rollout.prompt_ids, rollout.prompt_mask, rollout.response_ids, "prompt")
+        resp = rollout.response_ids
+
+        def build(pid, pmask):
+            ids = mean_field_input(pid, mean_field_prompt_mask(pmask, p_mask_prompt, seeds), resp, self.mask_token_id)
+            return ids[:, : pid.shape[1]], pmask, ids[:, pid.shape[1] :]
+
+        logits = self._sides_logits(sides, rollout, build)
+        other = logits[1] if len(logits) > 1 else None
+        return score_logits(logits[0], resp, torch.ones_like(resp, dtype=torch.bool), temperature=temperature,
+                            other_logits=other, stats=tuple(stats))
+
+    def _elbo(self, sides, *, rollout, mask_seed, temperature, num_copies, stats) -> TokenScores:
+        if isinstance(num_copies, bool) or not isinstance(num_copies, int) or num_copies < 1:
+            raise ValueError(f"num_copies must be a positive int, got {num_copies!r}")
+        seeds = row_seeds(mask_seed, rollout.prompt_ids, rollout.prompt_mask, rollout.response_ids, "response")
+        resp = rollout.response_ids
+        r = num_copies
+        masked, _ = elbo_masks(seeds, r, resp.shape[1], resp.device)  # [R, N, T]
+
+        def build(pid, pmask):
+            ids = masked_copies_input(pid, resp, masked, self.mask_token_id)  # [R*N, P+T]
+            return ids[:, : pid.shape[1]], pmask.repeat(r, 1), ids[:, pid.shape[1] :]
+
+        logits = self._sides_logits(sides, rollout, build)  # [R*N, T, V] each
+        other = logits[1] if len(logits) > 1 else None
+        flat_masked = rearrange(masked, "r n t -> (r n) t")  # [R*N, T]
+        sc = score_logits(logits[0], resp.repeat(r, 1), flat_masked, temperature=temperature, other_logits=other,
+                          stats=tuple(stats))
+        per_copy = lambda v: rearrange(v, "(r n) t -> r n t", r=r)  # noqa: E731  [R*N, T] -> [R, N, T]
+        contrib = elbo_token_contributions(per_copy(sc.logp), masked)  # [N, T]
+        other_contrib = None
+        if sc.other_logp is not None:
+            other_contrib = elbo_token_contributions(per_copy(sc.other_logp), masked)  # [N, T]
+        count = masked.sum(0).clamp(min=1).float()  # [N, T] copies in which each position was masked
+        st = {k: torch.where(masked, per_copy(v), torch.zeros_like(per_copy(v))).sum(0) / count for k, v in sc.stats.items()}
+        return TokenScores(logp=contrib, stats=st, other_logp=other_contrib)
+
+    def _exact(self, sides, *, rollout, mask_seed, temperature, rows_per_chunk, stats) -> TokenScores:
+        order = rollout.extras.get("order")
+        if order is None:
+            raise ValueError(
+                "estimator='exact' needs rollout.extras['order'], recorded by sampler='random_order'; this rollout was "
+                f"sampled with {rollout.extras.get('sampler', 'an unknown sampler')!r}"
+            )
+        resp = rollout.response_ids
+        n, t = resp.shape
+        order = order.to(resp.device)
+        prompts = [self._condition_prompt(rollout, cond) for cond, _ in sides]
+        per_side = [[] for _ in sides]
+        targets, flat_idx = [], []
+        for rows, steps in exact_step_batches(order, rows_per_chunk):
+            sel = order[rows] == steps[:, None]  # [c, T] positions revealed at that step
+            r_sel, c_sel = sel.nonzero(as_tuple=True)  # [m], [m]
+            targets.append(resp[rows][sel])  # [m]
+            flat_idx.append(rows[r_sel] * t + c_sel)  # [m]
+            empty = resp.new_zeros(rows.shape[0], 0)
+            resp_part = exact_step_input(empty, resp[rows], order[rows], steps, self.mask_token_id)  # [c, T]
+            for j, (_, use_ref) in enumerate(sides):
+                pid, pmask = prompts[j]
+                with self.scoring_model(use_ref) as m, (torch.no_grad() if j else contextlib.nullcontext()):
+                    per_side[j].append(self._logits(m, pid[rows], pmask[rows], resp_part)[sel])  # [m, V]
+        idx = torch.cat(flat_idx)  # [M]
+        tgt = torch.cat(targets)[None]  # [1, M]
+        main = torch.cat(per_side[0])[None]  # [1, M, V]
+        other = torch.cat(per_side[1])[None] if len(sides) > 1 else None
+        sc = score_logits(main, tgt, torch.ones_like(tgt, dtype=torch.bool), temperature=temperature,
+                          other_logits=other, stats=tuple(stats))
+
+        def scatter(v: torch.Tensor) -> torch.Tensor:
+            return torch.zeros(n * t, dtype=v.dtype, device=v.device).scatter(0, idx, v[0]).reshape(n, t)  # [N, T]
+
+        return TokenScores(
+            logp=scatter(sc.logp),
+            stats={k: scatter(v) for k, v in sc.stats.items()},
+            other_logp=scatter(sc.other_logp) if sc.other_logp is not None else None,
+        )
+
+    # ------------------------------------------------------------------------------------------ WDCE
+    def forward_noise(self, rollout: Rollout, num_copies: int, generator: torch.Generator | None = None) -> MaskedNoisedBatch:
+        """R masked copies of each response for WDCE (`mmrl.algorithms.antithetic_masks`, antithetic when R is even).
+
+        The whole generated span is maskable (DMPO masks post-EOS padding too, `loss_mask_non_eos=False`); the
+        prompt is never masked. Copy r of response i is row `r*N + i`.
+        """
+        from mmrl.algorithms.dmpo import antithetic_masks
+
+        if isinstance(num_copies, bool) or not isinstance(num_copies, int) or num_copies < 1:
+            raise ValueError(f"num_copies must be a positive int, got {num_copies!r}")
+        resp = rollout.response_ids
+        maskable = torch.ones_like(resp, dtype=torch.bool)  # [N, T]
+        if generator is not None and generator.device != resp.device:
+            masked, rates = antithetic_masks(maskable.to(generator.device), num_copies, generator, antithetic=num_copies % 2 == 0)
+            masked, rates = masked.to(resp.device), rates.to(resp.device)
+        else:
+            masked, rates = antithetic_masks(maskable, num_copies, generator, antithetic=num_copies % 2 == 0)
+        resp_copies = torch.where(masked, torch.full_like(masked, self.mask_token_id, dtype=resp.dtype), resp[None])  # [R, N, T]
+        prompt = rollout.prompt_ids[None].expand(num_copies, -1, -1)  # [R, N, P]
+        ids = rearrange(torch.cat([prompt, resp_copies], dim=-1), "r n l -> (r n) l")  # [R*N, P+T]
+        attn = torch.cat([rollout.prompt_mask.bool(), torch.ones_like(resp, dtype=torch.bool)], dim=1)  # [N, P+T]
+        return MaskedNoisedBatch(
+            input_ids=ids,
+            attention_mask=attn.repeat(num_copies, 1),
+            noise_mask=masked,
+            n_masked=masked.sum(-1).clamp(min=1).float(),
+            rates=rates.float(),
+            num_copies=num_copies,
+            prompt_len=rollout.prompt_ids.shape[1],
+            targets=resp,
+        )
+
+    def denoise_logprob(self, noised: NoisedBatch, *, use_reference: bool = False) -> torch.Tensor:
+        """[R, N, T] log p(clean token | masked copy) at the masked positions, 0 elsewhere (model distribution)."""
+        targets = getattr(noised, "targets", None)
+        if targets is None:
+            raise ValueError("denoise_logprob needs the clean tokens: pass the MaskedNoisedBatch from forward_noise")
+        r, p = noised.num_copies, noised.prompt_len
+        with self.scoring_model(use_reference) as m:
+            fn = BackboneLogits(
+                m, noised.attention_mask.bool(), kind=self.backbone, shift=self.shift_logits,
+                suppress_ids=(self.mask_token_id,),
+            )
+            logits = fn.window(noised.input_ids, p)  # [R*N, T, V]
+        logp = selective_log_softmax(logits, targets.repeat(r, 1))  # [R*N, T]
+        logp = rearrange(logp, "(r n) t -> r n t", r=r)  # [R, N, T]
+        return torch.where(noised.noise_mask, logp, torch.zeros_like(logp))
+
+    # ------------------------------------------------------------------------------------------ construction
+    def _adapter_config(self) -> dict:
+        return {
+            "family": self.family,
+            "generation_defaults": self.generation_defaults,
+            "mask_token_id": self.mask_token_id,
+            "eos_token_ids": self.eos_token_ids,
+            "pad_token_id": self.pad_token_id,
+            "shift_logits": self.shift_logits,
+            "negative_instruction": self.negative_instruction,
+            "backbone": self.backbone,
+        }
+
+    def save_pretrained(self, path) -> None:
+        """Weights (safetensors), tokenizer and `mmrl_adapter.json` (family, ids, shift, generation defaults)."""
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        self.unwrapped.save_pretrained(path, safe_serialization=True)
+        self.tokenizer.save_pretrained(path)
+        (path / ADAPTER_FILE).write_text(json.dumps(self._adapter_config(), indent=2))
+
+    @staticmethod
+    def _load_backbone(path: Path, *, trust_remote_code: bool, dtype, device):
+        """(model, tokenizer) from a local directory; remote-code families only with `trust_remote_code`."""
+        from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoTokenizer
+        from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+        if not path.is_dir():
+            raise FileNotFoundError(f"masked-diffusion checkpoint directory not found: {path}")
+        cfg_file = path / "config.json"
+        if not cfg_file.is_file():
+            raise FileNotFoundError(f"{cfg_file} not found: {path} is not a transformers checkpoint directory")
+        raw = json.loads(cfg_file.read_text())
+        model_type = str(raw.get("model_type", ""))
+        remote = model_type.lower().startswith("llada") or model_type.lower() == "dream"
+        if remote or (model_type not in CONFIG_MAPPING and "auto_map" in raw):
+            if not trust_remote_code:
+                raise ValueError(
+                    f"{path} is a {model_type!r} checkpoint that ships its own modelling code (auto_map "
+                    f"{raw.get('auto_map', {})}); loading it runs that code: pass trust_remote_code=True if you trust it"
+                )
+        elif model_type not in CONFIG_MAPPING:
+            raise ValueError(
+                f"unknown masked-diffusion family model_type={model_type!r} in {cfg_file}; supported: LLaDA ('llada'), "
+                "Dream ('Dream') with trust_remote_code=True, or a transformers-native decoder (e.g. 'llama', 'qwen2')"
+            )
+        kwargs = {} if dtype is None else {"dtype": dtype}
+        if remote or model_type not in CONFIG_MAPPING:
+            model = AutoModel.from_pretrained(path, trust_remote_code=True, **kwargs)
+        else:
+            config = AutoConfig.from_pretrained(path)
+            config.is_causal = False
+            model = AutoModelForCausalLM.from_pretrained(path, config=config, **kwargs)
+        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+        if device is not None:
+            model.to(device)
+        return model, tokenizer
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        path,
+        *,
+        trust_remote_code: bool = False,
+        dtype=None,
+        device=None,
+        ref_model: bool | str = False,
+        **generation_defaults,
+    ) -> "MaskedDiffusionAdapter":
+        """Load from a LOCAL directory (see `adapter_api.md`); `mmrl_adapter.json`, when present, restores the ids,
+        shift and generation defaults. Adapter keys (`mask_token_id`, `eos_token_ids`, `pad_token_id`,
+        `shift_logits`, `negative_instruction`) may also be passed here."""
+        path = Path(path)
+        if not path.exists():
+            raise FileNotFoundError(f"masked-diffusion checkpoint not found: {path}")
+        saved: dict = {}
+        if (path / ADAPTER_FILE).is_file():
+            saved = json.loads((path / ADAPTER_FILE).read_text())
+            if saved.get("family", cls.family) != cls.family:
+                raise ValueError(
+                    f"{path / ADAPTER_FILE} is for family {saved.get('family')!r}, not {cls.family!r}; load it with that "
+                    "family's adapter"
+                )
+        model, tokenizer = cls._load_backbone(path, trust_remote_code=trust_remote_code, dtype=dtype, device=device)
+        ref = None
+        if ref_model:
+            ref_path = path if ref_model is True else Path(ref_model)
+            ref, _ = cls._load_backbone(ref_path, trust_remote_code=trust_remote_code, dtype=dtype, device=device)
+        adapter_kw = {k: saved[k] for k in _ADAPTER_KEYS if saved.get(k) is not None}
+        gen = dict(saved.get("generation_defaults", {}))
+        for k in list(generation_defaults):
+            if k in _ADAPTER_KEYS:
+                adapter_kw[k] = generation_defaults.pop(k)
+        gen.update(generation_defaults)
+        return cls(model, tokenizer, ref_model=ref, **adapter_kw, **gen)
+
+    @classmethod
+    def tiny(cls, *, seed: int = 0, arch: str = "llama", ref_model: bool = False, **overrides) -> "MaskedDiffusionAdapter":
+        """A tiny random bidirectional Llama (or `arch="qwen2"`) with the offline char tokenizer (`<mask>` = 4).
+
+        `overrides`: sampling options (`GENERATION_KEYS`), adapter keys (`shift_logits`, `negative_instruction`,
+        ...) or config fields (`hidden_size`, `num_hidden_layers`, `initializer_range`, `attn_implementation`, ...).
+        Default size: hidden 32, 2 layers, 4 heads (2 KV heads), ~25k parameters.
+        """
+        from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+        from mmrl.models.tokenizers import char_tokenizer
+
+        archs = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM)}
+        if arch not in archs:
+            raise ValueError(f"unknown tiny arch {arch!r}; valid: {sorted(archs)}")
+        tok = char_tokenizer()
+        gen = {k: overrides.pop(k) for k in list(overrides) if k in GENERATION_KEYS}
+        adapter_kw = {k: overrides.pop(k) for k in list(overrides) if k in _ADAPTER_KEYS}
+        shift = adapter_kw.pop("shift_logits", False)
+        cfg = dict(
+            vocab_size=len(tok),
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=512,
+            pad_token_id=tok.pad_token_id,
+            bos_token_id=tok.bos_token_id,
+            eos_token_id=tok.eos_token_id,
+            tie_word_embeddings=False,
+            attn_implementation="sdpa",
+        )
+        cfg.update(overrides)
+        config_cls, model_cls = archs[arch]
+        config = config_cls(**cfg)
+        config.is_causal = False
+        config.mask_token_id = tok.mask_token_id
+        config.shift_logits = bool(shift)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            model = model_cls(config)
+        ref = copy.deepcopy(model) if ref_model else None
+        return cls(model, tok, ref_model=ref, **adapter_kw, **gen)
