@@ -50,7 +50,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     e.add_argument("--detections", default=None, help="precomputed: the detections JSONL file")
     e.add_argument("--model-path", default=None, help="hf: model directory; mmdet: folder of <model>.pth")
     e.add_argument("--model-config", default=None, help="mmdet: the detector config file")
-    e.add_argument("--clip-weights", default=None, help="local open_clip weights of the colour classifier (option clip_model)")
+    e.add_argument("--clip-weights", default=None,
+                   help="local open_clip weights of the colour classifier for option clip_model (an architecture name; "
+                        "clip_model=local-dir:DIR needs no weights file)")
+    e.add_argument("--vocabulary", default=None, help="hf/mmdet: class names ('coco' default, 'shapes' or a file)")
     e.add_argument("--grid", type=int, default=None, help="shapes: cells per side (default 12)")
     e.add_argument("--device", default=None)
     e.add_argument("--batch-size", type=int, default=8)
@@ -178,12 +181,17 @@ def _evaluate(args) -> int:
     options = Options.parse(args.options)
     if args.detector != "precomputed" and args.detections:
         raise ValueError("--detections is only used by --detector precomputed")
+    vocabulary = None
+    if args.vocabulary:
+        from mmrl.geneval.prompts import vocabulary as named_vocabulary
+
+        vocabulary = named_vocabulary(args.vocabulary)[0]
     detector = build_detector(
         args.detector, detections=args.detections, model_path=args.model_path, model_config=args.model_config,
-        model=options.model, device=args.device, grid=args.grid,
+        model=options.model, device=args.device, grid=args.grid, vocabulary=vocabulary,
     )
     classify = None
-    if args.clip_weights:
+    if args.clip_weights or options.clip_model.startswith("local-dir:"):
         from mmrl.geneval.colors import ClipColorClassifier
 
         classify = ClipColorClassifier(options.clip_model, args.clip_weights, bgcolor=options.bgcolor, crop=options.crop,

@@ -179,7 +179,7 @@ class HFDetector:
     FAMILIES = ("mask2former", "owlv2", "owlvit", "grounding-dino")
 
     def __init__(self, path: str | Path, *, vocabulary: Sequence[str] | None = None, device: str = "cpu",
-                 label_map: dict[str, str] | None = None, batch_size: int = 4):
+                 label_map: dict[str, str] | None = None, batch_size: int = 4, names_per_query: int = 20):
         from mmrl.geneval.prompts import coco_names
 
         path = Path(path)
@@ -189,7 +189,7 @@ class HFDetector:
         if self.model_type not in self.FAMILIES:
             raise ValueError(f"hf detector: model_type {self.model_type!r} is not supported; supported: {list(self.FAMILIES)}")
         self.vocabulary = list(vocabulary) if vocabulary is not None else coco_names()
-        self.device, self.batch_size = device, batch_size
+        self.device, self.batch_size, self.names_per_query = device, batch_size, int(names_per_query)
         import transformers
 
         if self.model_type == "mask2former":
@@ -224,20 +224,50 @@ class HFDetector:
                 )
                 return [self._instances(r) for r in results]
             if self.model_type == "grounding-dino":
-                # Grounding DINO reads one text of "name . name . ..." per image.
-                text = " . ".join(self.vocabulary) + " ."
-                inputs = self.processor(images=images, text=[text] * len(images), return_tensors="pt").to(self.device)
-                outputs = self.model(**inputs)
-                results = self.processor.post_process_grounded_object_detection(
-                    outputs, inputs["input_ids"], threshold=0.0, text_threshold=0.0, target_sizes=sizes
-                )
-                return [self._named(r, r.get("text_labels") or r.get("labels")) for r in results]
-            inputs = self.processor(text=[self.vocabulary] * len(images), images=images, return_tensors="pt").to(self.device)
+                return self._grounding_dino(images, sizes)
+            inputs = self.processor(text=[self.vocabulary] * len(images), images=images, return_tensors="pt",
+                                    padding=True, truncation=True).to(self.device)
             outputs = self.model(**inputs)
-            # OWLv2 pads images to a square before resizing, so boxes are relative to the padded side.
+            # OWLv2 pads images to a square before resizing, so boxes are relative to the padded side. Threshold -1
+            # keeps every box (scores are sigmoids), so that GenEval's own thresholds decide.
             padded = [(max(s), max(s)) for s in sizes] if self.model_type == "owlv2" else sizes
-            results = self.processor.post_process_grounded_object_detection(outputs, threshold=0.0, target_sizes=padded)
+            results = self.processor.post_process_grounded_object_detection(outputs, threshold=-1.0, target_sizes=padded)
             return [self._named(r, [self.vocabulary[int(i)] for i in r["labels"]]) for r in results]
+
+    def _grounding_dino(self, images: list[Image.Image], sizes: list[tuple[int, int]]) -> list[list[Detection]]:
+        """Grounding DINO reads "name . name . ... ." (in chunks of `names_per_query` names); a box's class is the
+        name whose tokens reach the highest sigmoid score, which is also its score."""
+        import torch
+
+        found: list[list[Detection]] = [[] for _ in images]
+        for start in range(0, len(self.vocabulary), self.names_per_query):
+            names = self.vocabulary[start : start + self.names_per_query]
+            text, spans = "", []
+            for name in names:
+                spans.append((len(text), len(text) + len(name)))
+                text += name + " . "
+            text = text.strip()
+            enc = self.processor.tokenizer([text], return_offsets_mapping=True)
+            token_phrase = torch.full((len(enc["input_ids"][0]),), -1, dtype=torch.long)  # [L]
+            for t, (a, b) in enumerate(enc["offset_mapping"][0]):
+                for k, (lo, hi) in enumerate(spans):
+                    if b > a and lo <= a and b <= hi:
+                        token_phrase[t] = k
+            inputs = self.processor(images=images, text=[text] * len(images), return_tensors="pt").to(self.device)
+            outputs = self.model(**inputs)
+            probs = outputs.logits.sigmoid().float().cpu()  # [B, Q, max_text_len]
+            length = min(probs.shape[-1], token_phrase.shape[0])
+            per_name = torch.stack(
+                [probs[..., :length][..., token_phrase[:length] == k].amax(-1) if (token_phrase[:length] == k).any()
+                 else torch.zeros(probs.shape[:2]) for k in range(len(names))], dim=-1)  # [B, Q, P]
+            scores, best = per_name.max(-1)  # [B, Q]
+            boxes = outputs.pred_boxes.float().cpu()  # [B, Q, 4] as (cx, cy, w, h) in [0, 1]
+            for i, (h, w) in enumerate(sizes):
+                cx, cy, bw, bh = boxes[i].unbind(-1)
+                corners = torch.stack([(cx - bw / 2) * w, (cy - bh / 2) * h, (cx + bw / 2) * w, (cy + bh / 2) * h], -1)
+                for q in range(corners.shape[0]):
+                    found[i].append(Detection(names[int(best[i, q])], tuple(corners[q].tolist()), float(scores[i, q])))
+        return found
 
     def _instances(self, result: dict) -> list[Detection]:
         dets = []

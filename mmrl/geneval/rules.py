@@ -161,7 +161,7 @@ def select_detections(detections: Iterable[Detection], tag: str, options: Option
 
 
 def _sign(v: float) -> float:
-    return (v > 0) - (v < 0)
+    return float(v > 0) - float(v < 0)
 
 
 def relative_position(box_a: Sequence[float], box_b: Sequence[float], position_threshold: float = 0.1) -> set[str]:
@@ -171,6 +171,7 @@ def relative_position(box_a: Sequence[float], box_b: Sequence[float], position_t
     relation when both revised components are < 1e-3; else (dx, dy) = revised / |offset| and each of dx < -0.5,
     dx > 0.5, dy < -0.5, dy > 0.5 adds its relation (GenEval `relative_position`).
     """
+    box_a, box_b = [float(v) for v in box_a[:4]], [float(v) for v in box_b[:4]]
     ca = ((box_a[0] + box_a[2]) / 2, (box_a[1] + box_a[3]) / 2)
     cb = ((box_b[0] + box_b[2]) / 2, (box_b[1] + box_b[3]) / 2)
     da = (abs(box_a[2] - box_a[0]), abs(box_a[3] - box_a[1]))

@@ -1,0 +1,274 @@
+"""Combining named rewards into the one scalar per response that the trainer's advantages use.
+
+A reward is TRL's reward function: `fn(prompts, completions, **kwargs) -> list[float | None]` (reference notes
+`ecosystem_style.md` A1): one value per completion, `None` meaning "does not apply to this sample"; completions are
+strings (or chat messages) for text models and PIL images for image models; the dataset's other columns arrive as
+keyword arguments. mmrl also accepts a dict per sample with a `"score"` key: the score is the reward, the other keys
+are logged. A plain TRL reward function works unchanged; functions without `**kwargs` receive only the arguments they
+name.
+
+`RewardSet` looks rewards up by name in `REWARDS` (or takes callables), builds configurable ones once (registered
+classes are instantiated with their config and load heavy models lazily, once), and returns the weighted sum
+`total_i = sum_k w_k r_k,i` over the rewards that apply to sample i, per-reward values, metrics
+`rewards/<name>/mean` and `rewards/<name>/std` (TRL's names) and per-sample logged extras.
+
+A reward that raises or returns NaN/inf, a wrong length or a wrong type is an error naming the reward and the sample
+index, never a silent 0: `on_error="raise"` raises `RewardError`; `on_error="drop"` marks the sample invalid in
+`RewardOutput.valid` (the trainer drops it or its group) and carries on.
+"""
+from __future__ import annotations
+
+import asyncio
+import inspect
+import math
+import numbers
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any, Callable, Mapping, NamedTuple, Sequence
+
+import torch
+
+from mmrl.algorithms.registry import REWARDS
+
+
+class RewardError(ValueError):
+    """A reward failed or returned something unusable; the message names the reward and the sample index."""
+
+
+class RewardOutput(NamedTuple):
+    total: torch.Tensor
+    """[N] float32: weighted sum of the applicable rewards; 0 where `valid` is False."""
+    per_reward: dict[str, torch.Tensor]
+    """name -> [N] float32 value of each reward, NaN where it does not apply (None) or the sample was dropped."""
+    metrics: dict[str, float]
+    """`rewards/<name>/mean`, `rewards/<name>/std` (over applicable valid samples), `rewards/<name>/<key>/mean` of
+    numeric logged extras, metrics sent through TRL's `log_metric`, and `rewards/dropped` under on_error="drop"."""
+    extras: dict[str, list]
+    """`<name>/<key>` -> per-sample values of the non-score keys of dict returns (None where absent), plus columns
+    sent through TRL's `log_extra`."""
+    valid: torch.Tensor
+    """[N] bool: False for samples dropped under on_error="drop" (always all True under "raise")."""
+
+
+@dataclass
+class _Reward:
+    name: str
+    fn: Callable
+    weight: float
+    params: set[str] | None = field(default=None)  # None: accepts **kwargs
+
+
+def _accepted_params(fn: Callable) -> set[str] | None:
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in sig.parameters.values()):
+        return None
+    return {n for n, p in sig.parameters.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+
+
+def _name_of(fn: Callable) -> str:
+    return getattr(fn, "__name__", None) or getattr(fn, "name", None) or type(fn).__name__
+
+
+def build_reward(name: str, **config: Any) -> Callable:
+    """The reward registered as `name`, configured: a registered class is instantiated with `config` (its heavy
+    models load lazily on first call); a registered function gets `config` bound as keyword arguments."""
+    entry = REWARDS[name]
+    if inspect.isclass(entry):
+        return entry(**config)
+    return partial(entry, **config) if config else entry
+
+
+class RewardSet:
+    """Named rewards with weights: `RewardSet(["gsm8k", "gsm8k_accuracy"], [1.0, 0.5])`, or callables, or both.
+
+    Args:
+        rewards: registry names (`mmrl.rewards.REWARDS`) or reward callables (a TRL reward function unchanged).
+        weights: one finite float per reward (default 1.0 each).
+        on_error: "raise" (default) or "drop" (see the module docstring).
+        reward_kwargs: per-reward configuration by name, e.g. `clip_score={"pretrained": "/path/to/weights"}`.
+    """
+
+    def __init__(self, rewards: Sequence[str | Callable], weights: Sequence[float] | None = None, *,
+                 on_error: str = "raise", **reward_kwargs: Mapping[str, Any]):
+        if isinstance(rewards, (str, bytes)) or callable(rewards):
+            rewards = [rewards]
+        if not rewards:
+            raise ValueError("a RewardSet needs at least one reward")
+        if on_error not in ("raise", "drop"):
+            raise ValueError(f"on_error must be 'raise' or 'drop', got {on_error!r}")
+        weights = [1.0] * len(rewards) if weights is None else list(weights)
+        if len(weights) != len(rewards):
+            raise ValueError(f"got {len(weights)} weights for {len(rewards)} rewards")
+        self.on_error = on_error
+        names = [r if isinstance(r, str) else _name_of(r) for r in rewards]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"reward name(s) {dupes} appear more than once; each reward must have its own name")
+        unknown_cfg = sorted(set(reward_kwargs) - set(names))
+        if unknown_cfg:
+            raise ValueError(f"configuration given for {unknown_cfg}, which are not among the rewards {names}")
+        self.rewards: list[_Reward] = []
+        for r, name, w in zip(rewards, names, weights):
+            if isinstance(w, bool) or not isinstance(w, numbers.Real) or not math.isfinite(w):
+                raise ValueError(f"the weight of reward {name!r} must be a finite number, got {w!r}")
+            cfg = dict(reward_kwargs.get(name, {}))
+            if isinstance(r, str):
+                fn = build_reward(r, **cfg)
+            elif callable(r):
+                fn = partial(r, **cfg) if cfg else r
+            else:
+                raise TypeError(f"a reward is a registered name or a callable, got {type(r).__name__}")
+            self.rewards.append(_Reward(name, fn, float(w), _accepted_params(fn)))
+
+    @property
+    def names(self) -> list[str]:
+        return [r.name for r in self.rewards]
+
+    @property
+    def weights(self) -> list[float]:
+        return [r.weight for r in self.rewards]
+
+    def __call__(self, prompts: Sequence, completions: Sequence, **columns: Any) -> RewardOutput:
+        n = len(completions)
+        if len(prompts) != n:
+            raise ValueError(f"got {len(prompts)} prompts for {n} completions (prompts are repeated per completion)")
+        metrics: dict[str, float] = {}
+        extras: dict[str, list] = {}
+        valid = [True] * n
+        values: dict[str, list[float | None]] = {}
+        for r in self.rewards:
+            scores, logged = self._run(r, prompts, completions, columns, metrics, extras, valid)
+            values[r.name] = scores
+            for key, col in logged.items():
+                extras[f"{r.name}/{key}"] = col
+        for i in range(n):
+            if valid[i] and all(values[r.name][i] is None for r in self.rewards):
+                self._fail(valid, i, f"no reward applies to sample {i} (every reward returned None)")
+        total = torch.zeros(n, dtype=torch.float32)
+        per_reward = {}
+        for r in self.rewards:
+            col = [v if (v is not None and valid[i]) else float("nan") for i, v in enumerate(values[r.name])]
+            per_reward[r.name] = torch.tensor(col, dtype=torch.float64).float()  # [N]
+            total += torch.nan_to_num(per_reward[r.name].double() * r.weight, nan=0.0).float()
+            kept = [v for v in col if not math.isnan(v)]
+            metrics[f"rewards/{r.name}/mean"] = sum(kept) / len(kept) if kept else float("nan")
+            metrics[f"rewards/{r.name}/std"] = _std(kept)
+        for key, col in list(extras.items()):
+            nums = [v for i, v in enumerate(col) if valid[i] and isinstance(v, numbers.Real) and not isinstance(v, bool)
+                    and math.isfinite(v)]
+            bools = [float(v) for i, v in enumerate(col) if valid[i] and isinstance(v, bool)]
+            if nums or bools:
+                metrics[f"rewards/{key}/mean"] = sum(nums + bools) / len(nums + bools)
+        valid_t = torch.tensor(valid, dtype=torch.bool)
+        total[~valid_t] = 0.0
+        if self.on_error == "drop":
+            metrics["rewards/dropped"] = float(n - sum(valid))
+        return RewardOutput(total, per_reward, metrics, extras, valid_t)
+
+    def _fail(self, valid: list[bool], i: int, message: str, cause: BaseException | None = None) -> None:
+        if self.on_error == "raise":
+            raise RewardError(message) from cause
+        valid[i] = False
+
+    def _call(self, r: _Reward, prompts, completions, columns, metrics, extras):
+        kwargs = dict(columns)
+        kwargs["log_metric"] = lambda name, value: metrics.__setitem__(name, float(value))
+        kwargs["log_extra"] = lambda column, vals: extras.__setitem__(column, list(vals))
+        kwargs["prompts"], kwargs["completions"] = prompts, completions
+        if r.params is not None:
+            kwargs = {k: v for k, v in kwargs.items() if k in r.params}
+        out = r.fn(**kwargs)
+        if inspect.isawaitable(out):
+            out = asyncio.run(_await(out))
+        return out
+
+    def _run(self, r, prompts, completions, columns, metrics, extras, valid):
+        n = len(completions)
+        try:
+            out = self._call(r, prompts, completions, columns, metrics, extras)
+        except Exception as e:  # locate the failing sample(s) by scoring one at a time
+            return self._run_one_by_one(r, prompts, completions, columns, metrics, extras, valid, e)
+        if isinstance(out, torch.Tensor):
+            out = out.detach().cpu().tolist()
+        elif hasattr(out, "tolist") and not isinstance(out, (list, tuple)):
+            out = out.tolist()
+        if not isinstance(out, (list, tuple)):
+            raise RewardError(f"reward {r.name!r} returned {type(out).__name__}; a reward returns a list with one value per completion")
+        if len(out) != n:
+            raise RewardError(f"reward {r.name!r} returned {len(out)} values for {n} completions")
+        scores: list[float | None] = [None] * n
+        logged: dict[str, list] = {}
+        for i, v in enumerate(out):
+            try:
+                scores[i], extra = _check_value(v)
+            except RewardError as e:
+                self._fail(valid, i, f"reward {r.name!r}, sample {i}: {e}")
+                continue
+            for key, val in extra.items():
+                logged.setdefault(key, [None] * n)[i] = val
+        return scores, logged
+
+    def _run_one_by_one(self, r, prompts, completions, columns, metrics, extras, valid, batch_error):
+        n = len(completions)
+        scores: list[float | None] = [None] * n
+        logged: dict[str, list] = {}
+        failed = False
+        for i in range(n):
+            cols = {k: (v[i : i + 1] if isinstance(v, (list, tuple)) and len(v) == n else v) for k, v in columns.items()}
+            try:
+                out = self._call(r, prompts[i : i + 1], completions[i : i + 1], cols, metrics, extras)
+                if isinstance(out, torch.Tensor) or (hasattr(out, "tolist") and not isinstance(out, (list, tuple))):
+                    out = out.tolist()
+                if not isinstance(out, (list, tuple)) or len(out) != 1:
+                    raise RewardError(f"returned {out!r} for one completion")
+                scores[i], extra = _check_value(out[0])
+                for key, val in extra.items():
+                    logged.setdefault(key, [None] * n)[i] = val
+            except Exception as e:
+                failed = True
+                detail = str(e) if isinstance(e, RewardError) else f"raised {type(e).__name__}: {e}"
+                self._fail(valid, i, f"reward {r.name!r}, sample {i}: {detail}", e)
+        if not failed:
+            raise RewardError(f"reward {r.name!r} raised {type(batch_error).__name__}: {batch_error} on the batch, "
+                              "but on no single sample") from batch_error
+        return scores, logged
+
+
+async def _await(x):
+    return await x
+
+
+def _check_value(v: Any) -> tuple[float | None, dict]:
+    """(score or None, logged extras) of one returned value; raises RewardError on anything else."""
+    extra: dict = {}
+    if isinstance(v, Mapping):
+        if "score" not in v:
+            raise RewardError(f"a dict reward needs a 'score' key, got keys {sorted(v)}")
+        extra = {k: x for k, x in v.items() if k != "score"}
+        v = v["score"]
+    if v is None:
+        return None, extra
+    if hasattr(v, "item") and not isinstance(v, (list, tuple, dict)):
+        try:
+            v = v.item()
+        except (ValueError, RuntimeError):
+            raise RewardError(f"returned an array of shape {getattr(v, 'shape', '?')} where one number was expected") from None
+    if isinstance(v, bool):
+        v = float(v)
+    if not isinstance(v, numbers.Real):
+        raise RewardError(f"returned {type(v).__name__} {v!r:.80}; a reward value is a number, None, or a dict with 'score'")
+    v = float(v)
+    if not math.isfinite(v):
+        raise RewardError(f"returned {v}, which is not finite")
+    return v, extra
+
+
+def _std(xs: list[float]) -> float:
+    """Sample standard deviation (n - 1), as TRL logs `rewards/<name>/std`; 0 for fewer than two values."""
+    if len(xs) < 2:
+        return 0.0
+    m = sum(xs) / len(xs)
+    return math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1))

@@ -1,0 +1,39 @@
+"""Reading the text out of TRL-style prompts and completions (plain strings or chat messages)."""
+from __future__ import annotations
+
+from typing import Any
+
+
+def _content_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # multimodal content parts: [{"type": "text", "text": ...}, {"type": "image"}]
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type", "text") == "text")
+    raise TypeError(f"message content must be a string or a list of parts, got {type(content).__name__}")
+
+
+def completion_text(completion: Any) -> str:
+    """A completion as text: a string as is; chat messages (TRL's conversational format, a list of
+    `{"role", "content"}` dicts) -> the content of the last one; a single message dict -> its content."""
+    if isinstance(completion, str):
+        return completion
+    if isinstance(completion, dict) and "content" in completion:
+        return _content_text(completion["content"])
+    if isinstance(completion, (list, tuple)) and completion and all(isinstance(m, dict) and "content" in m for m in completion):
+        return _content_text(completion[-1]["content"])
+    raise TypeError(f"a text reward needs a string or chat messages as completion, got {type(completion).__name__}")
+
+
+def prompt_text(prompt: Any) -> str:
+    """A prompt as text: a string as is; chat messages -> the last user message's text; a dict with "prompt"."""
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, dict):
+        if "prompt" in prompt:
+            return prompt_text(prompt["prompt"])
+        if "content" in prompt:
+            return _content_text(prompt["content"])
+    if isinstance(prompt, (list, tuple)) and prompt and all(isinstance(m, dict) for m in prompt):
+        users = [m for m in prompt if m.get("role") == "user"] or list(prompt)
+        return _content_text(users[-1].get("content", ""))
+    raise TypeError(f"cannot read a text prompt from {type(prompt).__name__}")

@@ -1,0 +1,43 @@
+"""Sudoku reward: d1's fraction of the puzzle's blank cells filled correctly.
+
+d1 (`diffu-grpo/reward_func.py`, `sudoku_reward_func`; reference notes `dmpo_dllm.md` 2.7): the digits (`str.isdigit`)
+of the last <answer>...</answer>, padded with "0" or truncated to the grid size (16 for 4x4), scored as the
+fraction of the puzzle's "0" cells whose digit matches the solution; no answer, no digits, or a puzzle without
+blanks score 0.
+"""
+from __future__ import annotations
+
+import re
+
+from mmrl.algorithms.registry import REWARDS
+from mmrl.rewards.completions import completion_text
+
+_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+
+
+def sudoku_digits(text: str) -> str | None:
+    """d1's `extract_answer_sudoku`: the digit characters of the last <answer> block, None without one."""
+    matches = _ANSWER.findall(text)
+    return "".join(ch for ch in matches[-1].strip() if ch.isdigit()) if matches else None
+
+
+def sudoku_score(text: str, puzzle: str, solution: str) -> float:
+    """Fraction of the blank ("0") cells of `puzzle` that the answer fills with the `solution` digit."""
+    puzzle, solution = str(puzzle), str(solution)
+    if len(puzzle) != len(solution):
+        raise ValueError(f"puzzle and solution differ in length ({len(puzzle)} vs {len(solution)})")
+    digits = sudoku_digits(text)
+    if not digits:
+        return 0.0
+    size = len(puzzle)
+    digits = (digits + "0" * size)[:size]
+    blanks = [i for i, ch in enumerate(puzzle) if ch == "0"]
+    if not blanks:
+        return 0.0
+    return sum(digits[i] == solution[i] for i in blanks) / len(blanks)
+
+
+@REWARDS.register("sudoku")
+def sudoku(prompts, completions, puzzle, solution, **kwargs) -> list[float]:
+    """d1's Sudoku reward (`sudoku_score`); columns `puzzle` and `solution` (strings, "0" = blank)."""
+    return [sudoku_score(completion_text(c), p, s) for c, p, s in zip(completions, puzzle, solution)]
