@@ -25,6 +25,7 @@ generation config), never from constants; a missing one is a clear error. Images
 """
 from __future__ import annotations
 
+import inspect
 import json
 import os
 from dataclasses import dataclass
@@ -159,6 +160,12 @@ def _stack_left_padded(a_ids, a_mask, b_ids, b_mask, pad: int) -> tuple[torch.Te
     return torch.cat([a_ids, b_ids]), torch.cat([a_mask, b_mask])
 
 
+def _cache_keyword(lm: torch.nn.Module) -> str:
+    """The language model's KV-cache argument: `cache` (transformers >= 5.2x) or `past_key_values` (earlier)."""
+    params = inspect.signature(lm.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
 def _janus_core(module: torch.nn.Module) -> torch.nn.Module:
     """The `JanusForConditionalGeneration` under DDP / accelerate / peft wrappers."""
     core = unwrap(module)
@@ -195,6 +202,9 @@ def cfg_sample(
         score: "cond" or "guided": the distribution whose log-probs are recorded (temperature-scaled).
         uniforms: [N, T] in [0, 1), one per drawn token (inverse-CDF sampling); None with `do_sample=False`.
         do_sample: False takes the argmax of the guided logits (greedy).
+
+    Memory: besides the KV cache (as in `generate`), the scored logits [N, T, V] are kept in the model dtype
+    (Janus-Pro, 16 images in bf16: 16 x 576 x 16384 x 2 B = 0.3 GB).
     """
     n = prompt_ids.shape[0]
     guided_branch = cfg_scale != 1.0
@@ -212,12 +222,13 @@ def cfg_sample(
     next_pos = mask2.long().sum(-1, keepdim=True)  # [B, 1] position of the first image token
     # a static cache (as transformers' image `generate` uses): written in place, no per-step concatenation
     cache = StaticCache(config=lm.config, max_cache_len=p + num_tokens)
+    cache_kw = _cache_keyword(lm)
     out = lm(
         inputs_embeds=model.get_input_embeddings()(ids2),
         attention_mask=full_mask[:, :p],
         position_ids=position_ids_from_mask(mask2),
-        cache=cache,
         use_cache=True,
+        **{cache_kw: cache},
     )
     hidden = out.last_hidden_state[:, -1]  # [B, D]
     # the scored logits are kept (model dtype) and turned into log-probs once at the end: a few large ops
@@ -247,8 +258,8 @@ def cfg_sample(
             inputs_embeds=model.prepare_embeddings_for_image_generation(step_ids[:, None]),  # [B, 1, D]
             attention_mask=full_mask[:, : p + t + 1],
             position_ids=next_pos + t,
-            cache=cache,
             use_cache=True,
+            **{cache_kw: cache},
         )
         hidden = out.last_hidden_state[:, -1]  # [B, D]
     return tokens, selective_log_softmax(scored, tokens, temperature=temperature)  # [N, T], [N, T]
