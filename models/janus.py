@@ -36,6 +36,7 @@ from transformers import StaticCache
 
 from mmrl.models.base import BaseAdapter, left_pad, score_logits, selective_log_softmax, unwrap
 from mmrl.models.image_codecs import ImageCodec, PaletteCodec, VQCodec, codec_from_config
+from mmrl.models.sampling import row_seeds, row_uniforms
 from mmrl.protocol import NoisedBatch, Rollout, TokenScores
 
 JANUS_T2I_TEMPLATE = "<|User|>: {prompt}\n\n<|Assistant|>:"
@@ -46,8 +47,16 @@ and `<begin_of_image>` is appended after it (as `JanusProcessor(generation_mode=
 JANUS_SPECIAL_TOKENS = ("<|User|>", "<|Assistant|>", "<image_placeholder>", "<begin_of_image>", "<end_of_image>")
 """Special tokens of the tiny offline tokenizer (names as in the converted Janus-Pro tokenizer)."""
 
-SCORES = ("cond", "guided")
-"""Which distribution `old_logp` / `logprob` score: the conditional logits (T2I-R1, GCPO) or the CFG-guided ones."""
+SCORES = ("conditional", "guided")
+"""Which distribution `old_logp` / `logprob` score: the conditional logits (T2I-R1, GCPO) or the CFG-guided ones
+("cond" is accepted for "conditional")."""
+
+
+def _score_name(score: str) -> str:
+    name = {"cond": "conditional"}.get(score, score)
+    if name not in SCORES:
+        raise ValueError(f"score must be one of {list(SCORES)}, got {score!r}")
+    return name
 
 MMRL_ADAPTER_FILE = "mmrl_adapter.json"
 
@@ -199,7 +208,7 @@ def cfg_sample(
         num_tokens: T.
         cfg_scale: s in `l_u + s (l_c - l_u)`.
         temperature: the sampling distribution is `softmax(guided / temperature)`.
-        score: "cond" or "guided": the distribution whose log-probs are recorded (temperature-scaled).
+        score: "conditional" or "guided": the distribution whose log-probs are recorded (temperature-scaled).
         uniforms: [N, T] in [0, 1), one per drawn token (inverse-CDF sampling); None with `do_sample=False`.
         do_sample: False takes the argmax of the guided logits (greedy).
 
@@ -271,7 +280,7 @@ class JanusAdapter(BaseAdapter):
     Generation options (constructor defaults, overridable per `sample` call):
         cfg_scale: CFG weight s (Janus-Pro default 5).
         temperature: sampling temperature (default 1).
-        score: "cond" (default; T2I-R1 / GCPO train the conditional logits) or "guided".
+        score: "conditional" (default; T2I-R1 / GCPO train the conditional logits) or "guided".
         prompt_template: how a prompt string becomes the conversation text (default `JANUS_T2I_TEMPLATE`).
         do_sample: False samples greedily (argmax of the guided logits).
     """
@@ -321,7 +330,7 @@ class JanusAdapter(BaseAdapter):
         self.generation_defaults = {
             "cfg_scale": float(getattr(gen_cfg, "guidance_scale", None) or 5.0),
             "temperature": float(getattr(gen_cfg, "temperature", None) or 1.0),
-            "score": "cond",
+            "score": "conditional",
             "prompt_template": JANUS_T2I_TEMPLATE,
             "do_sample": True,
         }
@@ -337,8 +346,7 @@ class JanusAdapter(BaseAdapter):
             raise ValueError(f"temperature must be > 0, got {opts['temperature']}")
         if not float(opts["cfg_scale"]) >= 0:
             raise ValueError(f"cfg_scale must be >= 0, got {opts['cfg_scale']}")
-        if opts["score"] not in SCORES:
-            raise ValueError(f"score must be one of {list(SCORES)}, got {opts['score']!r}")
+        opts["score"] = _score_name(opts["score"])
         if "{prompt}" not in opts["prompt_template"]:
             raise ValueError(f"prompt_template must contain '{{prompt}}', got {opts['prompt_template']!r}")
         opts["temperature"], opts["cfg_scale"] = float(opts["temperature"]), float(opts["cfg_scale"])
@@ -366,6 +374,7 @@ class JanusAdapter(BaseAdapter):
         group_size: int,
         *,
         generator: torch.Generator | None = None,
+        seeds: Sequence[int] | torch.Tensor | None = None,
         uniforms: torch.Tensor | None = None,
         **generation: Any,
     ) -> Rollout:
@@ -374,15 +383,17 @@ class JanusAdapter(BaseAdapter):
         Args:
             prompts: text prompts (str).
             group_size: G >= 1.
-            generator: source of the sampling noise (one uniform per image token, drawn as [N, T] on the
-                generator's device, so a seed reproduces the images).
-            uniforms: [N, T] uniforms in [0, 1) to use instead of drawing them (row i drives response i).
+            generator: draws one seed per response (torch's default generator if None); row i's uniforms (one
+                per image token) come from its own seed (`models/sampling.py`), so a response depends only on its
+                seed and prompt, never on the rest of the batch, and a seeded generator reproduces the rollout.
+            seeds: explicit per-response seeds ([N] ints) instead of drawing them.
+            uniforms: [N, T] uniforms in [0, 1) to use instead of seeds (row i drives response i).
             generation: overrides of `generation_defaults` (cfg_scale, temperature, score, prompt_template,
                 do_sample).
 
         Returns a Rollout with image ids [N, T] (all valid), `old_logp` of the scored distribution, PIL images
         decoded through the codec, the CFG null prompt as `neg_prompt_ids`, and extras `grid` (h, w),
-        `cfg_scale`, `temperature`, `score`.
+        `cfg_scale`, `temperature`, `score`, `seeds` ([N], when drawn from seeds).
         """
         if not isinstance(group_size, int) or group_size < 1:
             raise ValueError(f"group_size must be a positive int, got {group_size!r}")
@@ -397,10 +408,19 @@ class JanusAdapter(BaseAdapter):
         prompt_ids, prompt_mask = left_pad(rows, self.ids.pad, device)  # [N, P]
         null_ids = self.null_prompt(prompt_ids, prompt_mask)  # [N, P]
         n, t = prompt_ids.shape[0], self.ids.num_image_tokens
+        extras: dict[str, Any] = {"grid": tuple(self.codec.grid), "cfg_scale": opts["cfg_scale"],
+                                  "temperature": opts["temperature"], "score": opts["score"]}
         if opts["do_sample"]:
             if uniforms is None:
-                gen_device = generator.device if generator is not None else device
-                uniforms = torch.rand((n, t), generator=generator, device=gen_device)  # [N, T]
+                if seeds is None:
+                    seeds_t = row_seeds(n, generator)  # [N]
+                else:
+                    seeds_t = torch.as_tensor(seeds, dtype=torch.long).reshape(-1).cpu()  # [N]
+                    if seeds_t.numel() != n:
+                        raise ValueError(f"seeds must give one seed per response ({len(prompts)} prompts x group_size "
+                                         f"{group_size} = {n}), got {seeds_t.numel()}")
+                uniforms = row_uniforms(seeds_t, t)  # [N, T]
+                extras["seeds"] = seeds_t.to(device)
             if tuple(uniforms.shape) != (n, t):
                 raise ValueError(f"uniforms must have shape [N, T] = [{n}, {t}], got {tuple(uniforms.shape)}")
             uniforms = uniforms.to(device)
@@ -424,8 +444,7 @@ class JanusAdapter(BaseAdapter):
             old_logp=logp,
             neg_prompt_ids=null_ids,
             neg_prompt_mask=prompt_mask.clone(),
-            extras={"grid": tuple(self.codec.grid), "cfg_scale": opts["cfg_scale"],
-                    "temperature": opts["temperature"], "score": opts["score"]},
+            extras=extras,
         )
 
     # ------------------------------------------------------------------ scoring
@@ -497,7 +516,7 @@ class JanusAdapter(BaseAdapter):
             stats: per-token statistics (`mmrl.algorithms.STATS`) of the scored distribution against
                 `stats_against`: the reference model under the same condition, or (positive condition only) this
                 model under the negative condition (GCPO's full-vocabulary KL). Computed in chunks.
-            score: "cond" or "guided"; default: what the rollout was sampled with (`rollout.extras["score"]`).
+            score: "conditional" or "guided"; default: what the rollout was sampled with (`rollout.extras["score"]`).
             The temperature and CFG scale are the rollout's (`rollout.extras`), so the result matches `old_logp`.
         """
         if estimator:
@@ -508,9 +527,7 @@ class JanusAdapter(BaseAdapter):
             raise ValueError(f"stats_against must be 'reference' or 'negative', got {stats_against!r}")
         if stats and stats_against == "negative" and condition == "negative":
             raise ValueError("statistics against the negative condition need condition='positive'")
-        score = score or self._rollout_option(rollout, "score")
-        if score not in SCORES:
-            raise ValueError(f"score must be one of {list(SCORES)}, got {score!r}")
+        score = _score_name(score or self._rollout_option(rollout, "score"))
         cfg_scale = float(self._rollout_option(rollout, "cfg_scale"))
         temperature = float(self._rollout_option(rollout, "temperature"))
         prompt_ids, prompt_mask = rollout.prompt_ids, rollout.prompt_mask.bool()
@@ -562,6 +579,7 @@ class JanusAdapter(BaseAdapter):
         response_ids, response_mask = noised.input_ids[:, p:], noised.noise_mask[0]
         null_ids = self.null_prompt(prompt_ids, prompt_mask)
         d = {**self.generation_defaults, **getattr(noised, "extras", {})}
+        d["score"] = _score_name(d["score"])
         with self.scoring_model(use_reference) as module:
             logits, _ = self._scored_logits(
                 module, prompt_ids, prompt_mask, null_ids, prompt_mask, response_ids, condition="positive",

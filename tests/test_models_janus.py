@@ -153,19 +153,20 @@ def test_negative_condition_is_the_cfg_null_prompt(adapter, rollout):
 def test_sampler_equals_a_cache_free_reference(adapter):
     core = adapter.unwrapped_core
     u = torch.rand(4, 20, generator=torch.Generator().manual_seed(3))
-    for score in ("cond", "guided"):
+    for score in ("conditional", "guided"):
         r = adapter.sample(PROMPTS, 2, uniforms=u, score=score, cfg_scale=3.0, temperature=0.8)
         for i, row in enumerate(unpadded_rows(r.prompt_ids, r.prompt_mask)):
             image, cond, guided = ref_sample_row(core, row, janus_null(row, adapter.ids.pad), u[i], 20, 3.0, 0.8)
             assert r.response_ids[i].tolist() == image
-            expected = ref_logp(cond if score == "cond" else guided, image, temperature=0.8)
+            expected = ref_logp(cond if score == "conditional" else guided, image, temperature=0.8)
             # float32 rounding of the logits (~1e-6 here: cache vs full recompute, padded vs not) is amplified
             # by up to 2s - 1 in the guided logits
-            tol = 1e-5 if score == "cond" else 1e-5 * (2 * 3.0 - 1)
+            tol = 1e-5 if score == "conditional" else 1e-5 * (2 * 3.0 - 1)
             torch.testing.assert_close(r.old_logp[i].double(), expected, atol=tol, rtol=0)
 
 
 def test_logprob_equals_rollout_logp_ratio_one(adapter):
+    # "cond" is an alias of "conditional"
     for score in ("cond", "guided"):
         r = adapter.sample(PROMPTS, 2, generator=torch.Generator().manual_seed(1), score=score, temperature=0.7)
         s = adapter.logprob(r)
@@ -209,6 +210,25 @@ def test_batched_sampling_equals_unbatched(adapter):
         alone = adapter.sample([prompt], 2, uniforms=u[2 * g : 2 * g + 2])
         assert torch.equal(alone.response_ids, both.response_ids[2 * g : 2 * g + 2])
         torch.testing.assert_close(alone.old_logp, both.old_logp[2 * g : 2 * g + 2], atol=1e-5, rtol=0)
+
+
+def test_per_row_seeds_make_a_response_independent_of_its_batch(adapter):
+    seeds = [101, 202, 303, 404]
+    both = adapter.sample(PROMPTS, 2, seeds=seeds)
+    assert both.extras["seeds"].tolist() == seeds
+    for g, prompt in enumerate(PROMPTS):
+        alone = adapter.sample([prompt], 2, seeds=seeds[2 * g : 2 * g + 2])
+        assert torch.equal(alone.response_ids, both.response_ids[2 * g : 2 * g + 2])
+        torch.testing.assert_close(alone.old_logp, both.old_logp[2 * g : 2 * g + 2], atol=1e-5, rtol=0)
+    # one row on its own, with the same seed, gives the same image
+    single = adapter.sample([PROMPTS[1]], 1, seeds=[seeds[3]])
+    assert torch.equal(single.response_ids[0], both.response_ids[3])
+    # a seeded generator draws the row seeds: reproducible; and seeds in the rollout can be replayed
+    a = adapter.sample(PROMPTS, 2, generator=torch.Generator().manual_seed(9))
+    b = adapter.sample(PROMPTS, 2, seeds=a.extras["seeds"])
+    assert torch.equal(a.response_ids, b.response_ids)
+    with pytest.raises(ValueError, match="one seed per response"):
+        adapter.sample(PROMPTS, 2, seeds=[1, 2, 3])
 
 
 def test_sampling_is_reproducible_with_a_seed(adapter):
@@ -373,7 +393,7 @@ def test_bad_generation_options_are_named(adapter):
         adapter.sample(PROMPTS, 0)
     with pytest.raises(ValueError, match="top_k"):
         adapter.sample(PROMPTS, 1, top_k=3)
-    with pytest.raises(ValueError, match="score"):
+    with pytest.raises(ValueError, match="'conditional', 'guided'"):
         adapter.sample(PROMPTS, 1, score="both")
     with pytest.raises(ValueError, match="temperature"):
         adapter.sample(PROMPTS, 1, temperature=0)
