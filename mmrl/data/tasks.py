@@ -1,0 +1,270 @@
+"""Prompt sets ("tasks"): training and test rows, default rewards, and the evaluation metric.
+
+A row is `{"prompt": ..., <columns the rewards read>}`; the trainer repeats each row G times and passes the
+columns to the rewards as keyword arguments (TRL's convention). Tasks are chosen by name (`load_task`); each loader
+reads local files (`dataset_path`) or bundled data, and falls back to the Hugging Face Hub through `datasets` only
+for public prompt sets when no local path is given (never model weights).
+
+Prompt wording follows d1's format (a system instruction asking for `<reasoning>...</reasoning>` then
+`<answer>...</answer>`, dllm-reasoning/d1 `data_utils.py`; reference notes `dmpo_dllm.md` 2.7), written here in
+our own words; the rewards parse the same tags.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import random
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Callable
+
+from mmrl.algorithms.registry import Registry
+
+FORMAT_INSTRUCTION = "Respond in the following format:\n<reasoning>\n...\n</reasoning>\n<answer>\n...\n</answer>\n"
+"""d1's answer format (the GSM8K, MATH, Countdown and Sudoku rewards read the `<answer>` tag)."""
+
+
+@dataclass
+class Task:
+    """A prompt set with its rewards."""
+
+    name: str
+    """Registry name."""
+    train: list[dict]
+    """Training rows: `{"prompt": ..., **reward columns}`."""
+    test: list[dict]
+    """Held-out rows, same schema (never overlapping `train` by construction of each loader)."""
+    reward_funcs: list[str]
+    """Default training rewards (names in `mmrl.rewards.REWARDS`)."""
+    metric: str
+    """The reward whose mean over the test rows is the task's accuracy (`mmrl eval`)."""
+    family: str = "causal_lm"
+    """The family the prompts are written for (text tasks fit causal_lm, vlm and masked_diffusion)."""
+    info: dict = field(default_factory=dict)
+    """Free-form facts about the split (sizes, sources)."""
+
+
+TASKS = Registry("task")
+"""name -> loader(dataset_path: str | None, seed: int) -> Task."""
+
+
+def load_task(name: str, dataset_path: str | None = None, *, seed: int = 0) -> Task:
+    """The task `name` (unknown names raise and list the valid ones)."""
+    _register_tiny_world()
+    return TASKS[name](dataset_path, seed)
+
+
+def _register_tiny_world() -> None:
+    try:  # the tiny world registers sudoku4 / countdown3 / shapes when it is importable
+        import mmrl.tiny_world.tasks  # noqa: F401
+    except ImportError:
+        pass
+
+
+def bundled(relpath: str) -> Path:
+    """Path of a data file shipped inside `mmrl.data`."""
+    return Path(str(resources.files("mmrl.data").joinpath(relpath)))
+
+
+def read_rows(path: str | Path) -> list[dict]:
+    """Rows of a local JSONL, JSON (list), CSV or parquet file."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"dataset file not found: {path}")
+    if path.suffix == ".jsonl":
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    if path.suffix == ".json":
+        data = json.loads(path.read_text())
+        if not isinstance(data, list):
+            raise ValueError(f"{path}: expected a JSON list of rows")
+        return data
+    if path.suffix == ".csv":
+        with open(path, newline="") as f:
+            return list(csv.DictReader(f))
+    if path.suffix == ".parquet":
+        import datasets
+
+        return list(datasets.load_dataset("parquet", data_files=str(path), split="train"))
+    raise ValueError(f"{path}: unsupported dataset format {path.suffix!r}; use .jsonl, .json, .csv or .parquet")
+
+
+def _split_files(dataset_path: str | None, name: str) -> tuple[Path, Path] | None:
+    """`<dir>/train.<ext>` and `<dir>/test.<ext>` inside a local dataset directory, if present."""
+    if dataset_path is None:
+        return None
+    d = Path(dataset_path)
+    if not d.is_dir():
+        raise FileNotFoundError(f"{name}: dataset_path {d} is not a directory with train/test files")
+    for ext in (".jsonl", ".json", ".csv", ".parquet"):
+        if (d / f"train{ext}").is_file():
+            test = next((d / f"test{e}" for e in (".jsonl", ".json", ".csv", ".parquet") if (d / f"test{e}").is_file()), None)
+            if test is None:
+                raise FileNotFoundError(f"{name}: {d} has train{ext} but no test file")
+            return d / f"train{ext}", test
+    raise FileNotFoundError(f"{name}: no train.jsonl/.json/.csv/.parquet in {d}")
+
+
+def _hub_rows(repo: str, config: str | None, split: str) -> list[dict]:
+    import datasets
+
+    try:
+        return list(datasets.load_dataset(repo, config, split=split))
+    except Exception as e:  # offline, or the hub is unreachable
+        raise FileNotFoundError(
+            f"could not load {repo} ({split}) from the Hugging Face Hub ({type(e).__name__}); download it once and pass "
+            f"dataset_path=<directory with train/test files>"
+        ) from e
+
+
+# ------------------------------------------------------------------------------------------------- GSM8K, MATH
+
+
+def gsm8k_prompt(question: str) -> str:
+    return f"{FORMAT_INSTRUCTION}\n{question.strip()}"
+
+
+@TASKS.register("gsm8k")
+def _gsm8k(dataset_path: str | None, seed: int) -> Task:
+    files = _split_files(dataset_path, "gsm8k")
+    train, test = (read_rows(files[0]), read_rows(files[1])) if files else (_hub_rows("openai/gsm8k", "main", "train"), _hub_rows("openai/gsm8k", "main", "test"))
+    conv = lambda r: {"prompt": gsm8k_prompt(r["question"]), "answer": r["answer"]}  # noqa: E731
+    return Task("gsm8k", [conv(r) for r in train], [conv(r) for r in test], ["gsm8k"], "gsm8k_accuracy")
+
+
+def math_prompt(problem: str) -> str:
+    return f"{FORMAT_INSTRUCTION}\nPut the final answer inside \\boxed{{}} within the <answer> tag.\n\n{problem.strip()}"
+
+
+@TASKS.register("math500")
+def _math500(dataset_path: str | None, seed: int) -> Task:
+    files = _split_files(dataset_path, "math500")
+    if files:
+        train, test = read_rows(files[0]), read_rows(files[1])
+    else:
+        train, test = _hub_rows("ankner/math-500", None, "train"), _hub_rows("HuggingFaceH4/MATH-500", None, "test")
+
+    def conv(r):
+        return {"prompt": math_prompt(r["problem"]), "answer": r.get("solution") or r["answer"]}
+
+    return Task("math500", [conv(r) for r in train], [conv(r) for r in test], ["math500"], "math500_correctness")
+
+
+# --------------------------------------------------------------------------------------------- Countdown, Sudoku
+
+
+def countdown_prompt(numbers: list[int], target: int) -> str:
+    return (f"{FORMAT_INSTRUCTION}\nUsing only the numbers {numbers}, each exactly once, and the operations + - * /, "
+            f"write an expression that equals {target}. Put only the expression inside the <answer> tag.")
+
+
+def countdown_row(numbers: list[int], target: int) -> dict:
+    return {"prompt": countdown_prompt(numbers, target), "numbers": list(numbers), "target": int(target)}
+
+
+def d1_countdown_test() -> list[dict]:
+    """d1's 256 three-number Countdown test problems (bundled)."""
+    rows = read_rows(bundled("d1/countdown_cd3_test.jsonl"))
+    return [countdown_row([int(x) for x in r["input"].split(",")], int(r["output"])) for r in rows]
+
+
+@TASKS.register("countdown")
+def _countdown(dataset_path: str | None, seed: int) -> Task:
+    test = d1_countdown_test()
+    if dataset_path:
+        rows = read_rows(dataset_path)
+        train = [countdown_row(r["nums"] if "nums" in r else r["numbers"], r["target"]) for r in rows]
+    else:
+        rows = _hub_rows("Jiayi-Pan/Countdown-Tasks-3to4", None, "train")
+        rows = [r for r in rows if len(r["nums"]) == 3]
+        random.Random(seed).shuffle(rows)
+        train = [countdown_row(r["nums"], r["target"]) for r in rows[:-500]]  # d1 holds out the last 500
+    test_keys = {(tuple(sorted(r["numbers"])), r["target"]) for r in test}
+    train = [r for r in train if (tuple(sorted(r["numbers"])), r["target"]) not in test_keys]
+    return Task("countdown", train, test, ["countdown"], "countdown")
+
+
+SUDOKU_RULES = ("Solve this 4x4 Sudoku. The puzzle is given as 16 digits read row by row, 0 marks an empty cell. Fill the "
+                "empty cells with 1-4 so that every row, column and 2x2 box contains 1, 2, 3 and 4 once. Put the 16 digits "
+                "of the solved grid inside the <answer> tag.")
+
+
+def sudoku_row(puzzle: str, solution: str) -> dict:
+    return {"prompt": f"{FORMAT_INSTRUCTION}\n{SUDOKU_RULES}\n\nPuzzle: {puzzle}", "puzzle": puzzle, "solution": solution}
+
+
+def d1_sudoku_test(n: int | None = None, seed: int = 42) -> list[dict]:
+    """d1's 4x4 Sudoku test set (500 puzzles; DMPO evaluates 256 drawn with numpy seed 42 - `n=256`)."""
+    rows = [sudoku_row(r["Puzzle"], r["Solution"]) for r in read_rows(bundled("d1/4x4_test_sudoku.csv"))]
+    if n is not None:
+        rows = random.Random(seed).sample(rows, n)
+    return rows
+
+
+@TASKS.register("sudoku")
+def _sudoku(dataset_path: str | None, seed: int) -> Task:
+    test = d1_sudoku_test()
+    if dataset_path is None:
+        raise FileNotFoundError(
+            "sudoku: pass dataset_path=<CSV with Puzzle,Solution columns> for training (d1 uses "
+            "4x4_sudoku_unique_puzzles.csv), or use the tiny-world task sudoku4, which generates its own puzzles"
+        )
+    train = [sudoku_row(r["Puzzle"], r["Solution"]) for r in read_rows(dataset_path)]
+    test_puzzles = {r["puzzle"] for r in test}
+    train = [r for r in train if r["puzzle"] not in test_puzzles]
+    return Task("sudoku", train, test, ["sudoku"], "sudoku")
+
+
+# ------------------------------------------------------------------------------------------------------ GenEval
+
+
+@TASKS.register("geneval")
+def _geneval(dataset_path: str | None, seed: int) -> Task:
+    """GenEval's 553 official prompts (metadata as the reward's column). There is no official training split: the
+    same prompts serve for RL and evaluation, as in GCPO/Flow-GRPO's GenEval runs; pass a metadata JSONL of your own
+    training prompts (`mmrl geneval prompts`) as dataset_path to train on a disjoint suite."""
+    from mmrl.geneval.prompts import official_metadata, read_metadata
+
+    test = [{"prompt": m["prompt"], "metadata": m} for m in official_metadata()]
+    train = [{"prompt": m["prompt"], "metadata": m} for m in (read_metadata(dataset_path) if dataset_path else official_metadata())]
+    return Task("geneval", train, test, ["geneval"], "geneval_strict", family="janus")
+
+
+@TASKS.register("jsonl")
+def _jsonl(dataset_path: str | None, seed: int) -> Task:
+    """Your own rows: a file (or a directory with train/test files) of `{"prompt": ..., <reward columns>}`.
+
+    `images` (or `image`) columns holding file paths are opened as PIL images (VLM prompts then become
+    `{"prompt": ..., "images": [...]}`). With a single file, the last 5% (at least one row) is held out as the test split.
+    """
+    if dataset_path is None:
+        raise FileNotFoundError("task 'jsonl' needs dataset_path=<file or directory with train/test files>")
+    if Path(dataset_path).is_dir():
+        tr, te = _split_files(dataset_path, "jsonl")
+        train, test = read_rows(tr), read_rows(te)
+    else:
+        rows = read_rows(dataset_path)
+        cut = max(1, len(rows) // 20)
+        train, test = rows[:-cut], rows[-cut:]
+    base = Path(dataset_path) if Path(dataset_path).is_dir() else Path(dataset_path).parent
+
+    def conv(r: dict) -> dict:
+        if "prompt" not in r:
+            raise ValueError(f"task 'jsonl': every row needs a 'prompt' field; got keys {sorted(r)}")
+        r = dict(r)
+        imgs = r.pop("images", None) or ([r.pop("image")] if r.get("image") else None)
+        if imgs:
+            from PIL import Image
+
+            r["prompt"] = {"prompt": r["prompt"], "images": [Image.open(base / p).convert("RGB") if isinstance(p, str) else p for p in imgs]}
+        return r
+
+    return Task("jsonl", [conv(r) for r in train], [conv(r) for r in test], ["boxed_accuracy"], "boxed_accuracy")
+
+
+def task_names() -> list[str]:
+    _register_tiny_world()
+    return sorted(TASKS)
+
+
+Loader = Callable[[str | None, int], Task]
