@@ -515,7 +515,8 @@ class JanusAdapter(BaseAdapter):
             use_reference: score with the reference model.
             stats: per-token statistics (`mmrl.algorithms.STATS`) of the scored distribution against
                 `stats_against`: the reference model under the same condition, or (positive condition only) this
-                model under the negative condition (GCPO's full-vocabulary KL). Computed in chunks.
+                model under the negative condition (GCPO's full-vocabulary KL). Computed in chunks. "entropy"
+                alone needs no other side (no reference forward; `other_logp` stays None).
             score: "conditional" or "guided"; default: what the rollout was sampled with (`rollout.extras["score"]`).
             The temperature and CFG scale are the rollout's (`rollout.extras`), so the result matches `old_logp`.
         """
@@ -537,20 +538,22 @@ class JanusAdapter(BaseAdapter):
             null_ids, null_mask = self.null_prompt(prompt_ids, prompt_mask), prompt_mask
         response_ids = rollout.response_ids
         kwargs = dict(condition=condition, score=score, cfg_scale=cfg_scale)
+        # the entropy is of the scored distribution alone; every other statistic needs the other side
+        need_other = any(s != "entropy" for s in stats)
         with self.scoring_model(use_reference) as module:
-            want_negative = bool(stats) and stats_against == "negative"
+            want_negative = need_other and stats_against == "negative"
             logits, other = self._scored_logits(
                 module, prompt_ids, prompt_mask, null_ids, null_mask, response_ids, want_negative=want_negative,
                 **kwargs,
             )
-        if stats and stats_against == "reference":
+        if need_other and stats_against == "reference":
             with self.scoring_model(True) as ref, torch.no_grad():
                 other, _ = self._scored_logits(
                     ref, prompt_ids, prompt_mask, null_ids, null_mask, response_ids, want_negative=False, **kwargs
                 )
         return score_logits(
             logits, response_ids, rollout.response_mask, temperature=temperature,
-            other_logits=other if stats else None, stats=tuple(stats),
+            other_logits=other if need_other else None, stats=tuple(stats),
         )
 
     # ------------------------------------------------------------------ WDCE hooks (identity for AR models)

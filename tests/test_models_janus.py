@@ -297,6 +297,17 @@ def test_stats_against_negative_are_the_full_kl(adapter, rollout):
     assert float(s.stats["kl"].min()) >= 0 and float(s.stats["kl"].max()) > 1e-3
 
 
+def test_entropy_alone_needs_no_reference(adapter, rollout):
+    assert adapter.ref_model is None
+    s = adapter.logprob(rollout, stats=("entropy",))
+    assert s.other_logp is None
+    row = unpadded_rows(rollout.prompt_ids, rollout.prompt_mask)[1]
+    lp = torch.log_softmax(ref_logits(adapter.unwrapped_core, row, rollout.response_ids[1].tolist()).double(), -1)
+    torch.testing.assert_close(s.stats["entropy"][1].double(), -(lp.exp() * lp).sum(-1), atol=1e-5, rtol=1e-4)
+    with pytest.raises(ValueError, match="reference model is needed"):
+        adapter.logprob(rollout, stats=("h2",))
+
+
 def test_stats_against_reference_model():
     a = JanusAdapter.tiny(seed=4, grid=(2, 3), codebook_size=5, init_std=0.1, ref_model=True)
     r = a.sample(["ab", "c"], 2, generator=torch.Generator().manual_seed(0))
