@@ -12,8 +12,9 @@ function over the whole sequence:
   and attends to the keys/values of positions < start kept by the last `prefill`.
 
 Shapes: B rows, P prompt width (left padded), L = P + gen_length, V vocabulary, W block width. All samplers run
-row-independent arithmetic, so a row's result does not depend on the other rows of the batch (up to floating
-point) when temperature is 0; with temperature > 0 the noise is drawn for the whole batch from `generator`.
+row-independent arithmetic; randomness comes from `generator`: a `torch.Generator` (one draw for the whole batch)
+or `RowStreams` (one stream per row), with which a row's result depends only on its prompt and its seed, not on
+the other rows of the batch (up to floating point).
 
 Sources (facts and equations, not code): LLaDA `generate.py` (ML-GSAI/LLaDA, Nie et al. 2025); Dream
 `generation_utils.py` (HKUNLP/Dream, Ye et al. 2025); Fast-dLLM `generate.py` (NVlabs/Fast-dLLM, Wu et al.,
@@ -83,22 +84,61 @@ def num_transfer_tokens(mask_count: torch.Tensor, steps: int) -> torch.Tensor:
     return base[:, None] + extra.long()  # [B, S]
 
 
-def _uniform(shape, generator: torch.Generator | None, device, dtype=torch.float32) -> torch.Tensor:
-    """U(0, 1) drawn on the generator's device (so a CPU generator also serves a GPU model), then moved."""
+class RowStreams:
+    """Per-row random streams: row b draws from its own generator seeded with `seeds[b]`.
+
+    A row's random numbers then depend only on its seed and on how many draws it made, not on the other rows
+    of the batch (the convention of `models.sampling` for the autoregressive samplers). Generators live on
+    `device`, so draws are reproducible per device type.
+    """
+
+    def __init__(self, seeds, device: torch.device | str = "cpu"):
+        self.seeds = [int(s) for s in torch.as_tensor(seeds).reshape(-1).tolist()]
+        self.device = torch.device(device)
+        self.gens = [torch.Generator(device=self.device).manual_seed(s) for s in self.seeds]
+
+    @classmethod
+    def from_generator(cls, num_rows: int, generator: torch.Generator | None, device="cpu") -> "RowStreams":
+        """N row seeds drawn from `generator` (torch's default generator if None)."""
+        gen_device = generator.device if generator is not None else "cpu"
+        seeds = torch.randint(0, 2**62, (num_rows,), generator=generator, device=gen_device)
+        return cls(seeds.cpu(), device)
+
+    def __len__(self) -> int:
+        return len(self.seeds)
+
+    def rand(self, shape, dtype=torch.float32, rows: torch.Tensor | None = None) -> torch.Tensor:
+        """[B, ...] U(0, 1); only the rows in `rows` ([B] bool, default all) draw (others get 0.5)."""
+        if shape[0] != len(self.gens):
+            raise ValueError(f"{len(self.gens)} row streams for a batch of {shape[0]} rows")
+        take = [True] * shape[0] if rows is None else rows.tolist()
+        out = [
+            torch.rand(tuple(shape[1:]), generator=g, device=self.device, dtype=dtype)
+            if t else torch.full(tuple(shape[1:]), 0.5, device=self.device, dtype=dtype)
+            for g, t in zip(self.gens, take)
+        ]
+        return torch.stack(out)
+
+
+def _uniform(shape, generator, device, dtype=torch.float32, rows: torch.Tensor | None = None) -> torch.Tensor:
+    """U(0, 1) of `shape` ([B, ...]): per-row streams, or one batch draw from a generator on its own device."""
+    if isinstance(generator, RowStreams):
+        return generator.rand(shape, dtype, rows).to(device)
     gen_device = generator.device if generator is not None else device
     return torch.rand(shape, generator=generator, device=gen_device, dtype=dtype).to(device)
 
 
-def gumbel_argmax(logits: torch.Tensor, temperature: float, generator: torch.Generator | None = None) -> torch.Tensor:
+def gumbel_argmax(logits: torch.Tensor, temperature: float, generator=None, rows: torch.Tensor | None = None) -> torch.Tensor:
     """[..., V] -> [...] a sample of `softmax(logits / temperature)`; the argmax at temperature 0.
 
     LLaDA `add_gumbel_noise` draws in float64 and takes `argmax(exp(logits) / (-log U)^temperature)`; its log is
     `temperature * (logits / temperature - log(-log U))`, the Gumbel-max trick, computed here in log space
-    (same argmax, no overflow of `exp`).
+    (same argmax, no overflow of `exp`). `generator`: a `torch.Generator`, `RowStreams` or None; with row streams
+    only `rows` ([B] bool) draw.
     """
     if temperature == 0:
         return logits.argmax(-1)
-    u = _uniform(logits.shape, generator, logits.device, torch.float64).clamp_(min=1e-300)  # [..., V]
+    u = _uniform(logits.shape, generator, logits.device, torch.float64, rows).clamp_(min=1e-300)  # [..., V]
     scores = logits.double() / temperature - torch.log(-torch.log(u))  # [..., V]
     return scores.argmax(-1)
 
@@ -181,7 +221,7 @@ def generate_low_confidence(
     mask_id: int,
     temperature: float = 0.0,
     remasking: str = "low_confidence",
-    generator: torch.Generator | None = None,
+    generator=None,
     prefix_cache: bool = False,
 ) -> torch.Tensor:
     """LLaDA's semi-autoregressive sampler -> ids [B, P + gen_length].
@@ -240,7 +280,7 @@ def dream_confidence(
     *,
     temperature: float = 0.0,
     top_p: float | None = None,
-    generator: torch.Generator | None = None,
+    generator=None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(confidence [...], x0 [...]) of Dream's ordering rules on logits [..., V].
 
@@ -280,7 +320,7 @@ def generate_dream(
     temperature: float = 0.0,
     top_p: float | None = None,
     eps: float = 1e-3,
-    generator: torch.Generator | None = None,
+    generator=None,
     prefix_cache: bool = False,
 ) -> torch.Tensor:
     """Dream's confidence-ordered sampler (`alg` = entropy / maskgit_plus / topk_margin) -> ids [B, P + gen_length].
@@ -327,7 +367,7 @@ def generate_threshold(
     threshold: float = 0.9,
     temperature: float = 0.0,
     prefix_cache: bool = False,
-    generator: torch.Generator | None = None,
+    generator=None,
 ) -> torch.Tensor:
     """Fast-dLLM's confidence-aware parallel decoding -> ids [B, P + gen_length].
 
@@ -356,7 +396,7 @@ def generate_threshold(
             if it == block_length:  # every step reveals >= 1 token per unfinished row, so this cannot happen
                 raise RuntimeError("threshold decoding made no progress")
             logits = block_logits(x, s, e, first_step=it == 0)  # [B, W, V]
-            x0 = gumbel_argmax(logits, temperature, generator)  # [B, W]
+            x0 = gumbel_argmax(logits, temperature, generator, rows=active)  # [B, W] finished rows draw nothing
             conf = torch.softmax(logits.float(), dim=-1).gather(-1, x0[..., None]).squeeze(-1)  # [B, W]
             conf = torch.where(masked, conf, torch.full_like(conf, -torch.inf))  # [B, W]
             top1 = top_k_mask(conf, active.long())  # [B, W]
@@ -376,7 +416,7 @@ def generate_random_order(
     mask_id: int,
     steps: int | None = None,
     temperature: float = 0.0,
-    generator: torch.Generator | None = None,
+    generator=None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Random-order sampler with exact per-token log-probs -> (ids [B, P+T], logp [B, T], order [B, T]).
 

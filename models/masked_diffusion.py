@@ -14,7 +14,8 @@ Sampling (`sample`, option `sampler`):
 `prefix_cache=True` adds the prefix cache to the LLaDA and Dream samplers too (DMPO's default training sampler is
 low-confidence with two tokens per step over the prefix cache). Options: `gen_length`, `block_length` (None =
 one block over the whole span; LLaDA recipes use 32), `steps` (None = `gen_length`), `temperature` (0 = greedy),
-`threshold` (0.9), `top_p` (Dream orders only).
+`threshold` (0.9), `top_p` (Dream orders only). The default temperature is 1 (an RL policy samples; TRL's default, d1
+uses 0.9, DMPO 0.2); evaluation recipes use 0 (greedy).
 
 The rollout's `response_ids` [N, T] are the whole generated span (T = gen_length); `response_mask` runs up to and
 including the first EOS (TRL's completion mask).
@@ -43,7 +44,6 @@ import contextlib
 import copy
 import json
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -72,6 +72,7 @@ from mmrl.models.dllm_estimators import (
 )
 from mmrl.models.dllm_samplers import (
     DREAM_ORDERS,
+    RowStreams,
     block_schedule,
     generate_dream,
     generate_low_confidence,
@@ -89,21 +90,13 @@ DEFAULT_GENERATION = {
     "gen_length": 32,
     "block_length": None,
     "steps": None,
-    "temperature": 0.0,
+    "temperature": 1.0,
     "threshold": 0.9,
     "top_p": None,
     "prefix_cache": False,
 }
 ADAPTER_FILE = "mmrl_adapter.json"
 _ADAPTER_KEYS = ("mask_token_id", "eos_token_ids", "pad_token_id", "shift_logits", "negative_instruction")
-
-
-@dataclass
-class MaskedNoisedBatch(NoisedBatch):
-    """A `NoisedBatch` that also carries the clean response tokens its masked positions are scored against."""
-
-    targets: torch.Tensor = None  # type: ignore[assignment]
-    """[N, T] long: the clean response tokens."""
 
 
 @contextlib.contextmanager
@@ -290,10 +283,19 @@ class MaskedDiffusionAdapter(BaseAdapter):
     # ------------------------------------------------------------------------------------------ sampling
     @torch.no_grad()
     def generate(
-        self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, generator: torch.Generator | None = None, **generation
+        self,
+        prompt_ids: torch.Tensor,
+        prompt_mask: torch.Tensor,
+        *,
+        generator: torch.Generator | None = None,
+        seeds: Sequence[int] | torch.Tensor | None = None,
+        **generation,
     ) -> dict:
         """Run the configured sampler on left-padded prompts -> {"ids" [B, P+T], "logp" [B, T] | None,
-        "order" [B, T] | None, "nfe": forward passes, "tokens_fed": positions fed through the backbone}."""
+        "order" [B, T] | None, "nfe": forward passes, "tokens_fed": positions fed through the backbone}.
+
+        Randomness is per row (`RowStreams`): `seeds` [B], or B seeds drawn from `generator` (torch's default
+        generator if None)."""
         o = self._resolve_generation({**self.generation_defaults, **generation})
         gl = o["gen_length"]
         bl = gl if o["block_length"] is None else o["block_length"]
@@ -301,7 +303,14 @@ class MaskedDiffusionAdapter(BaseAdapter):
         sampler, temp = o["sampler"], float(o["temperature"])
         fn = self.backbone_logits(prompt_mask, gl)
         logp = order = None
-        common = dict(gen_length=gl, mask_id=self.mask_token_id, temperature=temp, generator=generator)
+        b = prompt_ids.shape[0]
+        if seeds is not None:
+            streams = RowStreams(seeds, self.device)
+            if len(streams) != b:
+                raise ValueError(f"seeds has {len(streams)} entries for {b} responses")
+        else:
+            streams = RowStreams.from_generator(b, generator, self.device)
+        common = dict(gen_length=gl, mask_id=self.mask_token_id, temperature=temp, generator=streams)
         with _eval_mode(self.unwrapped):
             if sampler in ("low_confidence", "random"):
                 ids = generate_low_confidence(
@@ -321,13 +330,24 @@ class MaskedDiffusionAdapter(BaseAdapter):
                 ids, logp, order = generate_random_order(fn, prompt_ids, block_length=bl, steps=steps, **common)
         return {"ids": ids, "logp": logp, "order": order, "nfe": fn.nfe, "tokens_fed": fn.tokens_fed}
 
-    def sample(self, prompts: list, group_size: int, *, generator: torch.Generator | None = None, **generation) -> Rollout:
-        """G responses per prompt (rows g*G .. g*G+G-1); `old_logp` only for `sampler="random_order"`."""
+    def sample(
+        self,
+        prompts: list,
+        group_size: int,
+        *,
+        generator: torch.Generator | None = None,
+        seeds: Sequence[int] | torch.Tensor | None = None,
+        **generation,
+    ) -> Rollout:
+        """G responses per prompt (rows g*G .. g*G+G-1); `old_logp` only for `sampler="random_order"`.
+
+        Randomness is per response row: `seeds` ([N] ints) or N seeds drawn from `generator`; a row's tokens then
+        depend only on its prompt and its seed, whatever else is in the batch."""
         if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1:
             raise ValueError(f"group_size must be a positive int, got {group_size!r}")
         rep = [p for p in prompts for _ in range(group_size)]
         prompt_ids, prompt_mask = self.encode_prompts(rep)
-        out = self.generate(prompt_ids, prompt_mask, generator=generator, **generation)
+        out = self.generate(prompt_ids, prompt_mask, generator=generator, seeds=seeds, **generation)
         p = prompt_ids.shape[1]
         response_ids = out["ids"][:, p:]  # [N, T]
         response_mask = mask_through_first_eos(response_ids, self.eos_token_ids)  # [N, T]
@@ -396,7 +416,8 @@ class MaskedDiffusionAdapter(BaseAdapter):
                 elbo, the rollout's sampling temperature (1 if greedy) for exact.
             stats, stats_against: per-token statistics (`mmrl.algorithms.STATS`) against the reference model under
                 the same condition, or against this model under the negative condition, from the same masked
-                inputs; `other_logp` then holds the other side's estimate.
+                inputs; `other_logp` then holds the other side's estimate (None when only "entropy" is asked,
+                which needs no other side).
             rows_per_chunk: sequences per forward of the exact estimator.
         """
         if estimator not in ESTIMATORS:
@@ -420,7 +441,8 @@ class MaskedDiffusionAdapter(BaseAdapter):
         prompt_ids, prompt_mask = self._condition_prompt(rollout, condition)
         other_cond = condition if stats_against == "reference" else "negative"
         other_ref = True if stats_against == "reference" else use_reference
-        sides = [(condition, use_reference)] + ([(other_cond, other_ref)] if stats else [])
+        need_other = any(s != "entropy" for s in stats)  # entropy alone needs only this side's distribution
+        sides = [(condition, use_reference)] + ([(other_cond, other_ref)] if need_other else [])
         args = dict(rollout=rollout, mask_seed=mask_seed, temperature=temperature)
         if estimator == "mean_field":
             out = self._mean_field(sides, p_mask_prompt=p_mask_prompt, stats=stats, **args)
@@ -525,11 +547,12 @@ class MaskedDiffusionAdapter(BaseAdapter):
         )
 
     # ------------------------------------------------------------------------------------------ WDCE
-    def forward_noise(self, rollout: Rollout, num_copies: int, generator: torch.Generator | None = None) -> MaskedNoisedBatch:
+    def forward_noise(self, rollout: Rollout, num_copies: int, generator: torch.Generator | None = None) -> NoisedBatch:
         """R masked copies of each response for WDCE (`mmrl.algorithms.antithetic_masks`, antithetic when R is even).
 
         The whole generated span is maskable (DMPO masks post-EOS padding too, `loss_mask_non_eos=False`); the
-        prompt is never masked. Copy r of response i is row `r*N + i`.
+        prompt is never masked. Copy r of response i is row `r*N + i`; `extras["targets"]` holds the clean
+        response tokens [N, T] that `denoise_logprob` scores.
         """
         from mmrl.algorithms.dmpo import antithetic_masks
 
@@ -546,7 +569,7 @@ class MaskedDiffusionAdapter(BaseAdapter):
         prompt = rollout.prompt_ids[None].expand(num_copies, -1, -1)  # [R, N, P]
         ids = rearrange(torch.cat([prompt, resp_copies], dim=-1), "r n l -> (r n) l")  # [R*N, P+T]
         attn = torch.cat([rollout.prompt_mask.bool(), torch.ones_like(resp, dtype=torch.bool)], dim=1)  # [N, P+T]
-        return MaskedNoisedBatch(
+        return NoisedBatch(
             input_ids=ids,
             attention_mask=attn.repeat(num_copies, 1),
             noise_mask=masked,
@@ -554,14 +577,14 @@ class MaskedDiffusionAdapter(BaseAdapter):
             rates=rates.float(),
             num_copies=num_copies,
             prompt_len=rollout.prompt_ids.shape[1],
-            targets=resp,
+            extras={"targets": resp},
         )
 
     def denoise_logprob(self, noised: NoisedBatch, *, use_reference: bool = False) -> torch.Tensor:
         """[R, N, T] log p(clean token | masked copy) at the masked positions, 0 elsewhere (model distribution)."""
-        targets = getattr(noised, "targets", None)
+        targets = noised.extras.get("targets")
         if targets is None:
-            raise ValueError("denoise_logprob needs the clean tokens: pass the MaskedNoisedBatch from forward_noise")
+            raise ValueError("denoise_logprob needs the clean tokens in noised.extras['targets'] (as forward_noise builds it)")
         r, p = noised.num_copies, noised.prompt_len
         with self.scoring_model(use_reference) as m:
             fn = BackboneLogits(

@@ -29,12 +29,12 @@ PROMPTS = ["ab", "hello world", "4x4 sudoku?"]
 @pytest.fixture(scope="module")
 def sharp():
     """A tiny model with a large init range: peaked, varied confidences (clear argmax margins)."""
-    return MDA.tiny(seed=3, initializer_range=0.5, gen_length=8)
+    return MDA.tiny(seed=3, initializer_range=0.5, gen_length=8, temperature=0.0)
 
 
 @pytest.fixture(scope="module")
 def sharp_dream():
-    return MDA.tiny(seed=4, initializer_range=0.5, gen_length=8, shift_logits=True)
+    return MDA.tiny(seed=4, initializer_range=0.5, gen_length=8, shift_logits=True, temperature=0.0)
 
 
 def plain_logits_fn(model, shift=False):
@@ -253,16 +253,21 @@ def test_threshold_one_equals_low_confidence_one_token_per_step(sharp):
 
 
 # ------------------------------------------------------------------------------------------ sampling properties
-@pytest.mark.parametrize("sampler", ["low_confidence", "entropy", "threshold", "threshold_cache", "random_order"])
-def test_batched_left_padding_equals_unbatched(sharp, sampler):
-    opts = dict(sampler=sampler, gen_length=8, block_length=4, threshold=0.3)
-    batched = sharp.sample(PROMPTS, 1, **opts)
+@pytest.mark.parametrize(
+    "sampler", ["low_confidence", "random", "entropy", "threshold", "threshold_cache", "random_order"]
+)
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_batched_left_padding_equals_unbatched(sharp, sampler, temperature):
+    opts = dict(sampler=sampler, gen_length=8, block_length=4, threshold=0.3, temperature=temperature)
+    seeds = [101, 202, 303]
+    batched = sharp.sample(PROMPTS, 1, seeds=seeds, **opts)
     assert batched.prompt_mask[0].sum() < batched.prompt_mask.shape[1]  # the first prompt is padded
     for i, p in enumerate(PROMPTS):
-        single = sharp.sample([p], 1, **opts)
-        if sampler == "random_order":  # the order is random; greedy tokens given the same order are compared below
-            continue
+        single = sharp.sample([p], 1, seeds=[seeds[i]], **opts)
         assert torch.equal(single.response_ids[0], batched.response_ids[i]), p
+        if sampler == "random_order":
+            assert torch.equal(single.extras["order"][0], batched.extras["order"][i])
+            torch.testing.assert_close(single.old_logp[0], batched.old_logp[i], rtol=0, atol=1e-5)
 
 
 def test_sampling_is_reproducible_with_a_seed(sharp):
@@ -425,12 +430,15 @@ def test_statistics_against_the_reference_model(sharp, rollout):
     lq[..., MASK] = -1e4
     p, q = torch.log_softmax(lp, -1), torch.log_softmax(lq, -1)
     kl = (p.exp() * (p - q)).sum(-1)
-    ent = -(p.exp() * p).sum(-1)
+    ent = ent_self = -(p.exp() * p).sum(-1)
     valid = rollout.response_mask
     torch.testing.assert_close(s.stats["kl"][valid], kl[valid], rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(s.stats["entropy"][valid], ent[valid], rtol=1e-4, atol=1e-5)
     with pytest.raises(ValueError, match="reference model is needed"):
         sharp.logprob(rollout, stats=("kl",))
+    ent = sharp.logprob(rollout, estimator="mean_field", p_mask_prompt=0.0, stats=("entropy",))  # no reference needed
+    assert ent.other_logp is None
+    torch.testing.assert_close(ent.stats["entropy"][valid], ent_self[valid], rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("estimator", ["mean_field", "elbo", "exact"])
@@ -451,6 +459,7 @@ def test_exact_needs_the_order(sharp):
 # ------------------------------------------------------------------------------------------ WDCE noise
 def test_forward_noise_and_denoise_logprob(sharp, rollout):
     nb = sharp.forward_noise(rollout, 4, torch.Generator().manual_seed(0))
+    assert torch.equal(nb.extras["targets"], rollout.response_ids)
     n, p, t = rollout.num_responses, rollout.prompt_ids.shape[1], 8
     assert nb.input_ids.shape == (4 * n, p + t) and nb.noise_mask.shape == (4, n, t)
     for r in range(4):
@@ -501,7 +510,7 @@ def test_save_and_load_round_trip(tmp_path):
     assert (b.mask_token_id, b.pad_token_id, b.eos_token_ids, b.shift_logits) == (MASK, 0, [2], True)
     assert b.ref_model is not None and b.unwrapped.config.is_causal is False
     pid, pm = a.encode_prompts(PROMPTS)
-    assert torch.equal(a.generate(pid, pm)["ids"], b.generate(pid, pm)["ids"])
+    assert torch.equal(a.generate(pid, pm, seeds=[1, 2, 3])["ids"], b.generate(pid, pm, seeds=[1, 2, 3])["ids"])
 
 
 def test_loading_errors(tmp_path):
