@@ -21,6 +21,7 @@ import math
 import os
 import signal
 import time
+import warnings
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -219,9 +220,10 @@ class Trainer:
             tries += 1
             if tries > cfg.dynamic_sampling_max_tries:
                 raise TrainingError(
-                    f"dynamic sampling could not fill a batch: after {tries - 1} rollout batches only "
-                    f"{sum(r.num_groups for r in kept)} of {need} groups had rewards that differ "
-                    f"({stats['zero_std_groups']} of {stats['groups_seen']} groups had equal rewards). Raise "
+                    f"{'dynamic sampling' if cfg.dynamic_sampling else 'refilling dropped groups'} could not fill a batch: after {tries - 1} rollout batches only "
+                    f"{sum(r.num_groups for r in kept)} of {need} groups were usable ({stats['zero_std_groups']} of "
+                    f"{stats['groups_seen']} groups had equal rewards, {stats['dropped_groups']} were dropped for failed "
+                    f"rewards). Raise "
                     f"dynamic_sampling_max_tries (now {cfg.dynamic_sampling_max_tries}), make the task easier or harder, "
                     f"or set dynamic_sampling=false. The last checkpoint is intact."
                 )
@@ -436,7 +438,9 @@ class Trainer:
                     f"checkpoint is intact."
                 )
         self.optimizer.zero_grad(set_to_none=True)
-        self.scheduler.step()
+        with warnings.catch_warnings():  # a skipped (non-finite) step still advances the schedule; torch warns about it
+            warnings.simplefilter("ignore", UserWarning)
+            self.scheduler.step()
         metrics["loss"] = loss_total
         metrics["grad_norm"] = grad_norm
         return metrics
