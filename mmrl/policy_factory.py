@@ -76,8 +76,6 @@ def build_policy(cfg: TrainConfig, device: torch.device | str | None = None):
         policy.model.to(dtype)
         if policy.ref_model is not None:
             policy.ref_model.to(dtype)
-    if cfg.use_peft:
-        policy.model = apply_lora(policy.model, cfg)
     if device is not None:
         policy.model.to(device)
         if policy.ref_model is not None:
@@ -93,7 +91,10 @@ def _set_generation_defaults(policy, gen: dict[str, Any]) -> None:
 
 
 def apply_lora(model: torch.nn.Module, cfg: TrainConfig) -> torch.nn.Module:
-    """Wrap `model` with LoRA adapters (peft); the reference is then the adapter-disabled base."""
+    """Wrap `model` with LoRA adapters (peft); the reference is then the adapter-disabled base (what d1 and DMPO do).
+
+    Only the adapters train; with `lora_dropout = 0` (the default) the importance ratio stays exactly 1 at the first
+    inner step."""
     try:
         from peft import LoraConfig, get_peft_model
     except ImportError as e:  # pragma: no cover - peft is in the lora / test extras

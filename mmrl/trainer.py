@@ -17,6 +17,7 @@ resumed run continues exactly like an uninterrupted one. accelerate owns devices
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import os
 import signal
@@ -46,7 +47,8 @@ from mmrl.buffer import Buffer, concat_rollouts
 from mmrl.checkpoint import latest_checkpoint, load_checkpoint, load_model_weights, save_checkpoint
 from mmrl.config import TrainConfig
 from mmrl.metrics_log import MetricLogger
-from mmrl.policy_factory import build_policy, estimator_options, needs_reference
+from mmrl.models.base import is_peft_model
+from mmrl.policy_factory import apply_lora, build_policy, estimator_options, needs_reference
 from mmrl.protocol import NoisedBatch, Rollout
 
 
@@ -130,6 +132,8 @@ class Trainer:
                                  on_error=cfg.on_reward_error, **cfg.reward_kwargs)
         self.dataset = list(dataset)
         self.policy = policy if policy is not None else build_policy(cfg, device=self.accelerator.device)
+        if cfg.use_peft and not is_peft_model(self.policy.model):
+            self.policy.model = apply_lora(self.policy.model, cfg)
         self.policy.model.eval()  # dropout off (ratio exactly 1 at the first inner step)
         if policy is not None and needs_reference(cfg) and not self.policy.has_reference:
             import copy
@@ -559,7 +563,15 @@ class Trainer:
         return path
 
     def _save_model(self, path: Path) -> None:
-        self.policy.save_pretrained(path)
+        """The full model through the adapter's `save_pretrained`; with LoRA only the adapter weights (peft format,
+        load with `peft.PeftModel.from_pretrained(base, path)`) plus `mmrl_adapter.json` naming the base model."""
+        if is_peft_model(self.policy.model):
+            self.policy.unwrapped.save_pretrained(path)
+            meta = {"family": self.policy.family, "peft_adapter": True, "base_model": self.cfg.model_name_or_path,
+                    "generation_defaults": getattr(self.policy, "generation_defaults", {})}
+            (path / "mmrl_adapter.json").write_text(json.dumps(meta, indent=2, default=str))
+        else:
+            self.policy.save_pretrained(path)
 
     def _maybe_resume(self) -> bool:
         cfg = self.cfg
