@@ -408,10 +408,9 @@ class CausalLMAdapter(BaseAdapter):
             steps = 0
             for t in range(t_max):
                 scaled = logits / temperature if temperature != 1.0 else logits  # [N, V]
-                tok = sample_next_tokens(scaled, u[:, t], top_k=top_k, top_p=top_p, suppress_ids=suppress)  # [N]
+                # lp: log-prob of the unfiltered temperature-scaled distribution (TRL's convention)
+                tok, lp = sample_next_tokens(scaled, u[:, t], top_k=top_k, top_p=top_p, suppress_ids=suppress)  # [N], [N]
                 tok = tok.masked_fill_(done, pad)
-                # log-prob of the unfiltered temperature-scaled distribution (TRL's convention)
-                lp = scaled.gather(-1, tok[:, None]).squeeze(-1) - torch.logsumexp(scaled, dim=-1)  # [N]
                 tokens[:, t] = tok
                 logps[:, t] = lp.masked_fill_(done, 0.0)
                 done |= torch.isin(tok, eos)

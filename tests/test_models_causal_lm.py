@@ -320,20 +320,36 @@ def test_sampling_restores_training_mode(adapter):
         adapter.model.eval()
 
 
-def test_filters_against_brute_force():
+def brute_force_nucleus(row, top_p):
+    """Token ids kept by nucleus filtering: most probable first until the mass reaches top_p, plus exact ties of
+    the last one kept."""
+    probs = torch.softmax(row.float(), -1).tolist()
+    keep, mass = [], 0.0
+    for v in sorted(range(len(probs)), key=lambda v: -probs[v]):
+        if mass >= top_p:
+            break
+        keep.append(v)
+        mass += probs[v]
+    return set(keep) | {v for v in range(len(probs)) if probs[v] == probs[keep[-1]]}
+
+
+@pytest.mark.parametrize("candidates", [1024, 4])  # 4: the top-k fast path spills into the full sort
+def test_filters_against_brute_force(candidates):
     gen = torch.Generator().manual_seed(0)
-    logits = torch.randn(50, 30, generator=gen)
+    logits = torch.randn(60, 30, generator=gen) * torch.linspace(0.2, 6, 60)[:, None]  # flat to peaked rows
     logits[0, :5] = 2.0  # ties at the top
-    for top_p in (0.05, 0.3, 0.7, 0.95):
-        got = filter_top_p(logits, top_p)
+    logits[1] = -10.0  # top two hold 75% of the mass, then three exact ties: at top_p 0.8 all three are kept
+    logits[1, [0, 1]] = 3.0
+    logits[1, [3, 7, 9]] = 1.5
+    saw_ties_kept = False
+    for top_p in (0.05, 0.3, 0.7, 0.8, 0.95):
+        got = filter_top_p(logits, top_p, candidates=candidates)
         for row, out in zip(logits, got):
-            probs = torch.softmax(row.double(), -1)
-            keep = set()
-            for v in sorted(range(30), key=lambda v: (-float(row[v]), v)):
-                if sum(probs[list(keep)].tolist()) >= top_p:
-                    break
-                keep.add(v)
+            keep = brute_force_nucleus(row, top_p)
             assert set(torch.nonzero(torch.isfinite(out)).flatten().tolist()) == keep
+            assert torch.equal(out[torch.isfinite(out)], row[torch.isfinite(out)])
+        saw_ties_kept |= {3, 7, 9} <= brute_force_nucleus(logits[1], top_p) and len(brute_force_nucleus(logits[1], top_p)) == 5
+    assert saw_ties_kept
     for k in (1, 3, 29):
         got = filter_top_k(logits, k)
         for row, out in zip(logits, got):
