@@ -14,11 +14,9 @@ def vowel_reward(prompts, completions, **kwargs):
 
 def brightness_reward(prompts, completions, **kwargs):
     """Mean brightness of a PIL image in [0, 1]."""
-    out = []
-    for img in completions:
-        g = img.convert("L")
-        out.append(sum(g.getdata()) / (255.0 * g.width * g.height))
-    return out
+    import numpy as np
+
+    return [float(np.asarray(img.convert("L"), dtype=np.float64).mean() / 255.0) for img in completions]
 
 
 def dataset_for(family: str, n: int = 16) -> list[dict]:
