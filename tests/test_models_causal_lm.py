@@ -499,3 +499,14 @@ def test_bad_sample_and_logprob_arguments(adapter, rollout):
         adapter.sample([[{"role": "system", "content": "s"}]], 1)
     # masked-diffusion estimator options are accepted and change nothing for an exact AR log-prob
     assert torch.equal(adapter.logprob(rollout, estimator="elbo", num_copies=4).logp, adapter.logprob(rollout).logp)
+
+
+def test_bfloat16_model_samples_and_scores_deterministically():
+    a = CausalLMAdapter.tiny(seed=0, max_new_tokens=8)
+    a.model.to(torch.bfloat16)
+    r = a.sample(PROMPTS, 2, generator=torch.Generator().manual_seed(0), top_p=0.9)
+    first, second = a.logprob(r, stats=("entropy",)), a.logprob(r)
+    assert first.logp.dtype == torch.float32 and torch.equal(first.logp, second.logp)
+    assert torch.isfinite(first.stats["entropy"]).all()
+    # bf16 KV-cache decoding and a full bf16 forward agree to bf16 precision
+    assert (first.logp - r.old_logp).abs().max() < 0.05

@@ -343,3 +343,12 @@ def test_bad_prompts(adapter):
         adapter.sample([{"prompt": [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "x"}]}], "images": [IMG_A, IMG_B]}], 1)
     with pytest.raises(TypeError, match="a vlm prompt must be"):
         adapter.sample([{"prompt": 3, "images": []}], 1)
+
+
+def test_bfloat16_model_samples_and_scores_deterministically():
+    a = VLMAdapter.tiny(seed=0, max_new_tokens=8)
+    a.model.to(torch.bfloat16)
+    r = a.sample(PROMPTS, 2, generator=torch.Generator().manual_seed(0), top_p=0.9)
+    first, second = a.logprob(r), a.logprob(r)
+    assert torch.equal(first.logp, second.logp)
+    assert (first.logp - r.old_logp).abs().max() < 0.05
