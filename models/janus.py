@@ -401,7 +401,7 @@ class JanusAdapter(BaseAdapter):
         if not prompts:
             raise ValueError("sample needs at least one prompt")
         opts = self._generation_options(generation)
-        model = self.unwrapped
+        model = self.unwrapped_core  # the bare Janus model (peft's LoRA layers live inside it)
         device = self.device
         per_prompt = [self.prompt_token_ids(p, opts["prompt_template"]) for p in prompts]
         rows = [ids for ids in per_prompt for _ in range(group_size)]

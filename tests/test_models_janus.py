@@ -349,6 +349,12 @@ def test_lora_model_scores_and_reference_is_the_base():
     moved = a.logprob(r).logp.detach()
     assert float((moved - r.old_logp).abs().max()) > 1e-4
     torch.testing.assert_close(a.logprob(r, use_reference=True).logp, r.old_logp, atol=1e-5, rtol=0)
+    # sampling runs the LoRA-adapted model, and its log-probs are the ones logprob recomputes
+    r2 = a.sample(["ab"], 2, seeds=[5, 6])
+    torch.testing.assert_close(a.logprob(r2).logp.detach(), r2.old_logp, atol=1e-5, rtol=0)
+    with a.unwrapped.disable_adapter():
+        base = a.sample(["ab"], 2, seeds=[5, 6])
+    assert float((base.old_logp - r2.old_logp).abs().max()) > 1e-4
 
 
 def test_forward_noise_is_identity_and_denoise_is_teacher_forced(adapter, rollout):
