@@ -169,9 +169,10 @@ class HFDetector:
     """A transformers detector from a local directory (model + processor saved with `save_pretrained`).
 
     `model_type` in its config.json selects the family: "mask2former" (instance masks; scores = class probability x
-    mean mask probability, boxes from the masks as mmdet computes them), "owlv2" / "owlvit" or "grounding-dino"
-    (queried with every name of `vocabulary`). Raw scores are kept (post-processing threshold 0) so the GenEval
-    thresholds apply as for any backend.
+    mean mask probability, boxes from the masks as mmdet computes them; needs scipy), "owlv2" / "owlvit" (queried with
+    every name of `vocabulary`; a box's class is its best query) or "grounding-dino" (queried with "name . name ."
+    texts of `names_per_query` names; a box's class is the name whose tokens score highest). Raw scores are kept so
+    the GenEval thresholds apply as for any backend.
     """
 
     name = "hf"
@@ -193,6 +194,10 @@ class HFDetector:
         import transformers
 
         if self.model_type == "mask2former":
+            try:
+                import scipy  # noqa: F401  (transformers' Mask2Former builds its matcher with scipy)
+            except ImportError:
+                raise ImportError("the hf Mask2Former backend needs scipy: pip install 'mmrl[geneval]'") from None
             self.model = transformers.Mask2FormerForUniversalSegmentation.from_pretrained(path, local_files_only=True)
             self.processor = transformers.AutoImageProcessor.from_pretrained(path, local_files_only=True)
             labels = {int(k): v for k, v in self.model.config.id2label.items()}

@@ -16,7 +16,7 @@ Flow-GRPO's reward server `yifan123/reward-server/reward_server/gen_eval.py` (1.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Iterable, Mapping, Sequence
 
 from PIL import ImageColor
@@ -39,7 +39,7 @@ class Detection:
     box: Box
     score: float = 1.0
     color: str | None = None
-    mask: Any = None
+    mask: Any = field(default=None, repr=False)
 
     def as_detail(self) -> list[float]:
         """The official `details` entry: [x1, y1, x2, y2, score]."""

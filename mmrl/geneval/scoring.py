@@ -118,7 +118,9 @@ def evaluate_folder(
             folder = key.split("/", 1)[0]
             if folder in records:
                 jobs.append((os.path.join(str(images_dir), key), key, records[folder]))
-                getattr(detector, "used", set()).add(key)
+        used = getattr(detector, "used", None)
+        if used is not None:
+            used.update(key for _, key, _ in jobs)
     if any("color" in c for _, _, r in jobs for c in r["include"]) and not detector.provides_colors and classify is None \
             and table is None:
         raise ValueError(f"the {detector.name} detector gives no colours and the metadata has colour clauses: "
