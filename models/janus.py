@@ -25,6 +25,7 @@ generation config), never from constants; a missing one is a clear error. Images
 """
 from __future__ import annotations
 
+import copy
 import inspect
 import json
 import os
@@ -34,7 +35,7 @@ from typing import Any, Sequence
 import torch
 from transformers import StaticCache
 
-from mmrl.models.base import BaseAdapter, left_pad, score_logits, selective_log_softmax, unwrap
+from mmrl.models.base import BaseAdapter, is_peft_model, left_pad, score_logits, selective_log_softmax, unwrap
 from mmrl.models.image_codecs import ImageCodec, PaletteCodec, VQCodec, codec_from_config
 from mmrl.models.sampling import row_seeds, row_uniforms
 from mmrl.protocol import NoisedBatch, Rollout, TokenScores
@@ -679,9 +680,13 @@ class JanusAdapter(BaseAdapter):
 
     def save_pretrained(self, path: str | os.PathLike) -> None:
         """Weights (safetensors), config and generation config, tokenizer, and `mmrl_adapter.json` (family,
-        generation defaults, codec config)."""
+        generation defaults, codec config). A peft (LoRA) model is saved merged into its base weights (a plain
+        checkpoint), as the other adapters do."""
         os.makedirs(path, exist_ok=True)
-        self.unwrapped_core.save_pretrained(path)
+        model = self.unwrapped
+        if is_peft_model(model):
+            model = copy.deepcopy(model).merge_and_unload()
+        _janus_core(model).save_pretrained(path)
         self.tokenizer.save_pretrained(path)
         with open(os.path.join(path, MMRL_ADAPTER_FILE), "w") as f:
             json.dump({"family": self.family, "generation_defaults": self.generation_defaults,

@@ -335,7 +335,7 @@ def test_gradients_reach_the_generation_path_only(adapter, rollout):
     core.zero_grad()
 
 
-def test_lora_model_scores_and_reference_is_the_base():
+def test_lora_model_scores_and_reference_is_the_base(tmp_path):
     import peft
     a = JanusAdapter.tiny(seed=2, grid=(2, 2), codebook_size=4, init_std=0.1)
     r = a.sample(["ab"], 2, generator=torch.Generator().manual_seed(0))
@@ -355,6 +355,11 @@ def test_lora_model_scores_and_reference_is_the_base():
     with a.unwrapped.disable_adapter():
         base = a.sample(["ab"], 2, seeds=[5, 6])
     assert float((base.old_logp - r2.old_logp).abs().max()) > 1e-4
+    # saved merged: a plain Janus checkpoint that scores like the LoRA model
+    a.save_pretrained(tmp_path / "merged")
+    b = JanusAdapter.from_pretrained(tmp_path / "merged")
+    assert not any("lora" in n for n, _ in b.model.named_parameters())
+    torch.testing.assert_close(b.logprob(r2).logp.detach(), r2.old_logp, atol=1e-5, rtol=0)
 
 
 def test_forward_noise_is_identity_and_denoise_is_teacher_forced(adapter, rollout):
