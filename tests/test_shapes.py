@@ -172,3 +172,22 @@ def test_oracle_policy_draws_what_the_prompt_says():
     assert [len(detect(im)) for im in out.completions] == [3, 3, 1, 1]
     assert {(d.shape, d.color) for d in detect(out.completions[2])} == {("square", "blue")}
     json.dumps(out.prompts)
+
+
+def test_palette_is_the_tiny_janus_palette_codec():
+    """The tiny Janus model's image tokens are these cells: its default palette codec draws exactly this world."""
+    from mmrl.models.image_codecs import PaletteCodec
+
+    codec = PaletteCodec.default(len(PALETTE), grid=(GRID, GRID), cell_px=CELL_PX)
+    assert codec.palette == [rgb for _, rgb in PALETTE]
+    scene = scene_for_metadata({"tag": "counting", "prompt": "", "include": [{"class": "circle", "count": 3}]}, 0)
+    ids = torch_tensor(scene.cells().reshape(1, -1))
+    img = codec.decode(ids)[0]
+    assert img.tobytes() == scene.render(CELL_PX).tobytes()
+    assert codec.encode([img]).tolist() == ids.tolist()
+
+
+def torch_tensor(a):
+    import torch
+
+    return torch.as_tensor(a, dtype=torch.long)
