@@ -14,7 +14,10 @@ classes are instantiated with their config and load heavy models lazily, once), 
 
 A reward that raises or returns NaN/inf, a wrong length or a wrong type is an error naming the reward and the sample
 index, never a silent 0: `on_error="raise"` raises `RewardError`; `on_error="drop"` marks the sample invalid in
-`RewardOutput.valid` (the trainer drops it or its group) and carries on.
+`RewardOutput.valid` (the trainer drops it or its group) and carries on. When a reward raises on the batch it is
+re-run one sample at a time to find the failing samples. A wrong-length or non-list return cannot be pinned on a
+sample and raises under either setting. A sample to which no reward applies (all None) is an error too (TRL would
+score it 0 with a warning).
 """
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
 """The shapes world: rendering, the exact detector, scenes built from GenEval records."""
-import json
-
 import numpy as np
 import pytest
 from PIL import Image
@@ -171,7 +169,6 @@ def test_oracle_policy_draws_what_the_prompt_says():
     assert len(out.completions) == 4 and out.prompts[1] == "a photo of three circles"
     assert [len(detect(im)) for im in out.completions] == [3, 3, 1, 1]
     assert {(d.shape, d.color) for d in detect(out.completions[2])} == {("square", "blue")}
-    json.dumps(out.prompts)
 
 
 def test_palette_is_the_tiny_janus_palette_codec():

@@ -307,7 +307,7 @@ class MMDetDetector:
     name = "mmdet"
     provides_colors = False
 
-    def __init__(self, model_config: str | None, model_path: str, model: str, *, device: str = "cuda",
+    def __init__(self, model_config: str | None, model_path: str, model: str, *, device: str = "cpu",
                  vocabulary: Sequence[str] | None = None):
         try:
             import mmdet
@@ -345,6 +345,12 @@ class MMDetDetector:
         return out
 
 
+def _default_device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
 def build_detector(name: str, **config: Any) -> Detector:
     """A detector backend by name (`DETECTORS`); config keys per backend:
     shapes: grid; precomputed: detections (path); hf: model_path, vocabulary, device, label_map, batch_size;
@@ -363,5 +369,5 @@ def build_detector(name: str, **config: Any) -> Detector:
     if name == "mmdet":
         return MMDetDetector(config.get("model_config"), config.get("model_path") or "./",
                              config.get("model") or "mask2former_swin-s-p4-w7-224_lsj_8x2_50e_coco",
-                             device=config.get("device") or "cuda", vocabulary=config.get("vocabulary"))
+                             device=config.get("device") or _default_device(), vocabulary=config.get("vocabulary"))
     raise ValueError(f"unknown detector {name!r}; valid detectors: {list(DETECTORS)}")
