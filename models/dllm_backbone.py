@@ -111,20 +111,21 @@ class BackboneLogits:
         self.cache_arg = _cache_argument(model) if kind == "native" else None
         self.supports_cache = self.cache_arg is not None
         self.cache = None
+        self._cache_len = 0
         self.nfe = 0
         self.tokens_fed = 0
 
     # ----------------------------------------------------------------------------------------- forward
-    def _kwargs(self, start: int, keep: int | None) -> dict:
-        """Forward keyword arguments for inputs x[:, start:] (start > 0 only with a cache)."""
+    def _kwargs(self, start: int, end: int, keep: int | None, device) -> dict:
+        """Forward keyword arguments for the inputs x[:, start:end] (start > 0 only with a cache)."""
         am, pos = self.attention_mask, self.position_ids
         if self.kind == "native":
             kw = {}
             if am is not None:
-                kw["attention_mask"] = am.long()
-                kw["position_ids"] = pos[:, start:]
+                kw["attention_mask"] = am.long()  # [B, L]: the cache spans the whole sequence
+                kw["position_ids"] = pos[:, start:end]
             elif start > 0:
-                kw["position_ids"] = torch.arange(start, self._length, device=self._device)[None]
+                kw["position_ids"] = torch.arange(start, end, device=device)[None]
             if keep is not None:
                 kw["logits_to_keep"] = keep
             return kw
@@ -137,15 +138,18 @@ class BackboneLogits:
         tok_idx = pos.masked_fill(~am, 1)  # [B, L]
         return {"attention_mask": full, "position_ids": tok_idx}
 
-    def _forward(self, x: torch.Tensor, start: int, keep: int | None, use_cache: bool = False) -> torch.Tensor:
-        self._length, self._device = x.shape[1], x.device
-        kw = self._kwargs(start, keep)
+    def _forward(
+        self, x: torch.Tensor, start: int, keep: int | None, use_cache: bool = False, end: int | None = None
+    ) -> torch.Tensor:
+        """Raw logits of the inputs x[:, start:end] (the last `keep` of them when given)."""
+        end = x.shape[1] if end is None else end
+        kw = self._kwargs(start, end, keep, x.device)
         if use_cache:
             kw[self.cache_arg] = self.cache
             kw["use_cache"] = True
-        out = self.model(input_ids=x[:, start:], **kw)
+        out = self.model(input_ids=x[:, start:end], **kw)
         self.nfe += 1
-        self.tokens_fed += x.shape[0] * (x.shape[1] - start)
+        self.tokens_fed += x.shape[0] * (end - start)
         return out.logits
 
     def _raw_start(self, start: int) -> int:
@@ -168,18 +172,47 @@ class BackboneLogits:
         return self.window(x, 0)
 
     # ----------------------------------------------------------------------------------------- prefix cache
-    def prefill(self, x: torch.Tensor, start: int) -> torch.Tensor:
-        """Full forward that keeps every position's keys/values; returns aligned logits of positions >= start."""
+    @property
+    def supports_dual_cache(self) -> bool:
+        """Dual cache needs a preallocated (static) cache: positions after the block keep their prefill keys/values."""
+        from transformers import StaticCache
+
         if not self.supports_cache:
-            raise RuntimeError(f"the {self.kind} backbone offers no KV cache")
+            return False
+        return self.cache is None or isinstance(self.cache, StaticCache)
+
+    def _fresh_cache(self, length: int):
+        """A cache for `length` positions: a `StaticCache` (preallocated; a suffix step overwrites its positions in
+        place, so the prefix keys/values are never copied), else a `DynamicCache`."""
         from transformers import DynamicCache
 
         cfg = getattr(base_model(self.model), "config", None)
         try:
-            self.cache = DynamicCache(config=cfg)
-        except TypeError:  # older transformers
-            self.cache = DynamicCache()
+            from transformers import StaticCache
+
+            return StaticCache(config=cfg, max_cache_len=length)
+        except Exception:  # older transformers or an architecture without static-cache support
+            try:
+                return DynamicCache(config=cfg)
+            except TypeError:
+                return DynamicCache()
+
+    def _crop_to(self, n: int) -> None:
+        have = int(self.cache.get_seq_length())
+        if have < n:
+            raise RuntimeError(f"the cache holds {have} positions but the prefix needs {n}")
+        if have > n:
+            self.cache.crop(n - have)  # negative: forget the positions from n on (the next update overwrites them)
+
+    def prefill(self, x: torch.Tensor, start: int) -> torch.Tensor:
+        """Full forward that keeps every position's keys/values; returns aligned logits of positions >= start."""
+        if not self.supports_cache:
+            raise RuntimeError(f"the {self.kind} backbone offers no KV cache")
         length = x.shape[1]
+        if self.cache is None or self._cache_len != length:
+            self.cache, self._cache_len = self._fresh_cache(length), length
+        else:
+            self._crop_to(0)
         raw_start = self._raw_start(start)
         raw = self._forward(x, 0, length - raw_start, use_cache=True)
         return self._aligned(raw, length, raw_start, start)
@@ -187,7 +220,7 @@ class BackboneLogits:
     def suffix(self, x: torch.Tensor, start: int) -> torch.Tensor:
         """Forward of x[:, start:] (from start-1 with a shift) over the prefix keys/values of the last `prefill`.
 
-        The cache is cropped back to the prefix first, so repeated calls inside a block reuse the same prefix.
+        The cache is cut back to the prefix first, so repeated calls inside a block reuse the same prefix.
         """
         if self.cache is None:
             raise RuntimeError("suffix() needs a prefill() first")
@@ -195,10 +228,24 @@ class BackboneLogits:
         raw_start = self._raw_start(start)
         if raw_start == 0:
             return self.prefill(x, start)
-        have = self.cache.get_seq_length()
-        if have < raw_start:
-            raise RuntimeError(f"the cache holds {have} positions but the prefix needs {raw_start}")
-        if have > raw_start:
-            self.cache.crop(raw_start - have)  # negative: drop the positions at and after the prefix end
+        self._crop_to(raw_start)
         raw = self._forward(x, raw_start, None, use_cache=True)  # [B, L - raw_start, V]
         return self._aligned(raw, length, raw_start, start)
+
+    def block(self, x: torch.Tensor, start: int, end: int) -> torch.Tensor:
+        """Fast-dLLM DualCache: forward of the block x[:, start:end] only (one earlier with a shift), attending to the
+        keys/values of every other position as the last `prefill` left them -> aligned logits [B, end - start, V].
+
+        Needs a static cache: its buffer spans the whole sequence, so cutting it back to `start` and writing the
+        block leaves the suffix entries of the prefill in place (and attended to).
+        """
+        from transformers import StaticCache
+
+        if not isinstance(self.cache, StaticCache):
+            raise RuntimeError("block() needs a prefill() into a StaticCache first")
+        raw_start, raw_end = self._raw_start(start), end - int(self.shift)
+        if raw_start == 0 or raw_end <= raw_start:
+            return self.prefill(x, start)[:, : end - start]
+        self._crop_to(raw_start)
+        raw = self._forward(x, raw_start, None, use_cache=True, end=raw_end)  # [B, raw_end - raw_start, V]
+        return suppress_tokens(raw, self.suppress_ids)  # raw positions start-shift .. end-shift-1 = aligned start .. end-1

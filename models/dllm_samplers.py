@@ -10,6 +10,8 @@ function over the whole sequence:
 - `logits_fn.prefill(x, start)` / `logits_fn.suffix(x, start)` (optional, Fast-dLLM's prefix cache): `prefill`
   runs a full forward, returns positions >= start and keeps the keys/values; `suffix` feeds only `x[:, start:]`
   and attends to the keys/values of positions < start kept by the last `prefill`.
+- `logits_fn.block(x, start, end)` (optional, Fast-dLLM's dual cache, with `supports_dual_cache`): feeds only
+  `x[:, start:end]` and attends to the keys/values of all other positions kept by the last `prefill`.
 
 Shapes: B rows, P prompt width (left padded), L = P + gen_length, V vocabulary, W block width. All samplers run
 row-independent arithmetic; randomness comes from `generator`: a `torch.Generator` (one draw for the whole batch)
@@ -165,6 +167,9 @@ def _window(logits_fn, x: torch.Tensor, start: int) -> torch.Tensor:
     return logits_fn(x)[:, start:]
 
 
+CACHE_MODES = (None, "prefix", "dual")
+
+
 def supports_prefix_cache(logits_fn) -> bool:
     """Whether `logits_fn` offers Fast-dLLM's prefix cache (`prefill` and `suffix`) and says it can use it."""
     return (
@@ -175,22 +180,35 @@ def supports_prefix_cache(logits_fn) -> bool:
 
 
 class _BlockLogits:
-    """Logits of the current block [B, W, V]: from a full forward, or (prefix cache) from a full forward at the
-    first step of each block and from the block-plus-suffix over the cached prefix afterwards (Fast-dLLM
-    PrefixCache: the cache is refreshed at every block, so it is approximate inside a block)."""
+    """Logits of the current block [B, W, V], from a full forward or over Fast-dLLM's block-wise KV cache.
 
-    def __init__(self, logits_fn, prefix_cache: bool, mask_id: int):
+    `cache="prefix"` (PrefixCache): the first step of each block is a full forward that keeps the keys/values; later
+    steps feed the block and the masked suffix after it, over the kept prefix. `cache="dual"` (DualCache): later
+    steps feed only the block, over the kept prefix and the kept suffix. The cache is refreshed at every block, so
+    it is approximate inside a block (bidirectional attention would update the kept entries).
+    """
+
+    def __init__(self, logits_fn, cache: str | None, mask_id: int):
+        if cache is True:
+            cache = "prefix"
+        if cache not in CACHE_MODES:
+            raise ValueError(f"unknown cache mode {cache!r}; valid: {list(CACHE_MODES)}")
         self.fn = logits_fn
         self.mask_id = mask_id
-        self.cached = bool(prefix_cache) and supports_prefix_cache(logits_fn)
-        if prefix_cache and not self.cached:
-            warnings.warn("this backbone offers no prefix KV cache; decoding without it", stacklevel=3)
+        self.mode = cache if cache and supports_prefix_cache(logits_fn) else None
+        if cache and self.mode is None:
+            warnings.warn("this backbone offers no KV cache; decoding without it", stacklevel=3)
+        if self.mode == "dual" and not (callable(getattr(logits_fn, "block", None)) and getattr(logits_fn, "supports_dual_cache", False)):
+            warnings.warn("this backbone offers no dual cache; using the prefix cache", stacklevel=3)
+            self.mode = "prefix"
 
     def __call__(self, x: torch.Tensor, start: int, end: int, first_step: bool) -> torch.Tensor:
-        if not self.cached:
+        if self.mode is None:
             out = _window(self.fn, x, start)
         elif first_step:
             out = self.fn.prefill(x, start)
+        elif self.mode == "dual":
+            out = self.fn.block(x, start, end)
         else:
             out = self.fn.suffix(x, start)
         return suppress_tokens(out[:, : end - start], (self.mask_id,))  # [B, W, V]
@@ -222,7 +240,7 @@ def generate_low_confidence(
     temperature: float = 0.0,
     remasking: str = "low_confidence",
     generator=None,
-    prefix_cache: bool = False,
+    cache: str | None = None,
 ) -> torch.Tensor:
     """LLaDA's semi-autoregressive sampler -> ids [B, P + gen_length].
 
@@ -231,8 +249,8 @@ def generate_low_confidence(
     (`num_transfer_tokens`). Each step predicts x0 = Gumbel-max sample of the logits (argmax at temperature 0),
     scores every masked position of the current block by `softmax(logits)[x0]` (`"low_confidence"`) or by
     U(0, 1) (`"random"`); positions outside the current block and already decoded ones get -inf; the top-k
-    positions take their x0. `prefix_cache=True` runs the steps after the first of each block over Fast-dLLM's
-    prefix cache (what DMPO's default training sampler does with two tokens per step).
+    positions take their x0. `cache="prefix"` / `"dual"` runs the steps after the first of each block over Fast-dLLM's
+    prefix / dual KV cache (DMPO's default training sampler: two tokens per step over the prefix cache).
     """
     if remasking not in REMASKING:
         raise ValueError(f"unknown remasking {remasking!r}; valid: {list(REMASKING)}")
@@ -240,7 +258,7 @@ def generate_low_confidence(
     num_blocks, spb = block_schedule(gen_length, block_length, steps)
     x = _init_canvas(prompt_ids, gen_length, mask_id)  # [B, L]
     p = prompt_ids.shape[1]
-    block_logits = _BlockLogits(logits_fn, prefix_cache, mask_id)
+    block_logits = _BlockLogits(logits_fn, cache, mask_id)
     for b in range(num_blocks):
         s, e = p + b * block_length, p + (b + 1) * block_length
         k_sched = num_transfer_tokens((x[:, s:e] == mask_id).sum(-1), spb)  # [B, spb]
@@ -321,7 +339,7 @@ def generate_dream(
     top_p: float | None = None,
     eps: float = 1e-3,
     generator=None,
-    prefix_cache: bool = False,
+    cache: str | None = None,
 ) -> torch.Tensor:
     """Dream's confidence-ordered sampler (`alg` = entropy / maskgit_plus / topk_margin) -> ids [B, P + gen_length].
 
@@ -337,7 +355,7 @@ def generate_dream(
     x = _init_canvas(prompt_ids, gen_length, mask_id)  # [B, L]
     p = prompt_ids.shape[1]
     timesteps = torch.linspace(1, eps, spb + 1, device=x.device)  # [spb + 1]
-    block_logits = _BlockLogits(logits_fn, prefix_cache, mask_id)
+    block_logits = _BlockLogits(logits_fn, cache, mask_id)
     for b in range(num_blocks):
         s, e = p + b * block_length, p + (b + 1) * block_length
         for i in range(spb):
@@ -366,7 +384,7 @@ def generate_threshold(
     mask_id: int,
     threshold: float = 0.9,
     temperature: float = 0.0,
-    prefix_cache: bool = False,
+    cache: str | None = None,
     generator=None,
 ) -> torch.Tensor:
     """Fast-dLLM's confidence-aware parallel decoding -> ids [B, P + gen_length].
@@ -375,8 +393,8 @@ def generate_threshold(
     block, each step reveals the most confident masked token plus every other masked token whose confidence
     `softmax(logits)[x0]` is >= `threshold` (default 0.9, the authors' scripts); a block ends when it has no mask
     left, so the number of forwards adapts to the model's confidence (at most `block_length` per block). With
-    `prefix_cache=True` the first step of each block is a full forward that keeps the keys/values of the positions
-    before the block, and later steps feed only the block and the masked suffix (Fast-dLLM PrefixCache).
+    `cache="prefix"` the first step of each block is a full forward that keeps the keys/values, and later steps feed
+    only the block and the masked suffix (Fast-dLLM PrefixCache); `cache="dual"` feeds only the block (DualCache).
     Rows that finish a block early wait (their extra steps change nothing).
     """
     _check_temperature(temperature)
@@ -385,7 +403,7 @@ def generate_threshold(
     num_blocks, _ = block_schedule(gen_length, block_length, None)
     x = _init_canvas(prompt_ids, gen_length, mask_id)  # [B, L]
     p = prompt_ids.shape[1]
-    block_logits = _BlockLogits(logits_fn, prefix_cache, mask_id)
+    block_logits = _BlockLogits(logits_fn, cache, mask_id)
     for b in range(num_blocks):
         s, e = p + b * block_length, p + (b + 1) * block_length
         for it in range(block_length + 1):

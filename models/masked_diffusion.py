@@ -11,8 +11,10 @@ Sampling (`sample`, option `sampler`):
 | `threshold_cache` | the same with Fast-dLLM's prefix KV cache (native backbones; others decode uncached) | no |
 | `random_order` | DMPO's ROAR: random order inside each block, exact per-token log-probs | yes |
 
-`prefix_cache=True` adds the prefix cache to the LLaDA and Dream samplers too (DMPO's default training sampler is
-low-confidence with two tokens per step over the prefix cache). Options: `gen_length`, `block_length` (None =
+`cache="prefix"` adds Fast-dLLM's prefix cache to the LLaDA and Dream samplers too (DMPO's default training sampler
+is low-confidence with two tokens per step over the prefix cache); `cache="dual"` is Fast-dLLM's DualCache (only the
+block is fed; the suffix keys/values come from the block's first forward too). `threshold_cache` = `threshold` with
+`cache="prefix"` unless `cache="dual"` is asked. Caches need a transformers-native backbone; others decode uncached. Options: `gen_length`, `block_length` (None =
 one block over the whole span; LLaDA recipes use 32), `steps` (None = `gen_length`), `temperature` (0 = greedy),
 `threshold` (0.9), `top_p` (Dream orders only). The default temperature is 1 (an RL policy samples; TRL's default, d1
 uses 0.9, DMPO 0.2); evaluation recipes use 0 (greedy).
@@ -71,6 +73,7 @@ from mmrl.models.dllm_estimators import (
     row_seeds,
 )
 from mmrl.models.dllm_samplers import (
+    CACHE_MODES,
     DREAM_ORDERS,
     RowStreams,
     block_schedule,
@@ -84,7 +87,7 @@ from mmrl.protocol import DEFAULT_NEGATIVE_INSTRUCTION, NoisedBatch, Rollout, To
 SAMPLERS = ("low_confidence", "random", *DREAM_ORDERS, "threshold", "threshold_cache", "random_order")
 ESTIMATORS = ("mean_field", "elbo", "exact")
 PADDING_MODES = ("fold", "drop")
-GENERATION_KEYS = ("sampler", "gen_length", "block_length", "steps", "temperature", "threshold", "top_p", "prefix_cache")
+GENERATION_KEYS = ("sampler", "gen_length", "block_length", "steps", "temperature", "threshold", "top_p", "cache")
 DEFAULT_GENERATION = {
     "sampler": "low_confidence",
     "gen_length": 32,
@@ -93,7 +96,7 @@ DEFAULT_GENERATION = {
     "temperature": 1.0,
     "threshold": 0.9,
     "top_p": None,
-    "prefix_cache": False,
+    "cache": None,
 }
 ADAPTER_FILE = "mmrl_adapter.json"
 _ADAPTER_KEYS = ("mask_token_id", "eos_token_ids", "pad_token_id", "shift_logits", "negative_instruction")
@@ -215,7 +218,9 @@ class MaskedDiffusionAdapter(BaseAdapter):
         bl = gl if opts["block_length"] is None else opts["block_length"]
         steps = gl if opts["steps"] is None else opts["steps"]
         block_schedule(gl, bl, None if opts["sampler"].startswith("threshold") else steps)
-        if opts["sampler"] == "random_order" and opts["prefix_cache"]:
+        if opts["cache"] not in CACHE_MODES:
+            raise ValueError(f"unknown cache {opts['cache']!r}; valid: {list(CACHE_MODES)}")
+        if opts["sampler"] == "random_order" and opts["cache"]:
             raise ValueError("sampler='random_order' records exact log-probs and cannot use the approximate prefix cache")
         return opts
 
@@ -314,17 +319,17 @@ class MaskedDiffusionAdapter(BaseAdapter):
         with _eval_mode(self.unwrapped):
             if sampler in ("low_confidence", "random"):
                 ids = generate_low_confidence(
-                    fn, prompt_ids, block_length=bl, steps=steps, remasking=sampler, prefix_cache=o["prefix_cache"], **common
+                    fn, prompt_ids, block_length=bl, steps=steps, remasking=sampler, cache=o["cache"], **common
                 )
             elif sampler in DREAM_ORDERS:
                 ids = generate_dream(
                     fn, prompt_ids, block_length=bl, steps=steps, alg=sampler, top_p=o["top_p"],
-                    prefix_cache=o["prefix_cache"], **common,
+                    cache=o["cache"], **common,
                 )
             elif sampler in ("threshold", "threshold_cache"):
                 ids = generate_threshold(
                     fn, prompt_ids, block_length=bl, threshold=float(o["threshold"]),
-                    prefix_cache=sampler == "threshold_cache" or o["prefix_cache"], **common,
+                    cache=o["cache"] or ("prefix" if sampler == "threshold_cache" else None), **common,
                 )
             else:
                 ids, logp, order = generate_random_order(fn, prompt_ids, block_length=bl, steps=steps, **common)

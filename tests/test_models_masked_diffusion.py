@@ -105,10 +105,11 @@ def dream_reference(fn, prompt, *, steps, gen_length, alg, mask_id=MASK, eps=1e-
     return x
 
 
-def fast_dllm_reference(model, prompt, *, gen_length, block_length, threshold, prefix_cache, mask_id=MASK):
-    """Fast-dLLM threshold decoding (top-1 + confidence >= threshold in the block), optionally with the prefix
-    cache: a full forward with a cache at each block start, then `model(x[:, s:], cache=prefix)` steps."""
-    from transformers import DynamicCache
+def fast_dllm_reference(model, prompt, *, gen_length, block_length, threshold, cache, mask_id=MASK):
+    """Fast-dLLM threshold decoding (top-1 + confidence >= threshold in the block), optionally with a cache: a full
+    forward with a cache at each block start, then `model(x[:, s:], cache=prefix)` steps ("prefix", a DynamicCache)
+    or `model(x[:, s:e], cache=whole sequence)` steps ("dual", a StaticCache whose suffix entries stay)."""
+    from transformers import DynamicCache, StaticCache
 
     b, p = prompt.shape
     x = torch.full((b, p + gen_length), mask_id, dtype=torch.long)
@@ -116,18 +117,21 @@ def fast_dllm_reference(model, prompt, *, gen_length, block_length, threshold, p
     for nb in range(gen_length // block_length):
         s, e = p + nb * block_length, p + (nb + 1) * block_length
         step = 0
-        cache = None
+        kv = None
         while (x[:, s:e] == mask_id).any():
             with torch.no_grad():
-                if not prefix_cache:
+                if cache is None:
                     logits = model(x).logits[:, s:e].float()
                 elif step == 0:
-                    cache = DynamicCache(config=model.config)
-                    logits = model(x, cache=cache, use_cache=True).logits[:, s:e].float()
-                else:
-                    cache.crop(s - cache.get_seq_length())
+                    kv = DynamicCache(config=model.config) if cache == "prefix" else StaticCache(config=model.config, max_cache_len=x.shape[1])
+                    logits = model(x, cache=kv, use_cache=True).logits[:, s:e].float()
+                elif cache == "prefix":
+                    kv.crop(s - kv.get_seq_length())
                     pos = torch.arange(s, x.shape[1])[None]
-                    logits = model(x[:, s:], cache=cache, use_cache=True, position_ids=pos).logits[:, : e - s].float()
+                    logits = model(x[:, s:], cache=kv, use_cache=True, position_ids=pos).logits[:, : e - s].float()
+                else:
+                    kv.crop(s - int(kv.get_seq_length()))
+                    logits = model(x[:, s:e], cache=kv, use_cache=True, position_ids=torch.arange(s, e)[None]).logits.float()
             step += 1
             logits[..., mask_id] = -torch.inf
             x0 = logits.argmax(-1)
@@ -174,10 +178,13 @@ def test_prefix_cache_suffix_equals_full_forward_on_unchanged_input(shift):
         first = fn.prefill(x, s)
         again = fn.suffix(x, s)
         again2 = fn.suffix(x, s)  # the cache is cropped back to the prefix each time
+        fn.prefill(x, s)
+        blk = fn.block(x, s, s + 2)  # dual cache: only the block is fed
+    torch.testing.assert_close(blk, full[:, :2], rtol=0, atol=1e-5)
     torch.testing.assert_close(first, full, rtol=0, atol=1e-5)
     torch.testing.assert_close(again, full, rtol=0, atol=1e-5)
     torch.testing.assert_close(again2, full, rtol=0, atol=1e-5)
-    assert fn.tokens_fed == 3 * x.shape[1] * 2 + 2 * 3 * (x.shape[1] - s + int(shift))
+    assert fn.tokens_fed == 3 * x.shape[1] * 3 + 2 * 3 * (x.shape[1] - s + int(shift)) + 3 * 2
 
 
 # ------------------------------------------------------------------------------------------ samplers vs references
@@ -218,20 +225,24 @@ def test_dream_orders_match_dream_reference(sharp, alg, steps):
     assert torch.equal(got, ref)
 
 
-@pytest.mark.parametrize("prefix_cache", [False, True])
+@pytest.mark.parametrize("cache", [None, "prefix", "dual"])
 @pytest.mark.parametrize("block_length", [4, 8])
-def test_threshold_matches_fast_dllm_reference(sharp, prefix_cache, block_length):
+def test_threshold_matches_fast_dllm_reference(sharp, cache, block_length):
     pid, _ = prompt_batch(sharp, ["abc", "xyz", "q1?"])
-    ref = fast_dllm_reference(sharp.model, pid, gen_length=8, block_length=block_length, threshold=0.3, prefix_cache=prefix_cache)
+    ref = fast_dllm_reference(sharp.model, pid, gen_length=8, block_length=block_length, threshold=0.3, cache=cache)
     out = sharp.generate(
-        pid, torch.ones_like(pid, dtype=torch.bool), sampler="threshold_cache" if prefix_cache else "threshold",
-        threshold=0.3, gen_length=8, block_length=block_length,
+        pid, torch.ones_like(pid, dtype=torch.bool), sampler="threshold", cache=cache, threshold=0.3, gen_length=8,
+        block_length=block_length,
     )
     assert torch.equal(out["ids"], ref)
     assert out["nfe"] < 8  # parallel decoding happened on this model
-    plain = generate_threshold(plain_logits_fn(sharp.model), pid, gen_length=8, block_length=block_length, mask_id=MASK, threshold=0.3)
-    if not prefix_cache:
+    if cache is None:
+        plain = generate_threshold(plain_logits_fn(sharp.model), pid, gen_length=8, block_length=block_length, mask_id=MASK, threshold=0.3)
         assert torch.equal(plain, ref)
+    if cache == "prefix":  # the sampler name alone
+        named = sharp.generate(pid, torch.ones_like(pid, dtype=torch.bool), sampler="threshold_cache", threshold=0.3,
+                               gen_length=8, block_length=block_length)
+        assert torch.equal(named["ids"], ref)
 
 
 def test_prefix_cache_feeds_fewer_positions(sharp):
@@ -243,6 +254,9 @@ def test_prefix_cache_feeds_fewer_positions(sharp):
     # per block: one full forward, then 3 steps over the block and the masked suffix only
     assert b["tokens_fed"] == 3 * (2 * L + 3 * 8 + 3 * 4)
     assert a["tokens_fed"] == 3 * 8 * L
+    c = sharp.generate(pid, pm, sampler="threshold", cache="dual", threshold=1.0, gen_length=8, block_length=4)
+    assert c["tokens_fed"] == 3 * (2 * L + 6 * 4)  # dual cache: the 3 later steps of each block feed the block only
+    assert torch.equal(c["ids"][:, : pid.shape[1]], pid)
 
 
 def test_threshold_one_equals_low_confidence_one_token_per_step(sharp):
@@ -563,6 +577,8 @@ def test_bad_generation_options():
     with pytest.raises(ValueError, match="unknown generation options"):
         a.sample(["x"], 1, max_new_tokens=3)
     with pytest.raises(ValueError, match="prefix cache"):
-        a.sample(["x"], 1, sampler="random_order", prefix_cache=True)
+        a.sample(["x"], 1, sampler="random_order", cache="prefix")
+    with pytest.raises(ValueError, match="unknown cache"):
+        a.sample(["x"], 1, cache="both")
     with pytest.raises(ValueError, match="unknown estimator"):
         a.logprob(a.sample(["x"], 1, gen_length=4), estimator="bogus")
