@@ -233,6 +233,12 @@ class TrainConfig:
     """Keep this many most recent checkpoints."""
     resume_from: str | None = None
     """Resume from `auto` (latest checkpoint in output_dir) or a checkpoint directory."""
+    eval_steps: int = 0
+    """Evaluate on the task's test split every this many steps (0 = off); logged as `eval/accuracy`."""
+    eval_limit: int | None = 256
+    """Test rows used by the periodic evaluation (None = all)."""
+    eval_generation: dict = field(default_factory=dict)
+    """Sampling options of the periodic evaluation; empty = d1's greedy settings for the family."""
     credit_steps: int = 0
     """Write token-credit pictures (HTML heatmaps, image overlays) every this many steps (0 = off)."""
     progress_bar: bool = True
@@ -540,6 +546,8 @@ def _validate(cfg: TrainConfig) -> list[str]:
     bad_sinks = [s for s in cfg.report_to if s not in ("jsonl", "tensorboard", "wandb", "none")]
     if bad_sinks:
         e.append(f"report_to={cfg.report_to}: unknown sinks {bad_sinks}; choose from ['jsonl', 'tensorboard', 'wandb', 'none']")
+    if cfg.eval_steps < 0:
+        e.append(f"eval_steps={cfg.eval_steps} must be >= 0 (0 = off)")
     if cfg.save_steps < 0 or cfg.save_total_limit < 1 or cfg.credit_steps < 0:
         e.append(f"save_steps={cfg.save_steps} (>= 0), save_total_limit={cfg.save_total_limit} (>= 1), credit_steps={cfg.credit_steps} (>= 0)")
     if cfg.method == "diffu_grpo" and cfg.family != "masked_diffusion":

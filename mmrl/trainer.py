@@ -101,10 +101,13 @@ class Trainer:
         dataset: rows `{"prompt": ..., <columns passed to the rewards>}` instead of `cfg.task`'s training split.
         reward_funcs: reward names or callables `fn(prompts, completions, **kwargs) -> list[float | None]` instead
             of `cfg.reward_funcs` / the task's defaults (TRL reward functions work unchanged).
+        eval_dataset, eval_metric: test rows and the reward whose mean is the accuracy, for `eval_steps` (default:
+            the task's test split and metric).
     """
 
     def __init__(self, cfg: TrainConfig, *, policy=None, dataset: Sequence[dict] | None = None,
-                 reward_funcs: Sequence[str | Callable] | None = None):
+                 reward_funcs: Sequence[str | Callable] | None = None, eval_dataset: Sequence[dict] | None = None,
+                 eval_metric: str | None = None):
         cfg.validate()
         self.cfg = cfg
         from accelerate import Accelerator
@@ -126,6 +129,12 @@ class Trainer:
             task = load_task(cfg.task, cfg.dataset_path, seed=cfg.seed)
             dataset = task.train
             reward_funcs = reward_funcs or cfg.reward_funcs or task.reward_funcs
+            eval_dataset = task.test if eval_dataset is None else eval_dataset
+            eval_metric = eval_metric or task.metric
+        self.eval_dataset = list(eval_dataset or [])[: cfg.eval_limit] if cfg.eval_limit else list(eval_dataset or [])
+        self.eval_metric = eval_metric
+        if cfg.eval_steps and (not self.eval_dataset or not self.eval_metric):
+            raise ValueError("eval_steps > 0 needs test rows and a metric (a task, or eval_dataset= and eval_metric=)")
         from mmrl.rewards.combine import RewardSet
 
         self.rewards = RewardSet(list(reward_funcs or cfg.reward_funcs), weights=cfg.reward_weights,
@@ -187,6 +196,8 @@ class Trainer:
                 metrics["learning_rate"] = self.scheduler.get_last_lr()[0]
                 metrics["epoch"] = self.stream.position * self.world / len(self.dataset)
                 last = metrics
+                if cfg.eval_steps and (self.step % cfg.eval_steps == 0 or self.step == cfg.max_steps):
+                    metrics.update(self.evaluate())
                 if self.step % cfg.logging_steps == 0 or self.step == cfg.max_steps:  # step 7
                     logger.log(self.step, metrics)
                 if cfg.credit_steps and self.step % cfg.credit_steps == 0 and self.is_main:
@@ -206,6 +217,23 @@ class Trainer:
                 bar.close()
             logger.close()
         return last
+
+    def evaluate(self) -> dict[str, float]:
+        """Accuracy on the evaluation rows (each process scores its share; the mean is over all of them)."""
+        from mmrl.evaluate import d1_generation, evaluate
+
+        cfg = self.cfg
+        gen = dict(cfg.eval_generation) or d1_generation(cfg.family, cfg.max_completion_length, cfg.block_length, None)
+        known = getattr(self.policy, "generation_defaults", {})
+        gen = {k: v for k, v in gen.items() if k in known}
+        rows = self.eval_dataset[self.rank :: self.world]
+        t0 = time.perf_counter()
+        res = evaluate(self.policy, rows, self.eval_metric, batch_size=max(16, cfg.per_device_train_batch_size), progress=False,
+                       seed=cfg.seed, **gen)
+        total = torch.tensor([res.accuracy * max(1, len(rows)), float(len(rows))], device=self.accelerator.device)
+        if self.world > 1:
+            total = self.accelerator.reduce(total, reduction="sum")
+        return {"eval/accuracy": float(total[0] / total[1].clamp(min=1)), "perf/eval_time": time.perf_counter() - t0}
 
     # ======================================================================================= 1-5: the buffer
 

@@ -1,0 +1,164 @@
+"""Supervised pre-training of the tiny base models, to partial competence (so RL has headroom).
+
+- masked diffusion (`masked_diffusion_sft`): LLaDA's SFT objective (Nie et al. 2025, "Large Language Diffusion
+  Models", section 2.3 / eq. 5): the prompt is never masked; every response token is masked with probability
+  t ~ U(eps, 1); loss = sum over masked tokens of CE / t, divided by the response length.
+- causal LM (`causal_sft`): next-token cross-entropy on the response given the prompt.
+- Janus (`janus_sft`): next-image-token cross-entropy given the prompt, with the prompt replaced by the CFG null
+  condition 10% of the time so classifier-free guidance has an unconditional model (Janus-Pro's recipe drops the
+  condition the same way, reference notes `geneval_janus.md` 2.2).
+
+All loops are deterministic for a seed (own generator, fixed data order) and report held-out accuracy.
+"""
+from __future__ import annotations
+
+import time
+from typing import Callable, Sequence
+
+import torch
+import torch.nn.functional as F
+
+
+def _tokenize(tokenizer, texts: Sequence[str]) -> list[list[int]]:
+    return [list(tokenizer(t)["input_ids"]) for t in texts]
+
+
+def pack_pairs(tokenizer, prompts: Sequence[str], targets: Sequence[str], gen_length: int, pad_id: int, eos_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(prompt ids [B, P] left padded, prompt mask [B, P], response ids [B, gen_length] = target + EOS padding)."""
+    from mmrl.models.base import left_pad
+
+    p_ids = _tokenize(tokenizer, prompts)
+    t_ids = _tokenize(tokenizer, targets)
+    too_long = [i for i, t in enumerate(t_ids) if len(t) > gen_length]
+    if too_long:
+        raise ValueError(f"{len(too_long)} targets are longer than gen_length={gen_length} tokens (first: {targets[too_long[0]]!r})")
+    prompt, pmask = left_pad(p_ids, pad_id)
+    resp = torch.full((len(targets), gen_length), eos_id, dtype=torch.long)
+    for i, t in enumerate(t_ids):
+        resp[i, : len(t)] = torch.as_tensor(t, dtype=torch.long)
+    return prompt, pmask, resp
+
+
+def masked_diffusion_sft(
+    policy,
+    prompts: Sequence[str],
+    targets: Sequence[str],
+    *,
+    gen_length: int,
+    steps: int,
+    batch_size: int = 64,
+    lr: float = 2e-3,
+    seed: int = 0,
+    eps: float = 1e-3,
+    eval_fn: Callable[[], float] | None = None,
+    eval_every: int = 0,
+    progress: bool = True,
+    desc: str = "pretrain",
+) -> list[dict]:
+    """Train a `MaskedDiffusionAdapter` in place with LLaDA's SFT loss; returns the history of (step, loss, seconds,
+    eval)."""
+    model = policy.model
+    tok = policy.tokenizer
+    prompt, pmask, resp = pack_pairs(tok, prompts, targets, gen_length, policy.pad_token_id, policy.eos_token_ids[0])
+    n = prompt.shape[0]
+    g = torch.Generator().manual_seed(seed)
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr, betas=(0.9, 0.98), weight_decay=0.01)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / max(1, steps // 20)) * max(0.05, 1 - s / steps))
+    history: list[dict] = []
+    t0 = time.perf_counter()
+    model.train()
+    bar = _bar(steps, desc, progress)
+    order = torch.randperm(n, generator=g)
+    cursor = 0
+    for step in range(1, steps + 1):
+        if cursor + batch_size > n:
+            order, cursor = torch.randperm(n, generator=g), 0
+        idx = order[cursor : cursor + batch_size]
+        cursor += batch_size
+        x_p, m_p, x_r = prompt[idx], pmask[idx], resp[idx]  # [B, P], [B, P], [B, T]
+        b, t_len = x_r.shape
+        t = eps + (1 - eps) * torch.rand(b, 1, generator=g)  # [B, 1]
+        masked = torch.rand(b, t_len, generator=g) < t  # [B, T]
+        noisy = torch.where(masked, torch.full_like(x_r, policy.mask_token_id), x_r)
+        logits = policy.backbone_logits(m_p, t_len, model)(torch.cat([x_p, noisy], dim=1))[:, -t_len:]  # [B, T, V]
+        ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), x_r.reshape(-1), reduction="none").view(b, t_len)
+        loss = ((ce * masked) / t).sum() / (b * t_len)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        rec = {"step": step, "loss": loss.item(), "seconds": time.perf_counter() - t0}
+        if eval_fn is not None and eval_every and (step % eval_every == 0 or step == steps):
+            model.eval()
+            rec["eval"] = float(eval_fn())
+            model.train()
+        history.append(rec)
+        if bar is not None:
+            bar.update(1)
+            bar.set_postfix(loss=f"{rec['loss']:.3f}", **({"eval": f"{rec['eval']:.3f}"} if "eval" in rec else {}))
+    if bar is not None:
+        bar.close()
+    model.eval()
+    return history
+
+
+def causal_sft(policy, prompts: Sequence[str], targets: Sequence[str], *, steps: int, batch_size: int = 64, lr: float = 2e-3,
+               seed: int = 0, eval_fn: Callable[[], float] | None = None, eval_every: int = 0, progress: bool = True,
+               desc: str = "pretrain") -> list[dict]:
+    """Train a `CausalLMAdapter` in place on prompt -> target + EOS (loss on the target tokens only)."""
+    from mmrl.models.base import right_pad
+
+    model, tok = policy.model, policy.tokenizer
+    eos = policy.generation_defaults["eos_token_id"][0]
+    pad = policy.generation_defaults["pad_token_id"]
+    seqs, starts = [], []
+    for p, t in zip(_tokenize(tok, prompts), _tokenize(tok, targets)):
+        seqs.append(p + t + [eos])
+        starts.append(len(p))
+    ids, mask = right_pad(seqs, pad)  # [N, L]
+    labels = ids.clone()
+    for i, s in enumerate(starts):
+        labels[i, :s] = -100
+    labels[~mask] = -100
+    g = torch.Generator().manual_seed(seed)
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr, betas=(0.9, 0.98), weight_decay=0.01)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / max(1, steps // 20)) * max(0.05, 1 - s / steps))
+    history, t0 = [], time.perf_counter()
+    n = ids.shape[0]
+    order, cursor = torch.randperm(n, generator=g), 0
+    model.train()
+    bar = _bar(steps, desc, progress)
+    for step in range(1, steps + 1):
+        if cursor + batch_size > n:
+            order, cursor = torch.randperm(n, generator=g), 0
+        idx = order[cursor : cursor + batch_size]
+        cursor += batch_size
+        logits = model(input_ids=ids[idx], attention_mask=mask[idx]).logits[:, :-1]  # [B, L-1, V]
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels[idx][:, 1:].reshape(-1), ignore_index=-100)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        rec = {"step": step, "loss": loss.item(), "seconds": time.perf_counter() - t0}
+        if eval_fn is not None and eval_every and (step % eval_every == 0 or step == steps):
+            model.eval()
+            rec["eval"] = float(eval_fn())
+            model.train()
+        history.append(rec)
+        if bar is not None:
+            bar.update(1)
+            bar.set_postfix(loss=f"{rec['loss']:.3f}", **({"eval": f"{rec['eval']:.3f}"} if "eval" in rec else {}))
+    if bar is not None:
+        bar.close()
+    model.eval()
+    return history
+
+
+def _bar(total: int, desc: str, enabled: bool):
+    if not enabled:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, unit="step", dynamic_ncols=True, leave=False)
