@@ -16,8 +16,9 @@ is low-confidence with two tokens per step over the prefix cache); `cache="dual"
 block is fed; the suffix keys/values come from the block's first forward too). `threshold_cache` = `threshold` with
 `cache="prefix"` unless `cache="dual"` is asked. Caches need a transformers-native backbone; others decode uncached. Options: `gen_length`, `block_length` (None =
 one block over the whole span; LLaDA recipes use 32), `steps` (None = `gen_length`), `temperature` (0 = greedy),
-`threshold` (0.9), `top_p` (Dream orders only). The default temperature is 1 (an RL policy samples; TRL's default, d1
-uses 0.9, DMPO 0.2); evaluation recipes use 0 (greedy).
+`threshold` (0.9), `top_p` (Dream orders only), `negative_instruction` (GCPO). The default temperature is 1 (an RL
+policy samples; TRL's default, d1 uses 0.9, DMPO 0.2); evaluation recipes use 0 (greedy). A `block_length` of None
+or >= `gen_length` is one block.
 
 The rollout's `response_ids` [N, T] are the whole generated span (T = gen_length); `response_mask` runs up to and
 including the first EOS (TRL's completion mask).
@@ -87,7 +88,9 @@ from mmrl.protocol import DEFAULT_NEGATIVE_INSTRUCTION, NoisedBatch, Rollout, To
 SAMPLERS = ("low_confidence", "random", *DREAM_ORDERS, "threshold", "threshold_cache", "random_order")
 ESTIMATORS = ("mean_field", "elbo", "exact")
 PADDING_MODES = ("fold", "drop")
-GENERATION_KEYS = ("sampler", "gen_length", "block_length", "steps", "temperature", "threshold", "top_p", "cache")
+GENERATION_KEYS = (
+    "sampler", "gen_length", "block_length", "steps", "temperature", "threshold", "top_p", "cache", "negative_instruction",
+)
 DEFAULT_GENERATION = {
     "sampler": "low_confidence",
     "gen_length": 32,
@@ -97,9 +100,10 @@ DEFAULT_GENERATION = {
     "threshold": 0.9,
     "top_p": None,
     "cache": None,
+    "negative_instruction": DEFAULT_NEGATIVE_INSTRUCTION,
 }
 ADAPTER_FILE = "mmrl_adapter.json"
-_ADAPTER_KEYS = ("mask_token_id", "eos_token_ids", "pad_token_id", "shift_logits", "negative_instruction")
+_ADAPTER_KEYS = ("mask_token_id", "eos_token_ids", "pad_token_id", "shift_logits")
 
 
 @contextlib.contextmanager
@@ -131,8 +135,8 @@ class MaskedDiffusionAdapter(BaseAdapter):
         ref_model: an optional frozen reference copy (else the adapter-disabled base of a peft model).
         mask_token_id, eos_token_ids, pad_token_id: override the ids read from the config / tokenizer.
         shift_logits: Dream-style right shift (default: `config.shift_logits`, else True for Dream).
-        negative_instruction: GCPO's negative condition, appended to the prompt.
-        **generation_defaults: sampling options (`GENERATION_KEYS`).
+        **generation_defaults: sampling options (`GENERATION_KEYS`), including `negative_instruction` (GCPO's
+            negative condition, appended to the prompt).
     """
 
     family = "masked_diffusion"
@@ -147,7 +151,6 @@ class MaskedDiffusionAdapter(BaseAdapter):
         eos_token_ids: Sequence[int] | int | None = None,
         pad_token_id: int | None = None,
         shift_logits: bool | None = None,
-        negative_instruction: str = DEFAULT_NEGATIVE_INSTRUCTION,
         **generation_defaults: Any,
     ):
         super().__init__(model, ref_model=ref_model)
@@ -176,9 +179,6 @@ class MaskedDiffusionAdapter(BaseAdapter):
         if shift_logits is None:
             shift_logits = self.backbone == "dream"
         self.shift_logits = bool(shift_logits)
-        if not isinstance(negative_instruction, str) or not negative_instruction.strip():
-            raise ValueError(f"negative_instruction must be a non-empty string, got {negative_instruction!r}")
-        self.negative_instruction = negative_instruction
         self.generation_defaults = self._resolve_generation({**DEFAULT_GENERATION, **generation_defaults})
 
     # ------------------------------------------------------------------------------------------ ids and options
@@ -215,14 +215,31 @@ class MaskedDiffusionAdapter(BaseAdapter):
             raise ValueError(f"temperature must be a number >= 0, got {opts['temperature']!r}")
         if not (isinstance(opts["threshold"], (int, float)) and 0 <= opts["threshold"] <= 1):
             raise ValueError(f"threshold must be in [0, 1], got {opts['threshold']!r}")
-        bl = gl if opts["block_length"] is None else opts["block_length"]
+        bl = self._block_length(opts)
         steps = gl if opts["steps"] is None else opts["steps"]
         block_schedule(gl, bl, None if opts["sampler"].startswith("threshold") else steps)
+        ni = opts["negative_instruction"]
+        if not isinstance(ni, str) or not ni.strip():
+            raise ValueError(f"negative_instruction must be a non-empty string, got {ni!r}")
         if opts["cache"] not in CACHE_MODES:
             raise ValueError(f"unknown cache {opts['cache']!r}; valid: {list(CACHE_MODES)}")
         if opts["sampler"] == "random_order" and opts["cache"]:
             raise ValueError("sampler='random_order' records exact log-probs and cannot use the approximate prefix cache")
         return opts
+
+    @staticmethod
+    def _block_length(opts: dict) -> int:
+        """The block width: None or anything >= gen_length means one block over the whole span."""
+        gl, bl = opts["gen_length"], opts["block_length"]
+        if bl is None:
+            return gl
+        if isinstance(bl, bool) or not isinstance(bl, int) or bl < 1:
+            raise ValueError(f"block_length must be a positive int or None, got {bl!r}")
+        return min(bl, gl)
+
+    @property
+    def negative_instruction(self) -> str:
+        return self.generation_defaults["negative_instruction"]
 
     # ------------------------------------------------------------------------------------------ prompts
     def _prompt_text(self, prompt) -> str:
@@ -234,18 +251,19 @@ class MaskedDiffusionAdapter(BaseAdapter):
             f"a masked-diffusion prompt must be a string or a list of chat messages (dicts), got {type(prompt).__name__}"
         )
 
-    def negative_prompt(self, prompt):
+    def negative_prompt(self, prompt, instruction: str | None = None):
         """GCPO's negative condition for text: the prompt with the wrong-answer instruction appended (after a
         newline; inside the last user message for chat prompts)."""
+        instruction = instruction or self.negative_instruction
         if isinstance(prompt, str):
-            return f"{prompt}\n{self.negative_instruction}"
+            return f"{prompt}\n{instruction}"
         if isinstance(prompt, (list, tuple)) and prompt and all(isinstance(m, dict) for m in prompt):
             msgs = [dict(m) for m in prompt]
             users = [i for i, m in enumerate(msgs) if m.get("role") == "user"]
             i = users[-1] if users else len(msgs) - 1
             if not isinstance(msgs[i].get("content"), str):
                 raise TypeError("the negative condition needs a text message content")
-            msgs[i]["content"] = f"{msgs[i]['content']}\n{self.negative_instruction}"
+            msgs[i]["content"] = f"{msgs[i]['content']}\n{instruction}"
             return msgs
         return self._prompt_text(prompt)  # raises the type error
 
@@ -303,7 +321,7 @@ class MaskedDiffusionAdapter(BaseAdapter):
         generator if None)."""
         o = self._resolve_generation({**self.generation_defaults, **generation})
         gl = o["gen_length"]
-        bl = gl if o["block_length"] is None else o["block_length"]
+        bl = self._block_length(o)
         steps = gl if o["steps"] is None else o["steps"]
         sampler, temp = o["sampler"], float(o["temperature"])
         fn = self.backbone_logits(prompt_mask, gl)
@@ -350,14 +368,16 @@ class MaskedDiffusionAdapter(BaseAdapter):
         depend only on its prompt and its seed, whatever else is in the batch."""
         if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1:
             raise ValueError(f"group_size must be a positive int, got {group_size!r}")
+        if not isinstance(prompts, (list, tuple)) or len(prompts) == 0:
+            raise ValueError(f"prompts must be a non-empty list, got {prompts!r}")
         rep = [p for p in prompts for _ in range(group_size)]
         prompt_ids, prompt_mask = self.encode_prompts(rep)
         out = self.generate(prompt_ids, prompt_mask, generator=generator, seeds=seeds, **generation)
         p = prompt_ids.shape[1]
         response_ids = out["ids"][:, p:]  # [N, T]
         response_mask = mask_through_first_eos(response_ids, self.eos_token_ids)  # [N, T]
-        neg_ids, neg_mask = self.encode_prompts([self.negative_prompt(x) for x in rep])
         opts = {**self.generation_defaults, **generation}
+        neg_ids, neg_mask = self.encode_prompts([self.negative_prompt(x, opts["negative_instruction"]) for x in rep])
         extras = {"sampler": opts["sampler"], "temperature": float(opts["temperature"]), "nfe": out["nfe"]}
         old_logp = None
         if out["order"] is not None:
@@ -610,7 +630,6 @@ class MaskedDiffusionAdapter(BaseAdapter):
             "eos_token_ids": self.eos_token_ids,
             "pad_token_id": self.pad_token_id,
             "shift_logits": self.shift_logits,
-            "negative_instruction": self.negative_instruction,
             "backbone": self.backbone,
         }
 
@@ -672,7 +691,7 @@ class MaskedDiffusionAdapter(BaseAdapter):
     ) -> "MaskedDiffusionAdapter":
         """Load from a LOCAL directory (see `adapter_api.md`); `mmrl_adapter.json`, when present, restores the ids,
         shift and generation defaults. Adapter keys (`mask_token_id`, `eos_token_ids`, `pad_token_id`,
-        `shift_logits`, `negative_instruction`) may also be passed here."""
+        `shift_logits`) may also be passed here."""
         path = Path(path)
         if not path.exists():
             raise FileNotFoundError(f"masked-diffusion checkpoint not found: {path}")
@@ -701,8 +720,8 @@ class MaskedDiffusionAdapter(BaseAdapter):
     def tiny(cls, *, seed: int = 0, arch: str = "llama", ref_model: bool = False, **overrides) -> "MaskedDiffusionAdapter":
         """A tiny random bidirectional Llama (or `arch="qwen2"`) with the offline char tokenizer (`<mask>` = 4).
 
-        `overrides`: sampling options (`GENERATION_KEYS`), adapter keys (`shift_logits`, `negative_instruction`,
-        ...) or config fields (`hidden_size`, `num_hidden_layers`, `initializer_range`, `attn_implementation`, ...).
+        `overrides`: sampling options (`GENERATION_KEYS`), adapter keys (`shift_logits`, `mask_token_id`, ...) or
+        config fields (`hidden_size`, `num_hidden_layers`, `initializer_range`, `attn_implementation`, ...).
         Default size: hidden 32, 2 layers, 4 heads (2 KV heads), ~25k parameters.
         """
         from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM

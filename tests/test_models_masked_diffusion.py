@@ -582,3 +582,32 @@ def test_bad_generation_options():
         a.sample(["x"], 1, cache="both")
     with pytest.raises(ValueError, match="unknown estimator"):
         a.logprob(a.sample(["x"], 1, gen_length=4), estimator="bogus")
+
+
+def test_negative_instruction_option_block_clamp_and_empty_prompts(sharp):
+    r = sharp.sample(["q"], 1, gen_length=8, block_length=32, negative_instruction="Be wrong.")  # one block of 8
+    assert sharp.tokenizer.decode(r.neg_prompt_ids[0][r.neg_prompt_mask[0]].tolist()) == "q\nBe wrong."
+    pid, pm = prompt_batch(sharp, ["abc"])
+    assert torch.equal(
+        sharp.generate(pid, pm, gen_length=8, block_length=32, seeds=[0])["ids"],
+        sharp.generate(pid, pm, gen_length=8, block_length=None, seeds=[0])["ids"],
+    )
+    with pytest.raises(ValueError, match="non-empty list"):
+        sharp.sample([], 2)
+
+
+def test_lora_policy_samples_and_scores_against_the_disabled_adapter():
+    peft = pytest.importorskip("peft")
+    a = MDA.tiny(seed=5, initializer_range=0.5, gen_length=8, block_length=4, temperature=0.0)
+    base = copy.deepcopy(a.model)
+    a.model = peft.get_peft_model(a.model, peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
+    with torch.no_grad():  # make the adapter non-zero so policy and reference differ
+        for n, p in a.model.named_parameters():
+            if "lora_B" in n:
+                p.normal_(0, 0.5)
+    r = a.sample(PROMPTS, 1, sampler="threshold_cache", threshold=0.3, seeds=[1, 2, 3])
+    ref = a.logprob(r, estimator="elbo", use_reference=True, mask_seed=1)
+    plain = MDA(base, a.tokenizer).logprob(r, estimator="elbo", mask_seed=1)
+    torch.testing.assert_close(ref.logp, plain.logp.detach(), rtol=0, atol=1e-5)
+    pol = a.logprob(r, estimator="elbo", mask_seed=1, stats=("kl",))
+    assert not torch.allclose(pol.logp.detach(), ref.logp) and pol.stats["kl"][r.response_mask].gt(0).all()
