@@ -10,7 +10,10 @@ Layout of `<output_dir>/checkpoints/checkpoint-<step>/`:
 
 A checkpoint directory either exists complete or not at all: it is written as `.tmp-checkpoint-<step>-<pid>` and
 renamed; `latest_checkpoint` ignores temporary directories, so a process killed mid-write leaves the previous
-checkpoint as the latest.
+checkpoint as the latest. Re-saving an existing step moves the old copy to `.old-checkpoint-<step>-<pid>` for the
+instant between two renames; a kill in that instant leaves it as the checkpoint of that step. Old checkpoints are
+renamed to `.trash-...` before they are deleted, so a half-deleted directory is never listed. The crash tests kill
+the process at each of these places (`mmrl.faults`).
 """
 from __future__ import annotations
 
@@ -23,7 +26,10 @@ from typing import Any
 
 import torch
 
+from mmrl.faults import fault_point
+
 CKPT_RE = re.compile(r"^checkpoint-(\d+)$")
+OLD_RE = re.compile(r"^\.old-checkpoint-(\d+)-\d+$")
 
 
 def checkpoint_dir(output_dir: str | Path) -> Path:
@@ -31,12 +37,18 @@ def checkpoint_dir(output_dir: str | Path) -> Path:
 
 
 def list_checkpoints(output_dir: str | Path) -> list[Path]:
-    """Complete checkpoints, oldest first."""
+    """Complete checkpoints, oldest first (one per step; a `.old-` copy only stands in for a missing step)."""
     root = checkpoint_dir(output_dir)
     if not root.is_dir():
         return []
-    found = [(int(m.group(1)), p) for p in root.iterdir() if p.is_dir() and (m := CKPT_RE.match(p.name)) and (p / "trainer_state.json").is_file()]
-    return [p for _, p in sorted(found)]
+    found: dict[int, Path] = {}
+    for p in sorted(root.iterdir()):
+        m = CKPT_RE.match(p.name) or OLD_RE.match(p.name)
+        if m and p.is_dir() and (p / "trainer_state.json").is_file():
+            step = int(m.group(1))
+            if step not in found or CKPT_RE.match(p.name):
+                found[step] = p
+    return [found[s] for s in sorted(found)]
 
 
 def latest_checkpoint(output_dir: str | Path) -> Path | None:
@@ -78,12 +90,15 @@ def save_checkpoint(output_dir: str | Path, step: int, *, save_model, optimizer,
     finally:
         if bars:
             hf_logging.enable_progress_bar()
+    fault_point("checkpoint/model", step)
     torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+    fault_point("checkpoint/optimizer", step)
     torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
     torch.save(torch.get_rng_state(), tmp / "rng.pt")
     if buffer is not None:
         torch.save(buffer, tmp / "buffer.pt")
     (tmp / "trainer_state.json").write_text(json.dumps(state, indent=2, default=str))
+    fault_point("checkpoint/state", step)
     _fsync_tree(tmp)
     if final.exists():  # re-saving the same step (e.g. final save right after a periodic one)
         old = root / f".old-checkpoint-{step:06d}-{os.getpid()}"
@@ -97,11 +112,19 @@ def save_checkpoint(output_dir: str | Path, step: int, *, save_model, optimizer,
         os.fsync(fd)
     finally:
         os.close(fd)
+    fault_point("checkpoint/renamed", step)
     for old in list_checkpoints(output_dir)[:-keep]:
-        shutil.rmtree(old, ignore_errors=True)
-    for stale in root.glob(".tmp-checkpoint-*"):  # left by killed processes
+        trash = root / f".trash-{old.name.lstrip('.')}"
+        old.rename(trash)  # out of the listing at once; a kill during the deletion leaves only trash
+        fault_point("checkpoint/rotating", step)
+        shutil.rmtree(trash, ignore_errors=True)
+    for stale in [*root.glob(".tmp-checkpoint-*"), *root.glob(".trash-*")]:  # left by killed processes
         if stale != tmp:
             shutil.rmtree(stale, ignore_errors=True)
+    for old in root.glob(".old-checkpoint-*"):  # superseded stand-ins (their step was saved again)
+        m = OLD_RE.match(old.name)
+        if m and (root / f"checkpoint-{int(m.group(1)):06d}").is_dir():
+            shutil.rmtree(old, ignore_errors=True)
     return final
 
 
