@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import warnings
 from pathlib import Path
 from typing import Any
@@ -26,9 +27,12 @@ class MetricLogger:
             return
         self.run_dir.mkdir(parents=True, exist_ok=True)
         if resume_step is not None and self.path.exists():
-            # drop records of steps after the checkpoint we resume from (they will be recomputed)
-            keep = [line for line in self.path.read_text().splitlines() if line.strip() and json.loads(line).get("step", 0) <= resume_step]
-            self.path.write_text("".join(line + "\n" for line in keep))
+            # drop records of steps after the checkpoint we resume from (they will be recomputed), and a last line
+            # cut short by a killed process; rewritten through a temporary file so a kill now loses nothing
+            keep = [line for line in self.path.read_text().splitlines() if (rec := _record(line)) is not None and rec.get("step", 0) <= resume_step]
+            tmp = self.path.with_name(self.path.name + ".tmp")
+            tmp.write_text("".join(line + "\n" for line in keep))
+            os.replace(tmp, self.path)
         elif resume_step is None and self.path.exists():
             self.path.unlink()
         if "tensorboard" in report_to:
@@ -76,7 +80,18 @@ def _to_float(v: Any) -> Any:
     return v
 
 
+def _record(line: str) -> dict | None:
+    """One JSONL record, or None for a blank line or one cut short by a killed process."""
+    if not line.strip():
+        return None
+    try:
+        rec = json.loads(line)
+    except ValueError:
+        return None
+    return rec if isinstance(rec, dict) else None
+
+
 def read_metrics(run_dir: str | Path) -> list[dict]:
-    """The records of `<run_dir>/metrics.jsonl`."""
+    """The records of `<run_dir>/metrics.jsonl` (a last line cut short by a kill is skipped)."""
     path = Path(run_dir) / "metrics.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+    return [rec for line in path.read_text().splitlines() if (rec := _record(line)) is not None] if path.exists() else []
