@@ -18,6 +18,14 @@ index, never a silent 0: `on_error="raise"` raises `RewardError`; `on_error="dro
 re-run one sample at a time to find the failing samples. A wrong-length or non-list return cannot be pinned on a
 sample and raises under either setting. A sample to which no reward applies (all None) is an error too (TRL would
 score it 0 with a warning).
+
+Slow and flaky rewards (reward models served elsewhere, `mmrl.rewards.http`): `timeout` bounds every call of a reward
+(a call that does not return in time raises `RewardTimeout`); `retries` re-runs a call that raised or timed out, at
+most that many times, after `retry_backoff * 2**k` seconds (capped at `MAX_BACKOFF`). A reward that still cannot score
+the batch (`RewardUnavailable`, e.g. a timeout or an unreachable server) fails every sample of the batch: under
+"raise" one error naming the reward and the samples, under "drop" every sample is dropped; it is not re-run sample by
+sample. A local reward function that times out cannot be stopped: its thread is abandoned and keeps running in the
+background (the HTTP reward's socket timeouts do stop).
 """
 from __future__ import annotations
 
@@ -25,6 +33,9 @@ import asyncio
 import inspect
 import math
 import numbers
+import threading
+import time
+import warnings
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Callable, Mapping, NamedTuple, Sequence
@@ -36,6 +47,19 @@ from mmrl.algorithms.registry import REWARDS
 
 class RewardError(ValueError):
     """A reward failed or returned something unusable; the message names the reward and the sample index."""
+
+
+class RewardUnavailable(RewardError):
+    """The reward could not score the batch at all (it timed out, or its server stayed unreachable through the
+    retries): every sample of the batch fails, and it is not re-run one sample at a time."""
+
+
+class RewardTimeout(RewardUnavailable):
+    """A reward call did not return within `RewardSet(timeout=...)` seconds."""
+
+
+MAX_BACKOFF = 60.0
+"""Longest wait between two retries of a reward call, in seconds."""
 
 
 class RewardOutput(NamedTuple):
@@ -91,11 +115,15 @@ class RewardSet:
         rewards: registry names (`mmrl.rewards.REWARDS`) or reward callables (a TRL reward function unchanged).
         weights: one finite float per reward (default 1.0 each).
         on_error: "raise" (default) or "drop" (see the module docstring).
+        timeout: seconds one call of a reward may take (None: no limit).
+        retries: how many times a call that raised or timed out is re-run (0: none).
+        retry_backoff: seconds before the first retry; doubled for each further retry (at most `MAX_BACKOFF`).
         reward_kwargs: per-reward configuration by name, e.g. `clip_score={"pretrained": "/path/to/weights"}`.
     """
 
     def __init__(self, rewards: Sequence[str | Callable], weights: Sequence[float] | None = None, *,
-                 on_error: str = "raise", **reward_kwargs: Mapping[str, Any]):
+                 on_error: str = "raise", timeout: float | None = None, retries: int = 0, retry_backoff: float = 1.0,
+                 **reward_kwargs: Mapping[str, Any]):
         if isinstance(rewards, (str, bytes)) or callable(rewards):
             rewards = [rewards]
         if not rewards:
@@ -105,7 +133,14 @@ class RewardSet:
         weights = [1.0] * len(rewards) if weights is None else list(weights)
         if len(weights) != len(rewards):
             raise ValueError(f"got {len(weights)} weights for {len(rewards)} rewards")
+        if timeout is not None and not (isinstance(timeout, numbers.Real) and math.isfinite(timeout) and timeout > 0):
+            raise ValueError(f"timeout must be a positive number of seconds or None, got {timeout!r}")
+        if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+            raise ValueError(f"retries must be an integer >= 0, got {retries!r}")
+        if not (isinstance(retry_backoff, numbers.Real) and math.isfinite(retry_backoff) and retry_backoff >= 0):
+            raise ValueError(f"retry_backoff must be a number of seconds >= 0, got {retry_backoff!r}")
         self.on_error = on_error
+        self.timeout, self.retries, self.retry_backoff = timeout, retries, float(retry_backoff)
         names = [r if isinstance(r, str) else _name_of(r) for r in rewards]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
@@ -176,6 +211,45 @@ class RewardSet:
             raise RewardError(message) from cause
         valid[i] = False
 
+    def _guarded_call(self, r: _Reward, prompts, completions, columns, metrics, extras, *, retries: int):
+        """`_call` with the timeout and up to `retries` retries with exponential backoff."""
+        for attempt in range(retries + 1):
+            try:
+                return self._timed_call(r, prompts, completions, columns, metrics, extras)
+            except Exception as e:
+                if attempt == retries:
+                    raise
+                delay = min(self.retry_backoff * 2**attempt, MAX_BACKOFF)
+                warnings.warn(f"reward {r.name!r} failed ({type(e).__name__}: {e}); retry {attempt + 1} of {retries} "
+                              f"in {delay:.3g} s", RuntimeWarning, stacklevel=2)
+                time.sleep(delay)
+
+    def _timed_call(self, r: _Reward, prompts, completions, columns, metrics, extras):
+        if self.timeout is None:
+            return self._call(r, prompts, completions, columns, metrics, extras)
+        # a worker thread we can stop waiting for; it logs into its own dicts, merged only if it finishes in time
+        box: dict[str, Any] = {}
+        own_metrics: dict[str, float] = {}
+        own_extras: dict[str, list] = {}
+
+        def work():
+            try:
+                box["out"] = self._call(r, prompts, completions, columns, own_metrics, own_extras)
+            except BaseException as e:  # handed to the caller's thread
+                box["error"] = e
+
+        worker = threading.Thread(target=work, name=f"reward-{r.name}", daemon=True)
+        worker.start()
+        worker.join(self.timeout)
+        if worker.is_alive():
+            raise RewardTimeout(f"reward {r.name!r} did not return within {self.timeout:g} s on {len(completions)} "
+                                "samples (timeout)")
+        if "error" in box:
+            raise box["error"]
+        metrics.update(own_metrics)
+        extras.update(own_extras)
+        return box["out"]
+
     def _call(self, r: _Reward, prompts, completions, columns, metrics, extras):
         kwargs = dict(columns)
         kwargs["log_metric"] = lambda name, value: metrics.__setitem__(name, float(value))
@@ -191,7 +265,12 @@ class RewardSet:
     def _run(self, r, prompts, completions, columns, metrics, extras, valid):
         n = len(completions)
         try:
-            out = self._call(r, prompts, completions, columns, metrics, extras)
+            out = self._guarded_call(r, prompts, completions, columns, metrics, extras, retries=self.retries)
+        except RewardUnavailable as e:  # nothing to locate: the whole batch failed
+            if self.on_error == "raise":
+                raise RewardError(f"reward {r.name!r} could not score samples 0..{n - 1}: {e}") from e
+            valid[:] = [False] * n
+            return [None] * n, {}
         except Exception as e:  # locate the failing sample(s) by scoring one at a time
             return self._run_one_by_one(r, prompts, completions, columns, metrics, extras, valid, e)
         if isinstance(out, torch.Tensor):
@@ -207,8 +286,9 @@ class RewardSet:
         for i, v in enumerate(out):
             try:
                 scores[i], extra = _check_value(v)
-            except RewardError as e:
-                self._fail(valid, i, f"reward {r.name!r}, sample {i}: {e}")
+            except Exception as e:  # RewardError, or an odd object that fails even to be inspected
+                detail = str(e) if isinstance(e, RewardError) else f"unusable value ({type(e).__name__}: {e})"
+                self._fail(valid, i, f"reward {r.name!r}, sample {i}: {detail}", e)
                 continue
             for key, val in extra.items():
                 logged.setdefault(key, [None] * n)[i] = val
@@ -219,10 +299,14 @@ class RewardSet:
         scores: list[float | None] = [None] * n
         logged: dict[str, list] = {}
         failed = False
+        unavailable: RewardUnavailable | None = None
         for i in range(n):
+            if unavailable is not None:  # e.g. a per-sample timeout: do not wait once per remaining sample
+                self._fail(valid, i, f"reward {r.name!r}, sample {i}: not scored ({unavailable})", unavailable)
+                continue
             cols = {k: (v[i : i + 1] if isinstance(v, (list, tuple)) and len(v) == n else v) for k, v in columns.items()}
             try:
-                out = self._call(r, prompts[i : i + 1], completions[i : i + 1], cols, metrics, extras)
+                out = self._guarded_call(r, prompts[i : i + 1], completions[i : i + 1], cols, metrics, extras, retries=0)
                 if isinstance(out, torch.Tensor) or (hasattr(out, "tolist") and not isinstance(out, (list, tuple))):
                     out = out.tolist()
                 if not isinstance(out, (list, tuple)) or len(out) != 1:
@@ -232,6 +316,8 @@ class RewardSet:
                     logged.setdefault(key, [None] * n)[i] = val
             except Exception as e:
                 failed = True
+                if isinstance(e, RewardUnavailable):
+                    unavailable = e
                 detail = str(e) if isinstance(e, RewardError) else f"raised {type(e).__name__}: {e}"
                 self._fail(valid, i, f"reward {r.name!r}, sample {i}: {detail}", e)
         if not failed:
@@ -262,11 +348,22 @@ def _check_value(v: Any) -> tuple[float | None, dict]:
     if isinstance(v, bool):
         v = float(v)
     if not isinstance(v, numbers.Real):
-        raise RewardError(f"returned {type(v).__name__} {v!r:.80}; a reward value is a number, None, or a dict with 'score'")
-    v = float(v)
+        raise RewardError(f"returned {type(v).__name__} {_short_repr(v)}; a reward value is a number, None, or a dict with 'score'")
+    try:
+        v = float(v)
+    except OverflowError:
+        raise RewardError(f"returned {_short_repr(v)}, too large for a float") from None
     if not math.isfinite(v):
         raise RewardError(f"returned {v}, which is not finite")
     return v, extra
+
+
+def _short_repr(v: Any, limit: int = 80) -> str:
+    try:
+        text = repr(v)
+    except Exception as e:  # an object whose repr fails
+        text = f"<{type(v).__name__}, repr failed: {type(e).__name__}>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _std(xs: list[float]) -> float:
