@@ -611,3 +611,97 @@ def test_lora_policy_samples_and_scores_against_the_disabled_adapter():
     torch.testing.assert_close(ref.logp, plain.logp.detach(), rtol=0, atol=1e-5)
     pol = a.logprob(r, estimator="elbo", mask_seed=1, stats=("kl",))
     assert not torch.allclose(pol.logp.detach(), ref.logp) and pol.stats["kl"][r.response_mask].gt(0).all()
+
+
+FAKE_REMOTE_CODE = """'''Stand-ins for LLaDA / Dream remote code: their call signatures around a tiny bidirectional Llama.'''
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM, PretrainedConfig, PreTrainedModel
+
+
+class _Cfg(PretrainedConfig):
+    vocab_size: int = 102
+    hidden_size: int = 32
+    mask_token_id: int = 4
+    pad_token_id: int = 0
+    eos_token_id: int = 2
+
+
+class FakeLLaDAConfig(_Cfg):
+    model_type = "llada"
+
+
+class FakeDreamConfig(_Cfg):
+    model_type = "Dream"
+
+
+class _Model(PreTrainedModel):
+    def __init__(self, config):
+        super().__init__(config)
+        inner = LlamaConfig(vocab_size=config.vocab_size, hidden_size=config.hidden_size, intermediate_size=64,
+                            num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, initializer_range=0.5)
+        inner.is_causal = False
+        self.inner = LlamaForCausalLM(inner)
+        self.post_init()
+
+    def _init_weights(self, module):
+        pass
+
+
+class FakeLLaDAModel(_Model):
+    config_class = FakeLLaDAConfig
+
+    def forward(self, input_ids, attention_mask=None):  # LLaDA: no position ids, no cache
+        return self.inner(input_ids=input_ids, attention_mask=attention_mask)
+
+
+class FakeDreamModel(_Model):
+    config_class = FakeDreamConfig
+
+    def forward(self, input_ids, attention_mask=None, position_ids=None):  # Dream: "full" or a 4-D bool mask
+        if isinstance(attention_mask, str):
+            assert attention_mask == "full"
+            attention_mask = None
+        else:
+            assert attention_mask.dim() == 4 and attention_mask.dtype == torch.bool
+        return self.inner(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids)
+"""
+
+
+@pytest.mark.parametrize("name,kind,shift", [("LLaDA", "llada", False), ("Dream", "dream", True)])
+def test_remote_code_checkpoints_load_only_with_trust_and_sample(tmp_path, name, kind, shift):
+    """Local stand-ins with LLaDA's / Dream's call signatures (no position ids / a 4-D boolean mask, no cache) and
+    their model_type, loaded through `auto_map` like the real checkpoints."""
+    import importlib.util
+    import sys
+    import warnings
+
+    from mmrl.models.tokenizers import char_tokenizer
+
+    src = tmp_path / "modeling_fake_dllm.py"
+    src.write_text(FAKE_REMOTE_CODE)
+    spec = importlib.util.spec_from_file_location("modeling_fake_dllm", src)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["modeling_fake_dllm"] = mod
+    spec.loader.exec_module(mod)
+    cfg = getattr(mod, f"Fake{name}Config")()
+    torch.manual_seed(0)
+    model = getattr(mod, f"Fake{name}Model")(cfg)
+    cfg.register_for_auto_class()
+    model.register_for_auto_class("AutoModel")
+    d = tmp_path / name
+    model.save_pretrained(d)
+    char_tokenizer().save_pretrained(d)
+    with pytest.raises(ValueError, match="trust_remote_code"):
+        MDA.from_pretrained(d)
+    a = MDA.from_pretrained(d, trust_remote_code=True, temperature=0.0, gen_length=8, block_length=4)
+    assert (a.backbone, a.shift_logits, a.mask_token_id, a.pad_token_id) == (kind, shift, MASK, 0)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        cached = a.sample(PROMPTS, 1, sampler="threshold_cache", threshold=0.3, seeds=[0, 1, 2])
+    assert any("no KV cache" in str(x.message) for x in w)
+    plain = a.sample(PROMPTS, 1, sampler="threshold", threshold=0.3, seeds=[0, 1, 2])
+    assert torch.equal(cached.response_ids, plain.response_ids)
+    assert torch.isfinite(a.logprob(plain, estimator="elbo").logp).all()
+    if kind == "dream":  # Dream takes position ids, so a left-padded row equals the same prompt alone
+        single = a.sample(PROMPTS[:1], 1, sampler="threshold", threshold=0.3, seeds=[0])
+        assert torch.equal(single.response_ids[0], plain.response_ids[0])
