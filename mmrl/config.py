@@ -17,7 +17,9 @@ import ast
 import dataclasses
 import difflib
 import inspect
+import math
 import os
+import re
 import textwrap
 import types
 import typing
@@ -66,8 +68,16 @@ class TrainConfig:
     reward_kwargs: dict = field(default_factory=dict)
     """Per-reward configuration by reward name, e.g. `{clip_score: {pretrained: /path/to/weights}}`."""
     on_reward_error: str = "raise"
-    """What a failing reward (exception, NaN/inf, wrong length or type) does: `raise` stops with the reward's name
-    and the sample index; `drop` drops the sample's group from the batch and counts it (`rewards/dropped_groups`)."""
+    """What a failing reward (exception, timeout, NaN/inf, wrong length or type) does once its retries are used up:
+    `raise` stops with the reward's name and the sample index; `drop` drops the sample's group from the batch and
+    counts it (`rewards/dropped_groups`), sampling new prompts to refill the batch."""
+    reward_timeout: float | None = None
+    """Seconds one call of a reward may take before it counts as failed (None: no limit)."""
+    reward_retries: int = 0
+    """Re-run a reward call that raised or timed out at most this many times (for remote rewards), waiting
+    reward_retry_backoff x 2^k seconds before retry k + 1. Bad values (NaN, wrong length) are not retried."""
+    reward_retry_backoff: float = 1.0
+    """Seconds before the first reward retry; doubled for each further retry (at most 60)."""
 
     # ---- batch geometry (TRL semantics) -------------------------------------------------------------------
     num_generations: int = 8
@@ -468,6 +478,7 @@ def _validate(cfg: TrainConfig) -> list[str]:
     _one_of(e, cfg, "torch_dtype", ["float32", "bfloat16", "float16"])
     _one_of(e, cfg, "mixed_precision", ["no", "bf16", "fp16"])
     _one_of(e, cfg, "on_reward_error", ["raise", "drop"])
+    e.extend(_nonfinite_floats(cfg))
     _one_of(e, cfg, "loss_type", list(LOSS_TYPES) + list(AGGREGATIONS))
     _one_of(e, cfg, "scale_rewards", ["group", "batch", "none"])
     _one_of(e, cfg, "score_logits", ["conditional", "guided"])
@@ -497,6 +508,12 @@ def _validate(cfg: TrainConfig) -> list[str]:
         e.append(f"temperature={cfg.temperature} must be > 0 for the {cfg.family} family (sampling needs a positive temperature)")
     if cfg.family == "masked_diffusion" and cfg.temperature < 0:
         e.append(f"temperature={cfg.temperature} must be >= 0 (0 = greedy) for masked diffusion")
+    if cfg.family == "masked_diffusion" and cfg.temperature == 0:
+        sampler = cfg.sampler or cfg.generation_kwargs.get("sampler") or "low_confidence"
+        if sampler not in STOCHASTIC_AT_ZERO_TEMPERATURE:
+            e.append(f"temperature=0 with the {sampler!r} sampler is greedy and deterministic: the num_generations "
+                     f"responses of a prompt would be identical (all advantages 0); use temperature > 0, or a sampler "
+                     f"that stays random at temperature 0: {list(STOCHASTIC_AT_ZERO_TEMPERATURE)}")
     if not 0 < cfg.top_p <= 1:
         e.append(f"top_p={cfg.top_p} must be in (0, 1]")
     if cfg.top_k < 0:
@@ -554,6 +571,7 @@ def _validate(cfg: TrainConfig) -> list[str]:
         pass  # diffu-GRPO on an AR family is plain GRPO with d1's settings; allowed
     if not str(cfg.output_dir).strip():
         e.append("output_dir must not be empty")
+    e.extend(_validate_reliability(cfg))
     if cfg.reward_funcs:
         try:
             from mmrl.rewards import REWARDS
@@ -563,6 +581,66 @@ def _validate(cfg: TrainConfig) -> list[str]:
                 e.append(f"reward_funcs: unknown rewards {unknown}; valid: {sorted(REWARDS)}")
         except ImportError:  # pragma: no cover - the rewards package is part of mmrl
             pass
+    return e
+
+
+STOCHASTIC_AT_ZERO_TEMPERATURE = ("random", "random_order")
+"""Masked-diffusion samplers whose unmasking order is random, so that greedy tokens still give different responses."""
+
+_SAFE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+
+
+def _nonfinite_floats(cfg: TrainConfig) -> list[str]:
+    """Every float field must be a finite number (NaN slips through comparisons such as `lr > 0` being False)."""
+    hints = typing.get_type_hints(TrainConfig)
+    out = []
+    for name in _public_fields():
+        tp = hints[name]
+        kinds = typing.get_args(tp) if typing.get_origin(tp) in (typing.Union, types.UnionType) else (tp,)
+        value = getattr(cfg, name)
+        if float in kinds and isinstance(value, float) and not math.isfinite(value):
+            out.append(f"{name}={value} must be a finite number")
+    return out
+
+
+def _validate_reliability(cfg: TrainConfig) -> list[str]:
+    """Reward failure handling, optimizer and LoRA ranges, paths."""
+    e: list[str] = []
+    if cfg.reward_timeout is not None and not cfg.reward_timeout > 0:
+        e.append(f"reward_timeout={cfg.reward_timeout} must be > 0 seconds (or null for no limit)")
+    if cfg.reward_retries < 0:
+        e.append(f"reward_retries={cfg.reward_retries} must be >= 0")
+    if cfg.reward_retry_backoff < 0:
+        e.append(f"reward_retry_backoff={cfg.reward_retry_backoff} must be >= 0 seconds")
+    bad_cfg = {k: type(v).__name__ for k, v in cfg.reward_kwargs.items() if not isinstance(v, dict)}
+    if bad_cfg:
+        e.append(f"reward_kwargs: the configuration of each reward is a mapping of options, got {bad_cfg}")
+    if cfg.reward_funcs:
+        stray = sorted(set(cfg.reward_kwargs) - set(cfg.reward_funcs))
+        if stray:
+            e.append(f"reward_kwargs configures {stray}, which are not in reward_funcs={cfg.reward_funcs}")
+    for name in ("adam_beta1", "adam_beta2"):
+        if not 0 <= getattr(cfg, name) < 1:
+            e.append(f"{name}={getattr(cfg, name)} must be in [0, 1)")
+    if not cfg.adam_epsilon > 0:
+        e.append(f"adam_epsilon={cfg.adam_epsilon} must be > 0")
+    if cfg.lora_r < 1 or cfg.lora_alpha <= 0 or not 0 <= cfg.lora_dropout < 1:
+        e.append(f"lora_r={cfg.lora_r} (>= 1), lora_alpha={cfg.lora_alpha} (> 0), lora_dropout={cfg.lora_dropout} (in [0, 1))")
+    for name in ("max_prompt_length", "eval_limit"):
+        if getattr(cfg, name) is not None and getattr(cfg, name) < 1:
+            e.append(f"{name}={getattr(cfg, name)} must be >= 1 (or null)")
+    if cfg.overlong_buffer_len is not None and not 1 <= cfg.overlong_buffer_len <= cfg.max_completion_length:
+        e.append(f"overlong_buffer_len={cfg.overlong_buffer_len} must be in [1, max_completion_length="
+                 f"{cfg.max_completion_length}] (or null)")
+    src = str(cfg.model_name_or_path)
+    if src.startswith("tiny-world:") and not _SAFE_NAME.match(src.split(":", 1)[1]):
+        e.append(f"model_name_or_path={src!r}: a tiny-world model name is letters, digits, '_', '.', '-' (it names a "
+                 "cache directory; no '/', '..' or leading '.')")
+    if cfg.resume_from not in (None, "", "auto"):
+        ck = Path(cfg.resume_from)
+        if not (ck / "trainer_state.json").is_file():
+            e.append(f"resume_from={cfg.resume_from!r} is not a complete mmrl checkpoint directory (no "
+                     "trainer_state.json); use 'auto' (the latest in output_dir) or a checkpoints/checkpoint-<step> folder")
     return e
 
 
