@@ -21,6 +21,7 @@ import json
 import math
 import os
 import signal
+import threading
 import time
 import warnings
 from contextlib import nullcontext
@@ -46,6 +47,7 @@ from mmrl.algorithms.groups import group_softmax
 from mmrl.buffer import Buffer, concat_rollouts
 from mmrl.checkpoint import latest_checkpoint, load_checkpoint, load_model_weights, save_checkpoint
 from mmrl.config import TrainConfig
+from mmrl.faults import fault_point
 from mmrl.metrics_log import MetricLogger
 from mmrl.models.base import is_peft_model
 from mmrl.policy_factory import apply_lora, build_policy, estimator_options, needs_reference
@@ -54,6 +56,14 @@ from mmrl.protocol import NoisedBatch, Rollout
 
 class TrainingError(RuntimeError):
     """The run cannot continue (e.g. repeated non-finite steps, dynamic sampling cannot fill a batch)."""
+
+
+class TrainingStopped(KeyboardInterrupt):
+    """SIGTERM or Ctrl-C (SIGINT) stopped the run at the end of a step, after writing a checkpoint of that step."""
+
+    def __init__(self, message: str, signum: int, checkpoint: Path | None):
+        super().__init__(message)
+        self.signum, self.checkpoint = signum, checkpoint
 
 
 def derived_seed(*parts: Any) -> int:
@@ -138,7 +148,8 @@ class Trainer:
         from mmrl.rewards.combine import RewardSet
 
         self.rewards = RewardSet(list(reward_funcs or cfg.reward_funcs), weights=cfg.reward_weights,
-                                 on_error=cfg.on_reward_error, **cfg.reward_kwargs)
+                                 on_error=cfg.on_reward_error, timeout=cfg.reward_timeout, retries=cfg.reward_retries,
+                                 retry_backoff=cfg.reward_retry_backoff, **cfg.reward_kwargs)
         self.dataset = list(dataset)
         self.policy = policy if policy is not None else build_policy(cfg, device=self.accelerator.device)
         if cfg.use_peft and not is_peft_model(self.policy.model):
@@ -205,12 +216,16 @@ class Trainer:
                 if bar is not None:
                     bar.update(1)
                     bar.set_postfix(reward=f"{metrics.get('reward', float('nan')):.3f}", loss=f"{metrics.get('loss', float('nan')):.4f}")
+                saved = None
                 if (cfg.save_steps and self.step % cfg.save_steps == 0) or self.step == cfg.max_steps:
-                    self.save()
+                    saved = self.save()
                 _fault_injection("after_step", self.step)
-                if self._stop_signal is not None:
-                    self.save()
-                    raise KeyboardInterrupt(f"stopped by signal {self._stop_signal} after step {self.step}; checkpoint written")
+                signum = self._stop_requested()
+                if signum and self.step < cfg.max_steps:
+                    path = saved or self.save()
+                    name = signal.Signals(signum).name
+                    raise TrainingStopped(f"stopped by {name} after step {self.step}; checkpoint written to {path}; "
+                                          "resume with resume_from=auto", signum, path)
         finally:
             self._restore_signal_handlers(old_handlers)
             if bar is not None:
@@ -266,6 +281,7 @@ class Trainer:
             seeds = [derived_seed(cfg.seed, "sample", g, j) for g, _ in items for j in range(G)]
             ts = time.perf_counter()
             rollout = policy.sample([row["prompt"] for row in rows], G, seeds=seeds)
+            _fault_injection("during_rollout", self.step + 1)
             stats["sample_time"] += time.perf_counter() - ts
             ts = time.perf_counter()
             columns = {k: [row.get(k) for row in rows for _ in range(G)] for k in rows[0] if k != "prompt"}
@@ -452,6 +468,7 @@ class Trainer:
                 sums[k] = sums.get(k, 0.0) + float(v) * w
                 counts[k] = counts.get(k, 0.0) + w
         metrics = {k: sums[k] / counts[k] for k in sums}
+        _fault_injection("in_optimizer_step", self.step + 1)
         # clip, check, step
         max_norm = cfg.max_grad_norm if cfg.max_grad_norm > 0 else float("inf")
         grad_norm = acc.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], max_norm)
@@ -463,6 +480,9 @@ class Trainer:
         else:
             self.nonfinite_in_a_row += 1
             metrics["train/skipped_nonfinite"] = 1.0
+            warnings.warn(f"step {self.step + 1}: non-finite loss ({loss_total}) or gradient norm ({grad_norm}); step "
+                          f"skipped ({self.nonfinite_in_a_row} in a row, the run stops at {cfg.max_nonfinite_steps})",
+                          RuntimeWarning, stacklevel=2)
             if self.nonfinite_in_a_row >= cfg.max_nonfinite_steps:
                 raise TrainingError(
                     f"{self.nonfinite_in_a_row} optimizer steps in a row had a non-finite loss or gradient (last: loss "
@@ -627,23 +647,44 @@ class Trainer:
 
     # ============================================================================== signals, pictures
 
-    def _install_signal_handlers(self):
-        if not hasattr(signal, "SIGTERM") or os.name == "nt":
-            return None
-        try:
-            old = signal.getsignal(signal.SIGTERM)
+    def _install_signal_handlers(self) -> dict:
+        """SIGTERM and Ctrl-C (SIGINT) ask for a stop at the end of the current step, with a checkpoint; a second
+        Ctrl-C stops at once (the last checkpoint stays intact: checkpoints are written atomically)."""
+        if os.name == "nt" or threading.current_thread() is not threading.main_thread():
+            return {}
 
-            def handler(signum, frame):
-                self._stop_signal = signum
+        def handler(signum, frame):
+            if signum == signal.SIGINT and self._stop_signal is not None:
+                raise KeyboardInterrupt("second Ctrl-C: stopped at once, without a checkpoint of the current step")
+            self._stop_signal = signum
+            # os.write, not print: a signal handler may interrupt a print to stderr (reentrant call)
+            os.write(2, f"\nmmrl: {signal.Signals(signum).name} received; stopping after the current step with a "
+                        f"checkpoint (Ctrl-C again stops at once)\n".encode())
 
-            signal.signal(signal.SIGTERM, handler)
-            return old
-        except ValueError:  # not in the main thread
-            return None
+        old = {}
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            try:
+                old[sig] = signal.getsignal(sig)
+                signal.signal(sig, handler)
+            except (ValueError, OSError):  # pragma: no cover - not allowed here
+                old.pop(sig, None)
+        return old
 
-    def _restore_signal_handlers(self, old) -> None:
-        if old is not None:
-            signal.signal(signal.SIGTERM, old)
+    def _restore_signal_handlers(self, old: dict) -> None:
+        for sig, h in (old or {}).items():
+            signal.signal(sig, h if h is not None else signal.SIG_DFL)
+
+    def _stop_requested(self) -> int:
+        """The signal that asked for a stop (0 if none), agreed by every process: if one process stopped alone, the
+        others would wait for it forever."""
+        signum = self._stop_signal or 0
+        if self.world > 1:
+            import torch.distributed as dist
+
+            t = torch.tensor([signum], device=self.accelerator.device)
+            dist.all_reduce(t, op=dist.ReduceOp.MAX)
+            signum = int(t.item())
+        return signum
 
     def _write_credit_pictures(self, buf: Buffer) -> None:
         from mmrl.credit_viz import write_credit_pictures
@@ -656,10 +697,8 @@ class Trainer:
 # ===================================================================================================== helpers
 
 def _fault_injection(point: str, step: int) -> None:
-    """Test hook: `MMRL_KILL_AT=after_step:K` makes the process SIGKILL itself at that point (crash tests)."""
-    spec = os.environ.get("MMRL_KILL_AT")
-    if spec and spec == f"{point}:{step}":
-        os.kill(os.getpid(), signal.SIGKILL)
+    """Test hook: `MMRL_KILL_AT=<point>:K` makes the process SIGKILL itself there (crash tests; `mmrl.faults`)."""
+    fault_point(point, step)
 
 
 def _completion_ids(rollout: Rollout) -> list[list[int]]:
