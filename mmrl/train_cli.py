@@ -35,13 +35,16 @@ def run(args: argparse.Namespace) -> int:
     if args.print_config:
         print(json.dumps(cfg.to_dict(), indent=2, default=str))
         return 0
-    from mmrl.trainer import Trainer, TrainingError
+    from mmrl.trainer import Trainer, TrainingError, TrainingStopped
 
     try:
         last = Trainer(cfg).train()
     except TrainingError as e:
         print(f"mmrl train: {e}", file=sys.stderr)
         return 1
+    except TrainingStopped as e:  # SIGTERM / Ctrl-C: the checkpoint of the last step is written
+        print(f"mmrl train: {e}", file=sys.stderr)
+        return 128 + e.signum  # the shell's convention for "ended by signal N"
     keys = ("reward", "loss", "grad_norm", "completions/mean_length")
     print("final step: " + ", ".join(f"{k}={last[k]:.4g}" for k in keys if k in last))
     print(f"run directory: {cfg.output_dir}")
