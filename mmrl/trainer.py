@@ -130,6 +130,10 @@ class Trainer:
         self.accelerator = Accelerator(mixed_precision=cfg.mixed_precision, kwargs_handlers=[ddp], cpu=cpu_ddp)
         self.is_main = self.accelerator.is_main_process
         self.run_dir = Path(cfg.output_dir)
+        if not cfg.resume_from and (found := latest_checkpoint(self.run_dir)) is not None:
+            # a fresh run here would rotate out its own new checkpoints (older step numbers) and reset metrics.jsonl
+            raise TrainingError(f"output_dir {str(self.run_dir)!r} already holds checkpoints of a run (latest: {found.name}); "
+                                "resume it with resume_from=auto, or choose a new output_dir")
         if self.is_main:
             self.run_dir.mkdir(parents=True, exist_ok=True)
         # data and rewards before the model: a bad task or reward fails fast
