@@ -118,14 +118,21 @@ def save_checkpoint(output_dir: str | Path, step: int, *, save_model, optimizer,
         old.rename(trash)  # out of the listing at once; a kill during the deletion leaves only trash
         fault_point("checkpoint/rotating", step)
         shutil.rmtree(trash, ignore_errors=True)
-    for stale in [*root.glob(".tmp-checkpoint-*"), *root.glob(".trash-*")]:  # left by killed processes
-        if stale != tmp:
-            shutil.rmtree(stale, ignore_errors=True)
-    for old in root.glob(".old-checkpoint-*"):  # superseded stand-ins (their step was saved again)
+    remove_stale(output_dir)
+    return final
+
+
+def remove_stale(output_dir: str | Path) -> None:
+    """Delete what killed processes left: temporary and trash directories, superseded `.old-` copies."""
+    root = checkpoint_dir(output_dir)
+    if not root.is_dir():
+        return
+    for stale in [*root.glob(".tmp-checkpoint-*"), *root.glob(".trash-*")]:
+        shutil.rmtree(stale, ignore_errors=True)
+    for old in root.glob(".old-checkpoint-*"):  # stand-ins whose step was saved again
         m = OLD_RE.match(old.name)
         if m and (root / f"checkpoint-{int(m.group(1)):06d}").is_dir():
             shutil.rmtree(old, ignore_errors=True)
-    return final
 
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:

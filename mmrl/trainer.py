@@ -45,7 +45,7 @@ from mmrl.algorithms import (
 )
 from mmrl.algorithms.groups import group_softmax
 from mmrl.buffer import Buffer, concat_rollouts
-from mmrl.checkpoint import latest_checkpoint, load_checkpoint, load_model_weights, save_checkpoint
+from mmrl.checkpoint import latest_checkpoint, load_checkpoint, load_model_weights, remove_stale, save_checkpoint
 from mmrl.config import TrainConfig
 from mmrl.faults import fault_point
 from mmrl.metrics_log import MetricLogger
@@ -633,6 +633,8 @@ class Trainer:
         if path is None:
             return False  # nothing to resume: a fresh run
         ck = load_checkpoint(path)
+        if self.is_main:
+            remove_stale(self.run_dir)
         st = ck["state"]
         if st.get("world", 1) != self.world:
             raise TrainingError(f"checkpoint {path} was written by {st.get('world')} processes; this run has {self.world}")
