@@ -20,7 +20,8 @@ the fraction of blank cells filled correctly (d1's Sudoku metric). With `--model
 `MaskedDiffusionAdapter` is loaded instead (e.g. the tiny world's Sudoku model); `--task NAME` then takes the test
 prompts of a registered task (`mmrl.data.tasks`) and reports the task's metric reward as accuracy.
 
-    python benchmarks/dllm_samplers.py                                # ~2-3 min on 2 CPU cores
+    python benchmarks/dllm_samplers.py --save-model /tmp/sudoku_dllm   # ~2-3 min on 2 CPU cores
+    python benchmarks/dllm_samplers.py --model /tmp/sudoku_dllm --task builtin_sudoku   # again, without training
     python benchmarks/dllm_samplers.py --smoke                        # seconds (random model, CI)
     python benchmarks/dllm_samplers.py --model runs/tiny/sudoku --task sudoku4 --gen-length 32 --out speeds.json
 """
@@ -93,6 +94,13 @@ def cell_accuracy(completions: list[str], rows: list[dict]) -> float:
     return good / max(total, 1)
 
 
+def split_grids(seed: int) -> tuple[list[str], list[str]]:
+    """(240 training grids, 48 held-out grids), shuffled with `seed`."""
+    grids = list(sudoku_grids())
+    random.Random(seed).shuffle(grids)
+    return grids[:240], grids[240:]
+
+
 def train_sudoku_model(seconds: float, gen_length: int, seed: int, hidden: int, layers: int):
     """A bidirectional Llama trained with the masked-diffusion loss on the built-in Sudoku task (test grids held out)."""
     import torch
@@ -101,9 +109,7 @@ def train_sudoku_model(seconds: float, gen_length: int, seed: int, hidden: int, 
     from mmrl.models.masked_diffusion import MaskedDiffusionAdapter
     from mmrl.protocol import Rollout
 
-    grids = list(sudoku_grids())
-    random.Random(seed).shuffle(grids)
-    train_grids, test_grids = grids[:240], grids[240:]
+    train_grids, test_grids = split_grids(seed)
     adapter = MaskedDiffusionAdapter.tiny(
         seed=seed, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers, num_attention_heads=4,
         num_key_value_heads=2, gen_length=gen_length, temperature=0.0,
@@ -150,13 +156,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--smoke", action="store_true", help="random tiny model, small batch: seconds (CI)")
     ap.add_argument("--model", default=None, help="a saved MaskedDiffusionAdapter directory instead of the built-in model")
-    ap.add_argument("--task", default=None, help="with --model: a task name of mmrl.data.tasks whose test prompts and metric to use")
+    ap.add_argument("--task", default=None, help="with --model: builtin_sudoku, or a task name of mmrl.data.tasks whose test "
+                    "prompts and metric to use")
+    ap.add_argument("--dataset-path", default=None, help="with --task: passed to mmrl.data.tasks.load_task")
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--gen-length", type=int, default=24)
     ap.add_argument("--block-length", type=int, default=8)
     ap.add_argument("--threshold", type=float, default=0.9)
     ap.add_argument("--temperature", type=float, default=0.0)
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--train-seconds", type=float, default=90.0)
     ap.add_argument("--hidden", type=int, default=64)
     ap.add_argument("--layers", type=int, default=2)
@@ -164,6 +172,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=None, help="write the results as JSON here")
+    ap.add_argument("--save-model", default=None, help="save the built-in trained model here (reuse it with --model)")
     args = ap.parse_args()
     if args.smoke:
         args.batch, args.gen_length, args.block_length, args.repeats, args.train_seconds = 8, 16, 8, 1, 0.0
@@ -176,38 +185,47 @@ def main() -> None:
     info: dict = {}
     if args.model:
         adapter = MaskedDiffusionAdapter.from_pretrained(args.model, device=args.device)
-        rows, score = task_rows(args.task, args.batch, args.seed)
+        rows, score = task_rows(args.task, args.batch, args.seed, args.dataset_path)
         info["model"] = args.model
     else:
         adapter, test_grids, steps = train_sudoku_model(args.train_seconds, args.gen_length, args.seed, args.hidden, args.layers)
         adapter.model.to(args.device)
+        if args.save_model:
+            adapter.save_pretrained(args.save_model)
         rows = sudoku_rows(args.batch, test_grids, args.seed + 7)
         score = lambda completions, rows: cell_accuracy(completions, rows)  # noqa: E731
         info.update(model=f"built-in Sudoku Llama (hidden {args.hidden}, {args.layers} layers)", train_steps=steps,
                     train_seconds=args.train_seconds)
     pid, pm = adapter.encode_prompts([r["prompt"] for r in rows])
-    valid = None
     n = pid.shape[0]
     seeds = list(range(n))
-    results: dict[str, dict] = {}
-    for name, opts in sampler_table(args.gen_length, args.block_length, args.threshold).items():
-        opts = dict(opts, gen_length=args.gen_length, block_length=args.block_length, temperature=args.temperature)
-        out = adapter.generate(pid, pm, seeds=seeds, **opts)  # warm-up
-        times = []
-        for _ in range(args.repeats):
-            if args.device.startswith("cuda"):
-                torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            out = adapter.generate(pid, pm, seeds=seeds, **opts)
-            if args.device.startswith("cuda"):
-                torch.cuda.synchronize()
-            times.append(time.perf_counter() - t0)
-        from mmrl.models.base import mask_through_first_eos
+    from mmrl.models.base import mask_through_first_eos
 
+    table = {
+        name: dict(opts, gen_length=args.gen_length, block_length=args.block_length, temperature=args.temperature)
+        for name, opts in sampler_table(args.gen_length, args.block_length, args.threshold).items()
+    }
+
+    def run(opts):
+        if args.device.startswith("cuda"):
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        out = adapter.generate(pid, pm, seeds=seeds, **opts)
+        if args.device.startswith("cuda"):
+            torch.cuda.synchronize()
+        return out, time.perf_counter() - t0
+
+    outs = {name: run(opts)[0] for name, opts in table.items()}  # warm-up, and the outputs to score
+    times: dict[str, list[float]] = {name: [] for name in table}
+    for _ in range(args.repeats):  # round robin, so that every sampler sees the same machine load
+        for name, opts in table.items():
+            times[name].append(run(opts)[1])
+    results: dict[str, dict] = {}
+    for name, out in outs.items():
         resp = out["ids"][:, pid.shape[1]:]
         valid = mask_through_first_eos(resp, adapter.eos_token_ids)
         completions = [adapter.tokenizer.decode(r[m].tolist(), skip_special_tokens=True) for r, m in zip(resp, valid)]
-        sec = statistics.median(times)
+        sec = statistics.median(times[name])
         results[name] = {
             "seconds": sec,
             "tokens_per_s": n * args.gen_length / sec,
@@ -219,27 +237,33 @@ def main() -> None:
     for r in results.values():
         r["speedup"] = r["tokens_per_s"] / base["tokens_per_s"]
         r["forward_ratio"] = base["forward_passes"] / r["forward_passes"]
+        r["fed_ratio"] = base["positions_fed"] / r["positions_fed"]
     print(f"model: {info['model']}" + (f", trained {info['train_steps']} steps" if "train_steps" in info else ""))
     print(f"batch {n}, prompt width {pid.shape[1]}, gen_length {args.gen_length}, block_length {args.block_length}, "
           f"threshold {args.threshold}, temperature {args.temperature}, {args.threads} threads, {args.device}")
-    print(f"{'sampler':22s} {'tokens/s':>10s} {'speedup':>8s} {'forwards':>9s} {'fwd ratio':>9s} {'accuracy':>9s}")
+    print(f"{'sampler':22s} {'tokens/s':>10s} {'speedup':>8s} {'forwards':>9s} {'fwd ratio':>9s} {'fed ratio':>9s} {'accuracy':>9s}")
     for name, r in results.items():
         acc = "-" if r["accuracy"] is None else f"{r['accuracy']:.3f}"
-        print(f"{name:22s} {r['tokens_per_s']:10.0f} {r['speedup']:7.2f}x {r['forward_passes']:9d} {r['forward_ratio']:8.2f}x {acc:>9s}")
+        print(f"{name:22s} {r['tokens_per_s']:10.0f} {r['speedup']:7.2f}x {r['forward_passes']:9d} {r['forward_ratio']:8.2f}x "
+              f"{r['fed_ratio']:8.2f}x {acc:>9s}")
+    print("speedup: tokens/s vs the baseline; fwd ratio: baseline forwards / forwards; fed ratio: baseline positions fed "
+          "through the model / positions fed (machine-independent cost)")
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"args": vars(args), "info": info, "results": results}, f, indent=2)
 
 
-def task_rows(task: str | None, n: int, seed: int):
-    """(test rows, scorer) of a registered task; without a task, no accuracy (prompts from the built-in Sudoku)."""
+def task_rows(task: str | None, n: int, seed: int, dataset_path: str | None = None):
+    """(test rows, scorer) of a task: `builtin_sudoku` (this file's held-out puzzles, e.g. for a model saved with
+    `--save-model`), a task name of `mmrl.data.tasks`, or None (built-in Sudoku prompts, no accuracy)."""
     if task is None:
-        grids = sudoku_grids()
-        return sudoku_rows(n, grids, seed), None
+        return sudoku_rows(n, list(sudoku_grids()), seed), None
+    if task == "builtin_sudoku":
+        return sudoku_rows(n, split_grids(seed)[1], seed + 7), cell_accuracy
     from mmrl.data.tasks import load_task
     from mmrl.rewards import REWARDS
 
-    t = load_task(task, seed=seed)
+    t = load_task(task, dataset_path, seed=seed)
     rows = t.test[:n]
     reward = REWARDS[t.metric]
 
