@@ -198,7 +198,8 @@ class _BlockLogits:
         self.mode = cache if cache and supports_prefix_cache(logits_fn) else None
         if cache and self.mode is None:
             warnings.warn("this backbone offers no KV cache; decoding without it", stacklevel=3)
-        if self.mode == "dual" and not (callable(getattr(logits_fn, "block", None)) and getattr(logits_fn, "supports_dual_cache", False)):
+        has_dual = callable(getattr(logits_fn, "block", None)) and getattr(logits_fn, "supports_dual_cache", False)
+        if self.mode == "dual" and not has_dual:
             warnings.warn("this backbone offers no dual cache; using the prefix cache", stacklevel=3)
             self.mode = "prefix"
 

@@ -14,11 +14,13 @@ Sampling (`sample`, option `sampler`):
 `cache="prefix"` adds Fast-dLLM's prefix cache to the LLaDA and Dream samplers too (DMPO's default training sampler
 is low-confidence with two tokens per step over the prefix cache); `cache="dual"` is Fast-dLLM's DualCache (only the
 block is fed; the suffix keys/values come from the block's first forward too). `threshold_cache` = `threshold` with
-`cache="prefix"` unless `cache="dual"` is asked. Caches need a transformers-native backbone; others decode uncached. Options: `gen_length`, `block_length` (None =
-one block over the whole span; LLaDA recipes use 32), `steps` (None = `gen_length`), `temperature` (0 = greedy),
-`threshold` (0.9), `top_p` (Dream orders only), `negative_instruction` (GCPO). The default temperature is 1 (an RL
-policy samples; TRL's default, d1 uses 0.9, DMPO 0.2); evaluation recipes use 0 (greedy). A `block_length` of None
-or >= `gen_length` is one block.
+`cache="prefix"` unless `cache="dual"` is asked. Caches need a transformers-native backbone; others decode uncached.
+
+Options: `gen_length`, `block_length` (None or >= `gen_length` = one block over the whole span; LLaDA recipes use 32),
+`steps` (None = `gen_length`), `temperature` (0 = greedy), `threshold` (0.9), `top_p` (Dream orders only), `cache`,
+`negative_instruction` (GCPO). The default temperature is 1 (an RL policy samples; TRL's default, d1 uses 0.9, DMPO
+0.2); evaluation recipes use 0 (greedy). The mask token is never sampled, and log-probs are over the other tokens
+(`dllm_samplers.suppress_tokens`). Randomness is per response row (`seeds=`), as in the causal-LM adapter.
 
 The rollout's `response_ids` [N, T] are the whole generated span (T = gen_length); `response_mask` runs up to and
 including the first EOS (TRL's completion mask).
@@ -46,7 +48,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
-import warnings
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -476,7 +477,9 @@ class MaskedDiffusionAdapter(BaseAdapter):
         else:
             out = self._exact(sides, rows_per_chunk=rows_per_chunk, stats=stats, **args)
         valid = rollout.response_mask.bool()
-        finish = (lambda v: fold_padding(v, valid)) if padding == "fold" else (lambda v: torch.where(valid, v, torch.zeros_like(v)))
+        def finish(v: torch.Tensor) -> torch.Tensor:
+            return fold_padding(v, valid) if padding == "fold" else torch.where(valid, v, torch.zeros_like(v))
+
         logp = finish(out.logp)
         other = finish(out.other_logp) if out.other_logp is not None else None
         st = {k: torch.where(valid, v, torch.zeros_like(v)) for k, v in out.stats.items()}

@@ -705,3 +705,23 @@ def test_remote_code_checkpoints_load_only_with_trust_and_sample(tmp_path, name,
     if kind == "dream":  # Dream takes position ids, so a left-padded row equals the same prompt alone
         single = a.sample(PROMPTS[:1], 1, sampler="threshold", threshold=0.3, seeds=[0])
         assert torch.equal(single.response_ids[0], plain.response_ids[0])
+
+
+@pytest.mark.slow
+def test_sampler_benchmark_smoke(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path / "bench.json"
+    subprocess.run([sys.executable, str(root / "benchmarks" / "dllm_samplers.py"), "--smoke", "--threads", "1", "--out", str(out)],
+                   check=True, capture_output=True, timeout=300)
+    res = json.loads(out.read_text())["results"]
+    gl = 16  # --smoke: gen_length 16, block_length 8
+    assert res["low_conf_steps=len"]["forward_passes"] == gl and res["low_conf_steps=len/2"]["forward_passes"] == gl // 2
+    assert res["random_order"]["forward_passes"] == gl
+    for name in ("threshold+cache", "threshold+dual_cache"):
+        assert res[name]["forward_passes"] == res["threshold"]["forward_passes"]
+        assert res[name]["positions_fed"] < res["threshold"]["positions_fed"]
+    assert res["threshold+dual_cache"]["positions_fed"] < res["threshold+cache"]["positions_fed"]
