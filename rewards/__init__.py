@@ -5,10 +5,11 @@ key per sample is accepted too; its other keys are logged). `RewardSet` combines
 
 Text: gsm8k (d1's five parts summed) and its parts gsm8k_xmlcount / gsm8k_soft_format / gsm8k_strict_format /
 gsm8k_int / gsm8k_correctness, gsm8k_accuracy, math500 (= math500_correctness + math500_format), boxed_accuracy,
-countdown, sudoku. Images: clip_score, geneval, geneval_strict, geneval_partial.
+countdown, sudoku. Images: clip_score, geneval, geneval_strict, geneval_partial. Remote: http (a reward server,
+`mmrl.rewards.http` documents the protocol).
 """
 from mmrl.algorithms.registry import REWARDS
-from mmrl.rewards import countdown, geneval, image_clip, sudoku, text_math  # noqa: F401  (register the rewards)
-from mmrl.rewards.combine import RewardError, RewardOutput, RewardSet, build_reward
+from mmrl.rewards import countdown, geneval, http, image_clip, sudoku, text_math  # noqa: F401  (register the rewards)
+from mmrl.rewards.combine import RewardError, RewardOutput, RewardSet, RewardTimeout, RewardUnavailable, build_reward
 
-__all__ = ["REWARDS", "RewardError", "RewardOutput", "RewardSet", "build_reward"]
+__all__ = ["REWARDS", "RewardError", "RewardOutput", "RewardSet", "RewardTimeout", "RewardUnavailable", "build_reward"]
