@@ -612,6 +612,9 @@ class CausalLMAdapter(BaseAdapter):
         saved = read_adapter_file(path, cls.family)
         load_kwargs: dict[str, Any] = {"local_files_only": True}
         if trust_remote_code:
+            from mmrl.remote_code import warn_remote_code
+
+            warn_remote_code(path)
             load_kwargs["trust_remote_code"] = True
         model_kwargs = dict(load_kwargs)
         if dtype is not None:

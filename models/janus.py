@@ -726,6 +726,10 @@ class JanusAdapter(BaseAdapter):
             hint = (" (the original deepseek-ai checkpoint: convert it with transformers' "
                     "models/janus/convert_janus_weights_to_hf.py)" if model_type == "multi_modality" else "")
             raise ValueError(f"{path!r} holds model_type={model_type!r}, the Janus adapter needs 'janus'{hint}")
+        if trust_remote_code:
+            from mmrl.remote_code import warn_remote_code
+
+            warn_remote_code(path)
         saved: dict = {}
         adapter_file = os.path.join(path, MMRL_ADAPTER_FILE)
         if os.path.isfile(adapter_file):

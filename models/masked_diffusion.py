@@ -698,6 +698,10 @@ class MaskedDiffusionAdapter(BaseAdapter):
         path = Path(path)
         if not path.exists():
             raise FileNotFoundError(f"masked-diffusion checkpoint not found: {path}")
+        if trust_remote_code:
+            from mmrl.remote_code import warn_remote_code
+
+            warn_remote_code(path)
         saved: dict = {}
         if (path / ADAPTER_FILE).is_file():
             saved = json.loads((path / ADAPTER_FILE).read_text())
