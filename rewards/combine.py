@@ -61,6 +61,9 @@ class RewardTimeout(RewardUnavailable):
 MAX_BACKOFF = 60.0
 """Longest wait between two retries of a reward call, in seconds."""
 
+FLOAT32_MAX = float(torch.finfo(torch.float32).max)
+"""Rewards are float32 tensors in the trainer: larger values would silently become inf."""
+
 
 class RewardOutput(NamedTuple):
     total: torch.Tensor
@@ -185,12 +188,18 @@ class RewardSet:
         for i in range(n):
             if valid[i] and all(values[r.name][i] is None for r in self.rewards):
                 self._fail(valid, i, f"no reward applies to sample {i} (every reward returned None)")
-        total = torch.zeros(n, dtype=torch.float32)
+            elif valid[i]:
+                weighted = math.fsum(values[r.name][i] * r.weight for r in self.rewards if values[r.name][i] is not None)
+                if not abs(weighted) <= FLOAT32_MAX:
+                    self._fail(valid, i, f"sample {i}: the weighted sum of its rewards, {weighted:g}, is beyond the float32 "
+                                         f"range of the trainer's rewards (|r| <= {FLOAT32_MAX:.3g})")
+        total = torch.zeros(n, dtype=torch.float64)
         per_reward = {}
         for r in self.rewards:
             col = [v if (v is not None and valid[i]) else float("nan") for i, v in enumerate(values[r.name])]
-            per_reward[r.name] = torch.tensor(col, dtype=torch.float64).float()  # [N]
-            total += torch.nan_to_num(per_reward[r.name].double() * r.weight, nan=0.0).float()
+            col64 = torch.tensor(col, dtype=torch.float64)  # [N]
+            per_reward[r.name] = col64.float()
+            total += torch.nan_to_num(col64 * r.weight, nan=0.0)
             kept = [v for v in col if not math.isnan(v)]
             metrics[f"rewards/{r.name}/mean"] = sum(kept) / len(kept) if kept else float("nan")
             metrics[f"rewards/{r.name}/std"] = _std(kept)
@@ -202,6 +211,7 @@ class RewardSet:
                 metrics[f"rewards/{key}/mean"] = sum(nums + bools) / len(nums + bools)
         valid_t = torch.tensor(valid, dtype=torch.bool)
         total[~valid_t] = 0.0
+        total = total.float()  # [N]
         if self.on_error == "drop":
             metrics["rewards/dropped"] = float(n - sum(valid))
         return RewardOutput(total, per_reward, metrics, extras, valid_t)
@@ -355,6 +365,8 @@ def _check_value(v: Any) -> tuple[float | None, dict]:
         raise RewardError(f"returned {_short_repr(v)}, too large for a float") from None
     if not math.isfinite(v):
         raise RewardError(f"returned {v}, which is not finite")
+    if abs(v) > FLOAT32_MAX:
+        raise RewardError(f"returned {v:g}, beyond the float32 range of the trainer's rewards (|r| <= {FLOAT32_MAX:.3g})")
     return v, extra
 
 
