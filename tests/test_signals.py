@@ -90,3 +90,24 @@ def test_mmrl_train_process_stops_with_a_checkpoint(sig, tmp_path):
     assert "Traceback" not in err
     ck = latest_checkpoint(run_dir)
     assert ck.name == f"checkpoint-{last:06d}" and load_checkpoint(ck)["state"]["step"] == last
+
+
+def test_a_signal_to_one_process_stops_every_process_at_the_same_step(tmp_path):
+    """Under DDP only rank 1 is signalled; the stop is agreed (an all-reduce), so rank 0 stops after the same step and
+    writes the checkpoint, instead of waiting forever for a process that left."""
+    from pathlib import Path
+
+    here = Path(__file__).resolve().parent
+    values = dict(family="causal_lm", method="grpo", max_steps=50, num_generations=4, per_device_train_batch_size=4,
+                  max_completion_length=8, save_steps=0, progress_bar=False, report_to=["jsonl"], output_dir=str(tmp_path),
+                  signal_rank=1)
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(here.parent / "configs/accelerate/cpu_ddp.yaml"),
+           "--main_process_port", str(29600 + os.getpid() % 1000), str(here / "run_rank_signal.py"), json.dumps(values)]
+    # a process that stopped alone would leave the other waiting in a collective: the timeout turns that into a failure
+    r = subprocess.run(cmd, env={**os.environ, "OMP_WAIT_POLICY": "PASSIVE", "OMP_NUM_THREADS": "1"}, capture_output=True,
+                       text=True, timeout=240)
+    assert r.returncode == 0, r.stderr[-5000:]
+    for rank in (0, 1):
+        assert f"rank {rank}: stopped by SIGTERM after step 2; checkpoint written to" in r.stdout, r.stdout + r.stderr[-3000:]
+    assert [rec["step"] for rec in read_metrics(tmp_path)] == [1, 2]
+    assert load_checkpoint(latest_checkpoint(tmp_path))["state"]["step"] == 2
