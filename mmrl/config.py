@@ -113,8 +113,8 @@ class TrainConfig:
     score_logits: str = "conditional"
     """Janus: which distribution the policy log-probs are of: `conditional` (GCPO, T2I-R1) or `guided`."""
     sampler: str | None = None
-    """Masked-diffusion sampler: low_confidence, random, entropy, maskgit_plus, threshold, threshold_cache,
-    random_order. None: the family default."""
+    """Masked-diffusion sampler: low_confidence, random, entropy, maskgit_plus, topk_margin, threshold,
+    threshold_cache, random_order. None: the family default."""
     block_length: int = 32
     """Masked diffusion: semi-autoregressive block length; must divide max_completion_length."""
     diffusion_steps: int | None = None
@@ -122,6 +122,8 @@ class TrainConfig:
     max_completion_length / 2 (d1's training setting)."""
     threshold: float = 0.9
     """Masked diffusion threshold samplers (Fast-dLLM): confidence needed to unmask in parallel."""
+    diffusion_cache: str | None = None
+    """Masked diffusion: Fast-dLLM KV cache for any sampler, `prefix` or `dual` (native backbones); None = no cache."""
     generation_kwargs: dict = field(default_factory=dict)
     """Further family-specific sampling options passed to `sample()`."""
     negative_instruction: str = "Note: Intentionally generate an incorrect answer."
@@ -489,7 +491,9 @@ def _validate(cfg: TrainConfig) -> list[str]:
     _one_of(e, cfg, "dmpo_loss", ["wdce", "wddo"])
     _one_of(e, cfg, "dmpo_baseline", ["none", "group", "individual", "model"])
     if cfg.sampler is not None:
-        _one_of(e, cfg, "sampler", ["low_confidence", "random", "entropy", "maskgit_plus", "threshold", "threshold_cache", "random_order"])
+        _one_of(e, cfg, "sampler", ["low_confidence", "random", "entropy", "maskgit_plus", "topk_margin", "threshold", "threshold_cache", "random_order"])
+    if cfg.diffusion_cache is not None:
+        _one_of(e, cfg, "diffusion_cache", ["prefix", "dual"])
     for name in ("num_generations",):
         if getattr(cfg, name) < 2:
             e.append(f"num_generations={cfg.num_generations}: a group needs at least 2 responses (group-relative advantages); use >= 2")

@@ -28,6 +28,8 @@ def generation_options(cfg: TrainConfig) -> dict[str, Any]:
                 "temperature": cfg.temperature, "threshold": cfg.threshold, "negative_instruction": cfg.negative_instruction}
         if cfg.sampler is not None:
             opts["sampler"] = cfg.sampler
+        if cfg.diffusion_cache is not None:
+            opts["cache"] = cfg.diffusion_cache
     opts.update(cfg.generation_kwargs)
     return opts
 
@@ -63,7 +65,7 @@ def build_policy(cfg: TrainConfig, device: torch.device | str | None = None):
     else:
         policy = cls.from_pretrained(src, trust_remote_code=cfg.trust_remote_code, dtype=dtype, device=device,
                                      ref_model=(cfg.ref_model_name_or_path or True) if want_ref else False)
-    _set_generation_defaults(policy, gen)
+    set_generation_defaults(policy, gen)
     if want_ref and policy.ref_model is None:
         if cfg.ref_model_name_or_path:
             ref = cls.from_pretrained(cfg.ref_model_name_or_path, trust_remote_code=cfg.trust_remote_code, dtype=dtype).model
@@ -84,7 +86,7 @@ def build_policy(cfg: TrainConfig, device: torch.device | str | None = None):
     return policy
 
 
-def _set_generation_defaults(policy, gen: dict[str, Any]) -> None:
+def set_generation_defaults(policy, gen: dict[str, Any]) -> None:
     """Merge the config's sampling options into the adapter's defaults, keeping only options it knows."""
     known = getattr(policy, "generation_defaults", {})
     policy.generation_defaults = {**known, **{k: v for k, v in gen.items() if k in known}}

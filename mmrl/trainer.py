@@ -50,7 +50,7 @@ from mmrl.config import TrainConfig
 from mmrl.faults import fault_point
 from mmrl.metrics_log import MetricLogger
 from mmrl.models.base import is_peft_model
-from mmrl.policy_factory import apply_lora, build_policy, estimator_options, needs_reference
+from mmrl.policy_factory import apply_lora, build_policy, estimator_options, generation_options, needs_reference, set_generation_defaults
 from mmrl.protocol import NoisedBatch, Rollout
 
 
@@ -156,6 +156,7 @@ class Trainer:
                                  retry_backoff=cfg.reward_retry_backoff, **cfg.reward_kwargs)
         self.dataset = list(dataset)
         self.policy = policy if policy is not None else build_policy(cfg, device=self.accelerator.device)
+        set_generation_defaults(self.policy, generation_options(cfg))  # the config's sampling options, also for a given policy
         if cfg.use_peft and not is_peft_model(self.policy.model):
             self.policy.model = apply_lora(self.policy.model, cfg)
         self.policy.model.eval()  # dropout off (ratio exactly 1 at the first inner step)
