@@ -24,8 +24,9 @@ Slow and flaky rewards (reward models served elsewhere, `mmrl.rewards.http`): `t
 most that many times, after `retry_backoff * 2**k` seconds (capped at `MAX_BACKOFF`). A reward that still cannot score
 the batch (`RewardUnavailable`, e.g. a timeout or an unreachable server) fails every sample of the batch: under
 "raise" one error naming the reward and the samples, under "drop" every sample is dropped; it is not re-run sample by
-sample. A local reward function that times out cannot be stopped: its thread is abandoned and keeps running in the
-background (the HTTP reward's socket timeouts do stop).
+sample. With a timeout, rewards run in a worker thread; a local reward function that times out cannot be stopped: its
+thread is abandoned and keeps running in the background (the HTTP reward's socket timeouts do stop). math-verify's own
+SIGALRM timeouts work only in the main thread; mmrl's math rewards bound their inputs before sympy sees them instead.
 """
 from __future__ import annotations
 
