@@ -206,3 +206,30 @@ def test_fresh_run_refuses_a_directory_with_checkpoints(tmp_path):
     cfg = load_config(None, {**BASE, "output_dir": str(tmp_path), "model_name_or_path": str(tmp_path / "missing-model")})
     with pytest.raises(TrainingError, match=r"already holds checkpoints of a run \(latest: checkpoint-000007\); resume it with resume_from=auto"):
         Trainer(cfg, dataset=[{"prompt": "a"}], reward_funcs=[lambda prompts, completions, **kw: [0.0] * len(completions)])
+
+
+def test_disk_full_while_writing_a_checkpoint_keeps_the_previous_one(tmp_path):
+    import errno
+
+    from mmrl.checkpoint import remove_stale, save_checkpoint
+
+    model = torch.nn.Linear(2, 2)
+    opt = torch.optim.AdamW(model.parameters())
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
+
+    def save(step, save_model):
+        return save_checkpoint(tmp_path, step, save_model=save_model, optimizer=opt, scheduler=sched, buffer=None,
+                               state={"step": step}, keep=2)
+
+    def full_disk(path):
+        path.mkdir()
+        (path / "model.safetensors").write_bytes(b"partial")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    save(1, lambda p: p.mkdir())
+    with pytest.raises(OSError, match="No space left on device"):
+        save(2, full_disk)
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["checkpoint-000001"]
+    assert load_checkpoint(latest_checkpoint(tmp_path))["state"]["step"] == 1
+    remove_stale(tmp_path)  # what a resume does: the partial directory goes
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["checkpoint-000001"]
