@@ -203,6 +203,10 @@ class TrainConfig:
     """DMPO objective: wdce (weighted denoising cross-entropy) or wddo."""
     dmpo_alpha: float = 0.04
     """Reward temperature alpha of the target p* ∝ p_ref exp(r / alpha)."""
+    dmpo_target: str = "reference"
+    """DMPO target: `reference` (paper eq. 10: p* ∝ p_ref exp(r/alpha); the weights need log p_ref - log p_v, ELBO
+    estimates for masked diffusion) or `behaviour` (the proximal limit of App. B.2 with v = theta_old: target
+    ∝ p_v exp(r/alpha), weights softmax(r/alpha); forward-only, no log-likelihood estimates, no estimator noise)."""
     dmpo_coeff: float = 1.0
     """Proximal coefficient c in (0, 1] multiplying the log-weights."""
     dmpo_baseline: str = "individual"
@@ -490,6 +494,7 @@ def _validate(cfg: TrainConfig) -> list[str]:
     _one_of(e, cfg, "dgpo_policy", ["old", "current"])
     _one_of(e, cfg, "dmpo_loss", ["wdce", "wddo"])
     _one_of(e, cfg, "dmpo_baseline", ["none", "group", "individual", "model"])
+    _one_of(e, cfg, "dmpo_target", ["reference", "behaviour"])
     if cfg.sampler is not None:
         _one_of(e, cfg, "sampler", ["low_confidence", "random", "entropy", "maskgit_plus", "topk_margin", "threshold", "threshold_cache", "random_order"])
     if cfg.diffusion_cache is not None:

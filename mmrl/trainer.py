@@ -415,17 +415,22 @@ class Trainer:
             buf.metrics["dgpo/h2_mean"] = float((h2s * mask).sum() / mask.sum().clamp(min=1))
 
     def _dmpo_buffer(self, buf: Buffer) -> None:
-        """DMPO eq. 10: ELBO (or exact) log p_ref - log p_v with shared masks, importance weights, baseline."""
+        """DMPO eq. 10: ELBO (or exact) log p_ref - log p_v with shared masks, importance weights, baseline.
+
+        With `dmpo_target=behaviour` (App. B.2's proximal limit) the log-ratio term is 0 and no likelihood is
+        estimated unless the model baseline or WDDO needs log p_v."""
         cfg, policy = self.cfg, self.policy
         N = buf.rollout.num_responses
         dev = buf.rewards.device
+        need_v = cfg.dmpo_target == "reference" or cfg.dmpo_loss == "wddo" or cfg.dmpo_baseline == "model"
         est = estimator_options(cfg, buf.mask_seeds[0], kind="elbo")
         elbo_v, elbo_ref = torch.zeros(N, device=dev), torch.zeros(N, device=dev)
-        for idx in self._micro_batches(N):
+        for idx in self._micro_batches(N) if need_v else []:
             mb = buf.rollout.select(idx)
             elbo_v[idx] = policy.logprob(mb, **est).logp.sum(-1).to(dev)
-            elbo_ref[idx] = policy.logprob(mb, use_reference=True, **est).logp.sum(-1).to(dev)
-        log_ratio = elbo_ref - elbo_v  # [N]
+            if cfg.dmpo_target == "reference":
+                elbo_ref[idx] = policy.logprob(mb, use_reference=True, **est).logp.sum(-1).to(dev)
+        log_ratio = elbo_ref - elbo_v if cfg.dmpo_target == "reference" else torch.zeros(N, device=dev)  # [N]
         G = cfg.num_generations
         buf.dmpo_w = dmpo_weights(buf.rewards, log_ratio, G, alpha=cfg.dmpo_alpha, coeff=cfg.dmpo_coeff)
         if cfg.dmpo_loss == "wdce" and cfg.dmpo_baseline != "model":
@@ -434,10 +439,10 @@ class Trainer:
         buf.dmpo_elbo_v = elbo_v
         buf.old_logp = [torch.zeros_like(buf.loss_mask, dtype=torch.float32)]  # unused by DMPO
         ess = effective_sample_size(buf.dmpo_w, G)
-        buf.metrics.update({
-            "dmpo/ess": float(ess.mean()), "dmpo/weight_max": float(buf.dmpo_w.max()),
-            "dmpo/log_ref_minus_v_mean": float(log_ratio.mean()), "dmpo/log_ref_minus_v_std": float(log_ratio.std()) if N > 1 else 0.0,
-        })
+        buf.metrics.update({"dmpo/ess": float(ess.mean()), "dmpo/weight_max": float(buf.dmpo_w.max())})
+        if cfg.dmpo_target == "reference":
+            buf.metrics.update({"dmpo/log_ref_minus_v_mean": float(log_ratio.mean()),
+                                "dmpo/log_ref_minus_v_std": float(log_ratio.std()) if N > 1 else 0.0})
 
     # ============================================================================== 6: one optimizer step
 
@@ -511,6 +516,12 @@ class Trainer:
         m: dict[str, float] = {}
         want_kl_stats = cfg.gcpo_divergence == "full_kl" and cfg.method == "gcpo"
         want_dgpo_now = cfg.method == "dgpo" and cfg.dgpo_policy == "current"
+        logp_neg = None
+        if cfg.method == "gcpo" and not want_kl_stats:
+            # the negative-condition forward runs before the positive one, so its logits are freed before the
+            # graph of the gradient forward is built (peak memory stays that of GRPO)
+            with torch.no_grad():
+                logp_neg = policy.logprob(mb, condition="negative", **est).logp
         if want_kl_stats:
             scores = policy.logprob(mb, stats=("kl",), stats_against="negative", **est)
         elif want_dgpo_now:
@@ -525,8 +536,6 @@ class Trainer:
                 weights = gcpo_weights_from_scores(scores.stats["kl"], mask, normalization=cfg.gcpo_normalization,
                                                    top_fraction=cfg.gcpo_top_fraction, target_mass=cfg.gcpo_target_mass)
             else:
-                with torch.no_grad():
-                    logp_neg = policy.logprob(mb, condition="negative", **est).logp
                 weights = gcpo_token_weights(logp.detach(), logp_neg, mask, divergence=cfg.gcpo_divergence,
                                              normalization=cfg.gcpo_normalization, top_fraction=cfg.gcpo_top_fraction,
                                              target_mass=cfg.gcpo_target_mass)
