@@ -41,6 +41,9 @@ class Buffer:
     rollout_index: int = 0
     """Which rollout batch of the run this is (0, 1, ...)."""
     credit: torch.Tensor | None = None
+    token_stats: dict = field(default_factory=dict)
+    """Per-token statistics ([N, T] `entropy`, DGPO's `h2`) the first update takes from its gradient forward when no
+    separate behaviour forward ran (one step per rollout); turned into buffer metrics after the step."""
     """[N, T] the effective per-token credit (advantage x token weight) for the pictures, filled during updates."""
     metrics: dict = field(default_factory=dict)
     """Buffer-time metrics (rewards, lengths, timings)."""

@@ -378,11 +378,23 @@ class Trainer:
         return [torch.arange(s, min(s + b, n)) for s in range(0, n, b)]
 
     def _old_logprobs(self, buf: Buffer) -> None:
-        """Behaviour log-probs (and reference log-probs, DGPO statistics) per mask seed and micro-batch."""
+        """Behaviour log-probs (and reference log-probs, DGPO statistics) per mask seed and micro-batch.
+
+        With one optimizer step per rollout (`behaviour_is_current`) the behaviour policy is the policy being
+        updated: its log-probs, entropy and DGPO statistics come from the gradient forward itself, so only the
+        reference log-probs of a KL term are computed here (DGPO's reference pass in the update gives those too)."""
         cfg, policy = self.cfg, self.policy
         N, T = buf.rollout.response_ids.shape
         dev = buf.rollout.response_ids.device
         want_dgpo = cfg.method == "dgpo"
+        if behaviour_is_current(cfg):
+            if cfg.beta > 0 and not want_dgpo:
+                est = estimator_options(cfg, buf.mask_seeds[0])
+                ref = torch.zeros(N, T, device=dev)
+                for idx in self._micro_batches(N):
+                    ref[idx] = policy.logprob(buf.rollout.select(idx), use_reference=True, **est).logp
+                buf.ref_logp = [ref]
+            return
         entropies, h2s = torch.zeros(N, T, device=dev), torch.zeros(N, T, device=dev)
         buf.ref_logp = [] if cfg.beta > 0 else None
         for k, seed in enumerate(buf.mask_seeds):
@@ -406,13 +418,10 @@ class Trainer:
             buf.old_logp.append(old)
             if ref is not None:
                 buf.ref_logp.append(ref)
-        mask = buf.loss_mask
-        buf.metrics["entropy"] = float((entropies * mask).sum() / mask.sum().clamp(min=1))
         if want_dgpo:
-            w = dgpo_token_weights(h2s, entropies, mask, vocab_size=policy.vocab_size, tau=cfg.dgpo_tau, kappa=cfg.dgpo_kappa)
-            buf.token_weights = w
-            buf.metrics.update(_weight_metrics("dgpo", w, mask))
-            buf.metrics["dgpo/h2_mean"] = float((h2s * mask).sum() / mask.sum().clamp(min=1))
+            buf.token_weights = dgpo_token_weights(h2s, entropies, buf.loss_mask, vocab_size=policy.vocab_size, tau=cfg.dgpo_tau,
+                                                   kappa=cfg.dgpo_kappa)
+        _token_metrics(buf, entropies, h2s if want_dgpo else None)
 
     def _dmpo_buffer(self, buf: Buffer) -> None:
         """DMPO eq. 10: ELBO (or exact) log p_ref - log p_v with shared masks, importance weights, baseline.
@@ -478,6 +487,9 @@ class Trainer:
                 sums[k] = sums.get(k, 0.0) + float(v) * w
                 counts[k] = counts.get(k, 0.0) + w
         metrics = {k: sums[k] / counts[k] for k in sums}
+        if buf.token_stats:  # statistics the gradient forward took for the buffer (one step per rollout)
+            _token_metrics(buf, buf.token_stats["entropy"], buf.token_stats.get("h2"))
+            buf.token_stats = {}
         _fault_injection("in_optimizer_step", self.step + 1)
         # clip, check, step
         max_norm = cfg.max_grad_norm if cfg.max_grad_norm > 0 else float("inf")
@@ -515,7 +527,10 @@ class Trainer:
         est = estimator_options(cfg, buf.mask_seeds[seed_k])
         m: dict[str, float] = {}
         want_kl_stats = cfg.gcpo_divergence == "full_kl" and cfg.method == "gcpo"
-        want_dgpo_now = cfg.method == "dgpo" and cfg.dgpo_policy == "current"
+        # no stored behaviour log-probs: one step per rollout, this forward's detached scores are the behaviour's
+        current = not buf.old_logp
+        want_dgpo_now = cfg.method == "dgpo" and (cfg.dgpo_policy == "current" or current)
+        entropy = ("entropy",) if current else ()  # the buffer's entropy metric, from the same logits
         logp_neg = None
         if cfg.method == "gcpo" and not want_kl_stats:
             # the negative-condition forward runs before the positive one, so its logits are freed before the
@@ -523,12 +538,18 @@ class Trainer:
             with torch.no_grad():
                 logp_neg = policy.logprob(mb, condition="negative", **est).logp
         if want_kl_stats:
-            scores = policy.logprob(mb, stats=("kl",), stats_against="negative", **est)
+            scores = policy.logprob(mb, stats=("kl", *entropy), stats_against="negative", **est)
         elif want_dgpo_now:
             scores = policy.logprob(mb, stats=("h2", "entropy"), stats_against="reference", **est)
         else:
-            scores = policy.logprob(mb, **est)
+            scores = policy.logprob(mb, stats=entropy, **est)
         logp = scores.logp  # [n, T]
+        if current and inner == 0:
+            for k in ("entropy", "h2"):
+                if k in scores.stats:
+                    if k not in buf.token_stats:
+                        buf.token_stats[k] = torch.zeros_like(buf.loss_mask, dtype=torch.float32)
+                    buf.token_stats[k][idx] = scores.stats[k].float()
         adv = buf.advantages[idx]  # [n]
         weights = None
         if cfg.method == "gcpo":
@@ -544,7 +565,12 @@ class Trainer:
             if want_dgpo_now:
                 weights = dgpo_token_weights(scores.stats["h2"], scores.stats["entropy"], mask, vocab_size=policy.vocab_size,
                                              tau=cfg.dgpo_tau, kappa=cfg.dgpo_kappa)
-                m.update(_weight_metrics("dgpo", weights, mask))
+                if current:
+                    if buf.token_weights is None:
+                        buf.token_weights = torch.zeros_like(buf.loss_mask, dtype=torch.float32)
+                    buf.token_weights[idx] = weights.float()
+                else:
+                    m.update(_weight_metrics("dgpo", weights, mask))
             else:
                 weights = buf.token_weights[idx]
         token_adv = adv[:, None] * weights if weights is not None else adv  # [n, T] or [n]
@@ -552,8 +578,8 @@ class Trainer:
             buf.credit = torch.zeros_like(buf.loss_mask, dtype=torch.float32)
         if inner == 0:
             buf.credit[idx] = (token_adv if token_adv.dim() == 2 else token_adv[:, None].expand_as(mask)).detach().float() * mask
-        old = buf.old_logp[seed_k][idx]
-        ref = buf.ref_logp[seed_k][idx] if buf.ref_logp else None
+        old = logp.detach() if current else buf.old_logp[seed_k][idx]
+        ref = buf.ref_logp[seed_k][idx] if buf.ref_logp else (scores.other_logp if cfg.beta > 0 else None)
         per_token, pm = policy_loss(logp, old, token_adv, mask, eps_low=cfg.epsilon, eps_high=cfg.eps_high,
                                     dual_clip=cfg.dual_clip, ref_logp=ref, beta=cfg.beta)
         n = float(len(idx))
@@ -568,7 +594,7 @@ class Trainer:
         for k, v in pm.items():
             m[k] = float(v)
         with torch.no_grad():
-            if inner == 0:
+            if inner == 0 and not current:
                 dev = (logp.detach() - old).abs()
                 m["policy/first_inner_logp_max_diff"] = float(dev[mask].max()) if mask.any() else 0.0
         return loss, m
@@ -727,6 +753,28 @@ def _soft_overlong_penalty(lengths: torch.Tensor, max_len: int, buffer_len: int 
     start = max_len - cache
     over = (lengths.float() - start).clamp(min=0)
     return -(over / cache).clamp(max=1.0)
+
+
+def behaviour_is_current(cfg: TrainConfig) -> bool:
+    """Whether the behaviour (old) log-probs are the detached log-probs of the gradient forward itself.
+
+    With one optimizer step per rollout (`num_iterations = 1`) the policy that sampled is the policy being updated,
+    and a separate no-grad forward would give the very numbers the gradient forward gives (same code, same
+    micro-batches, same mask seeds: the first step's ratio is exactly 1). So that forward is skipped, as TRL skips
+    it (`old_per_token_logps = None` when generation and optimizer steps are aligned), and the statistics taken at
+    buffer time (entropy; DGPO's Hellinger deviation against the reference, whose pass also gives the KL's
+    reference log-probs) are taken from the gradient forward's logits. DMPO has no behaviour log-probs."""
+    return cfg.num_iterations == 1 and cfg.method != "dmpo"
+
+
+def _token_metrics(buf: Buffer, entropy: torch.Tensor, h2: torch.Tensor | None) -> None:
+    """Buffer metrics of the per-token statistics: mean policy entropy; DGPO's weights and mean deviation."""
+    mask = buf.loss_mask
+    count = mask.sum().clamp(min=1)
+    buf.metrics["entropy"] = float((entropy * mask).sum() / count)
+    if h2 is not None and buf.token_weights is not None:
+        buf.metrics.update(_weight_metrics("dgpo", buf.token_weights, mask))
+        buf.metrics["dgpo/h2_mean"] = float((h2 * mask).sum() / count)
 
 
 def _weight_metrics(prefix: str, w: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
