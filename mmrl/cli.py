@@ -13,6 +13,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     # name: (module, one-line help)
     "train": ("mmrl.train_cli", "train a policy with an RL method from a YAML preset and key=value overrides"),
     "eval": ("mmrl.eval_cli", "accuracy of a checkpoint on a task's test split (d1's evaluation settings)"),
+    "pretrain-tiny": ("mmrl.tiny_world.pretrain_cli", "build (pre-train) a tiny-world base model into the cache, or --list them"),
     "geneval": ("mmrl.geneval.cli", "GenEval: write prompts, generate images, evaluate them, summarize results"),
 }
 
