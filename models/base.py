@@ -116,11 +116,13 @@ def selective_log_softmax(logits: torch.Tensor, index: torch.Tensor, *, temperat
     idx = index.reshape(-1)  # [M]
     rows = chunk_size or default_chunk_size(v)
     out = []
-    for start in range(0, flat.shape[0], rows):
-        chunk = flat[start : start + rows].float()  # [c, V]
+    # `split`, not slicing: the backward of a slice allocates a zero-filled gradient of the whole [M, V] input per
+    # chunk (5x slower on CPU, mostly page faults); split's backward concatenates the chunk gradients once
+    for chunk, chunk_idx in zip(flat.split(rows), idx.split(rows)):
+        chunk = chunk.float()  # [c, V]
         if temperature != 1.0:
             chunk = chunk / temperature
-        picked = chunk.gather(-1, idx[start : start + rows, None]).squeeze(-1)  # [c]
+        picked = chunk.gather(-1, chunk_idx[:, None]).squeeze(-1)  # [c]
         out.append(picked - torch.logsumexp(chunk, dim=-1))  # [c]
     if not out:
         return torch.zeros(index.shape, dtype=torch.float32, device=logits.device)

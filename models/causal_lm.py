@@ -453,7 +453,8 @@ class CausalLMAdapter(BaseAdapter):
         _, keeps_logits = forward_signature(model)
         keep = {"logits_to_keep": t} if keeps_logits else {}
         out = model(input_ids=ids, attention_mask=mask, use_cache=False, **self._forward_inputs(ids, mask, extras), **keep)
-        return out.logits[:, -t:]  # [N, T, V]
+        # no slice when the model kept only the T positions: a slice's backward allocates a zeroed copy of the logits
+        return out.logits if out.logits.shape[1] == t else out.logits[:, -t:]  # [N, T, V]
 
     def _condition_prompt(self, rollout: Rollout, condition: str) -> tuple[torch.Tensor, torch.Tensor]:
         if condition == "positive":
