@@ -36,6 +36,7 @@ def main() -> None:
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     ap.add_argument("--temperature", type=float, default=1.0, help="TRL's default")
     ap.add_argument("--top-p", type=float, default=1.0, help="TRL's default; < 1 adds a sort per step to both samplers")
+    ap.add_argument("--out", default=None, help="write the results as JSON here")
     args = ap.parse_args()
     if args.smoke:
         args.hidden, args.layers, args.vocab, args.prompts, args.group, args.prompt_len, args.new_tokens, args.repeats = 64, 2, 2000, 4, 4, 16, 16, 2
@@ -101,6 +102,21 @@ def main() -> None:
     for k, v in med.items():
         print(f"{k:12s} median {v:.3f} s  ({n * args.new_tokens / v:.0f} tokens/s)")
     print(f"ratio generate / mmrl_sample: {med['generate'] / med['mmrl_sample']:.2f}x")
+    if args.out:
+        import json
+        import platform
+
+        per_round = [g / s for g, s in zip(times["generate"], times["mmrl_sample"])]
+        res = {"benchmark": "causal_lm_sampling", "smoke": args.smoke,
+               "environment": {"python": platform.python_version(), "torch": torch.__version__, "cpu_count": os.cpu_count(),
+                               "load_average": os.getloadavg()},
+               "args": {k: v for k, v in vars(args).items() if k != "out"}, "responses": n, "times_s": times,
+               "median_s": med, "tokens_per_s": {k: n * args.new_tokens / v for k, v in med.items()},
+               "speed_ratio": med["generate"] / med["mmrl_sample"],
+               "speed_ratio_rounds": {"min": min(per_round), "median": statistics.median(per_round), "max": max(per_round)}}
+        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+        with open(args.out, "w") as f:
+            json.dump(res, f, indent=2)
 
 
 if __name__ == "__main__":

@@ -24,6 +24,10 @@ prompts of a registered task (`mmrl.data.tasks`) and reports the task's metric r
     python benchmarks/dllm_samplers.py --model /tmp/sudoku_dllm --task builtin_sudoku   # again, without training
     python benchmarks/dllm_samplers.py --smoke                        # seconds (random model, CI)
     python benchmarks/dllm_samplers.py --model runs/tiny/sudoku --task sudoku4 --gen-length 32 --out speeds.json
+    python benchmarks/dllm_samplers.py --tiny-world sudoku4 --out speeds.json   # the tiny world's Sudoku base model
+
+Goal (issue 7, B3): threshold + prefix cache >= 4x the tokens/s of low-confidence with steps = length, at an accuracy
+within 2 points; the JSON's `goal` entry says whether it holds.
 """
 from __future__ import annotations
 
@@ -34,6 +38,7 @@ import json
 import os
 import random
 import statistics
+import sys
 import time
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -159,6 +164,8 @@ def main() -> None:
     ap.add_argument("--task", default=None, help="with --model: builtin_sudoku, or a task name of mmrl.data.tasks whose test "
                     "prompts and metric to use")
     ap.add_argument("--dataset-path", default=None, help="with --task: passed to mmrl.data.tasks.load_task")
+    ap.add_argument("--tiny-world", default=None, help="the tiny world's base model of this task (mmrl.tiny_world.models."
+                    "load_base_policy), scored on the task's test prompts")
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--gen-length", type=int, default=24)
     ap.add_argument("--block-length", type=int, default=8)
@@ -183,7 +190,20 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     info: dict = {}
-    if args.model:
+    if args.tiny_world:
+        from mmrl.tiny_world.models import load_base_policy
+
+        adapter = load_base_policy(args.tiny_world, family="masked_diffusion")
+        adapter.model.to(args.device)
+        # the span and blocks the model was built for, unless given
+        gen_defaults = getattr(adapter, "generation_defaults", {})
+        if "--gen-length" not in sys.argv and gen_defaults.get("gen_length"):
+            args.gen_length = int(gen_defaults["gen_length"])
+        if "--block-length" not in sys.argv:
+            args.block_length = int(gen_defaults.get("block_length") or args.gen_length)
+        rows, score = task_rows(args.tiny_world, args.batch, args.seed, args.dataset_path)
+        info["model"] = f"tiny-world:{args.tiny_world}"
+    elif args.model:
         adapter = MaskedDiffusionAdapter.from_pretrained(args.model, device=args.device)
         rows, score = task_rows(args.task, args.batch, args.seed, args.dataset_path)
         info["model"] = args.model
@@ -228,6 +248,7 @@ def main() -> None:
         sec = statistics.median(times[name])
         results[name] = {
             "seconds": sec,
+            "seconds_spread": {"min": min(times[name]), "max": max(times[name]), "values": times[name]},
             "tokens_per_s": n * args.gen_length / sec,
             "forward_passes": out["nfe"],
             "positions_fed": out["tokens_fed"],
@@ -248,9 +269,21 @@ def main() -> None:
               f"{r['fed_ratio']:8.2f}x {acc:>9s}")
     print("speedup: tokens/s vs the baseline; fwd ratio: baseline forwards / forwards; fed ratio: baseline positions fed "
           "through the model / positions fed (machine-independent cost)")
+    fast = results["threshold+cache"]
+    goal = {"speedup": fast["speedup"], "accuracy_diff": None if base["accuracy"] is None else fast["accuracy"] - base["accuracy"]}
+    goal["met"] = goal["speedup"] >= 4.0 and goal["accuracy_diff"] is not None and abs(goal["accuracy_diff"]) <= 0.02
+    print(f"goal (issue 7): threshold+cache >= 4x tokens/s of {BASELINE} at accuracy within 2 points: speedup "
+          f"{goal['speedup']:.2f}x, accuracy difference "
+          + ("-" if goal["accuracy_diff"] is None else f"{100 * goal['accuracy_diff']:+.1f} points")
+          + f": {'met' if goal['met'] else 'MISSED'}")
     if args.out:
+        import platform
+
+        env = {"python": platform.python_version(), "torch": torch.__version__, "cpu_count": os.cpu_count(),
+               "load_average": os.getloadavg()}
         with open(args.out, "w") as f:
-            json.dump({"args": vars(args), "info": info, "results": results}, f, indent=2)
+            json.dump({"benchmark": "dllm_samplers", "smoke": args.smoke, "environment": env, "args": vars(args), "info": info,
+                       "results": results, "goal": goal}, f, indent=2)
 
 
 def task_rows(task: str | None, n: int, seed: int, dataset_path: str | None = None):

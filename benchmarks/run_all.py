@@ -1,0 +1,140 @@
+"""Run every benchmark (each in its own process), collect their JSON in one directory, and summarise.
+
+| name | issue 7 | what |
+|---|---|---|
+| method_costs | B1, B2 | Trainer step time (rollout / buffer / update) and peak memory per method, ratios to GRPO |
+| dllm_samplers | B3 | masked-diffusion samplers on a Sudoku model: tokens/s, forward passes, accuracy |
+| trl_comparison | B4 | seconds per GRPO optimizer step, mmrl against TRL's GRPOTrainer |
+| janus_sampling | B5 | the Janus adapter's CFG sampler against transformers' `generate(generation_mode="image")` |
+| quickstart_time | B6 | wall time of the README's main command |
+| causal_lm_sampling | rollouts | the causal-LM sampler against `model.generate` |
+| hellinger_memory | DGPO | peak memory of the chunked Hellinger / entropy statistics |
+
+    python benchmarks/run_all.py --smoke --out /tmp/bench          # seconds each (CI)
+    python benchmarks/run_all.py --out bench_results --lock /tmp/mmrl_cpu.lock   # full size, ~30-40 min on 2 cores
+    python benchmarks/run_all.py --gpu --out bench_results/gpu      # one GPU (benchmarks/gpu.sh)
+    python benchmarks/report.py --results bench_results             # README "Performance" section from the JSON
+
+`--lock FILE` takes an exclusive `flock` on FILE around each benchmark, so timing-sensitive jobs on a shared machine
+that use the same lock never overlap with one (and can run between two). Each benchmark's output goes to
+`<out>/<name>.log`; `<out>/summary.json` lists what ran, its exit code and wall time.
+"""
+from __future__ import annotations
+
+import argparse
+import fcntl
+import json
+import os
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from _common import ROOT, write_json  # noqa: E402
+
+BENCHMARKS: dict[str, dict] = {
+    "method_costs": {"script": "method_costs.py", "issue": "B1, B2", "smoke": ["--smoke"], "full": [],
+                     "gpu": ["--hidden", "896", "--layers", "24", "--vocab", "151936", "--dllm-hidden", "896", "--dllm-layers", "12",
+                             "--dllm-tokens", "128", "--repeats", "3"]},
+    "trl_comparison": {"script": "trl_comparison.py", "issue": "B4", "smoke": ["--smoke"], "full": [],
+                       "gpu": ["--hidden", "896", "--layers", "24", "--vocab", "151936", "--blocks", "1", "--repeats", "3"]},
+    "dllm_samplers": {"script": "dllm_samplers.py", "issue": "B3", "smoke": ["--smoke", "--threads", "1"], "full": [],
+                      "gpu": ["--batch", "256", "--hidden", "128", "--layers", "4", "--train-seconds", "60"]},
+    "janus_sampling": {"script": "janus_sampling.py", "issue": "B5", "smoke": ["--smoke"], "full": ["--grid", "16", "--hidden", "128"],
+                       "gpu": ["--grid", "24", "--hidden", "512", "--layers", "8", "--codebook", "1024", "--prompts", "8"]},
+    "quickstart_time": {"script": "quickstart_time.py", "issue": "B6", "smoke": ["--smoke"], "full": [], "gpu": [], "cpu_only": True},
+    "causal_lm_sampling": {"script": "causal_lm_sampling.py", "issue": "rollouts", "smoke": ["--smoke"],
+                           "full": ["--prompts", "2", "--group", "8", "--new-tokens", "256", "--hidden", "512"],
+                           "gpu": ["--hidden", "896", "--layers", "24", "--vocab", "151936", "--prompts", "8", "--new-tokens", "512"]},
+    "hellinger_memory": {"script": "hellinger_memory.py", "issue": "DGPO statistics", "smoke": ["--smoke"], "full": [], "gpu": []},
+}
+"""name -> script, the issue item, and the extra arguments of each size."""
+
+
+def tiny_world_sudoku_available() -> bool:
+    """Whether the tiny world's Sudoku base model can be loaded (then B3 measures it, not its own quick model)."""
+    try:
+        from mmrl.tiny_world.models import load_base_policy  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@contextmanager
+def exclusive(lock: str | None):
+    """An exclusive flock on `lock` (waits until it is free); nothing when None."""
+    if not lock:
+        yield
+        return
+    with open(lock, "a+") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def command(name: str, size: str, out: Path, device: str) -> list[str]:
+    spec = BENCHMARKS[name]
+    args = [sys.executable, str(HERE / spec["script"]), *spec[size], "--out", str(out / f"{name}.json")]
+    if name == "dllm_samplers" and size == "full":
+        args += ["--tiny-world", "sudoku4"] if tiny_world_sudoku_available() else ["--train-seconds", "90"]
+    if device != "cpu" and not spec.get("cpu_only"):
+        args += ["--device", device]
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--smoke", action="store_true", help="every benchmark at its --smoke size")
+    ap.add_argument("--gpu", action="store_true", help="sizes for one GPU (device cuda)")
+    ap.add_argument("--out", default=str(ROOT / "bench_results"), help="directory for the JSON and logs")
+    ap.add_argument("--only", default="", help="comma-separated benchmark names (default: all)")
+    ap.add_argument("--skip", default="", help="comma-separated benchmark names to leave out")
+    ap.add_argument("--lock", default=None, help="flock this file around each benchmark (shared machines)")
+    ap.add_argument("--timeout", type=float, default=3600.0, help="seconds per benchmark")
+    args = ap.parse_args(argv)
+    size = "smoke" if args.smoke else "gpu" if args.gpu else "full"
+    device = "cuda" if args.gpu else "cpu"
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    only = [n for n in args.only.split(",") if n]
+    unknown = [n for n in only + [n for n in args.skip.split(",") if n] if n not in BENCHMARKS]
+    if unknown:
+        raise SystemExit(f"unknown benchmark(s) {unknown}; valid: {sorted(BENCHMARKS)}")
+    names = [n for n in BENCHMARKS if (not only or n in only) and n not in args.skip.split(",")]
+    env = dict(os.environ, OMP_WAIT_POLICY=os.environ.get("OMP_WAIT_POLICY", "PASSIVE"), HF_HUB_OFFLINE="1",
+               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    summary = {"size": size, "device": device, "started": time.strftime("%Y-%m-%d %H:%M:%S"), "benchmarks": {}}
+    failed = []
+    for name in names:
+        cmd = command(name, size, out, device)
+        print(f"== {name} ({BENCHMARKS[name]['issue']}): {' '.join(cmd[1:])}", flush=True)
+        with exclusive(args.lock):
+            t0 = time.perf_counter()
+            with open(out / f"{name}.log", "w") as log:
+                try:
+                    code = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT, timeout=args.timeout).returncode
+                except subprocess.TimeoutExpired:
+                    code = None
+            seconds = time.perf_counter() - t0
+        status = "ok" if code == 0 else "timeout" if code is None else "failed"
+        if status != "ok":
+            failed.append(name)
+        json_path = out / f"{name}.json"
+        summary["benchmarks"][name] = {"issue": BENCHMARKS[name]["issue"], "command": cmd[1:], "exit_code": code, "status": status,
+                                       "seconds": seconds, "json": json_path.name if json_path.exists() else None}
+        print(f"   {status} in {seconds:.0f} s" + ("" if status == "ok" else f" (see {out / (name + '.log')})"), flush=True)
+        write_json(out / "summary.json", summary)
+    summary["finished"] = time.strftime("%Y-%m-%d %H:%M:%S")
+    write_json(out / "summary.json", summary)
+    print(json.dumps({n: s["status"] for n, s in summary["benchmarks"].items()}))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
