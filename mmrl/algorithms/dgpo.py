@@ -29,9 +29,9 @@ def hellinger_entropy(
     `h2 = 1 - sum_v sqrt(p(v) q(v))` in [0, 1], `entropy = -sum_v p(v) log p(v)` in nats, with
     `p = softmax(policy_logits)` and `q = softmax(ref_logits)`, both [N, T, V] in any float dtype.
 
-    Computed in float32 over chunks of `chunk_size` positions (default: about 16 MiB per float32 chunk buffer),
-    never holding a float32 copy of the whole [N, T, V] tensor; under `no_grad`. Deviation (numerical only): h2
-    is evaluated as `0.5 * sum_v (sqrt p - sqrt q)^2`, algebraically equal to `1 - BC`, exact 0 for p == q.
+    Computed in float32 over chunks of `chunk_size` positions (default: about 16 MiB per float32 chunk buffer, 2 MiB
+    on the CPU), never holding a float32 copy of the whole [N, T, V] tensor; under `no_grad`. Deviation (numerical
+    only): h2 is evaluated as `0.5 * sum_v (sqrt p - sqrt q)^2`, algebraically equal to `1 - BC`, exact 0 for p == q.
     """
     out = token_distribution_stats(policy_logits, ref_logits, stats=("h2", "entropy"), chunk_size=chunk_size)
     return out["h2"], out["entropy"]

@@ -12,12 +12,15 @@ from einops import rearrange
 STATS = ("h2", "entropy", "kl", "ref_entropy")
 """Statistics `token_distribution_stats` can return (see its docstring)."""
 
-_CHUNK_ELEMENTS = 1 << 22  # 4M float32 elements = 16 MiB per temporary buffer
+_CHUNK_ELEMENTS = 1 << 22  # 4M float32 elements = 16 MiB per temporary buffer (accelerators: few, large kernels)
+_CPU_CHUNK_ELEMENTS = 1 << 19  # 512k float32 elements = 2 MiB: the several passes over a chunk stay in the CPU's cache
 
 
-def default_chunk_size(vocab_size: int) -> int:
-    """Rows per chunk so that one float32 [rows, V] buffer stays near 16 MiB."""
-    return max(1, _CHUNK_ELEMENTS // max(1, vocab_size))
+def default_chunk_size(vocab_size: int, device: torch.device | str | None = None) -> int:
+    """Rows per chunk so that one float32 [rows, V] buffer stays near 16 MiB, or near 2 MiB on the CPU (where a
+    chunk that fits in the cache makes the Hellinger / entropy statistics 2-3x faster; same results)."""
+    elements = _CPU_CHUNK_ELEMENTS if device is not None and torch.device(device).type == "cpu" else _CHUNK_ELEMENTS
+    return max(1, elements // max(1, vocab_size))
 
 
 @torch.no_grad()
@@ -41,7 +44,7 @@ def token_distribution_stats(
         logits, other_logits: [N, T, V] (or [M, V]) logits in any float dtype; `other_logits` is needed for all
             statistics but `"entropy"`.
         stats: names from `STATS`.
-        chunk_size: rows (positions) per chunk; default keeps one float32 chunk near 16 MiB.
+        chunk_size: rows (positions) per chunk; default keeps one float32 chunk near 16 MiB (2 MiB on the CPU).
         temperature: both logits are divided by it first (statistics of the sampling distribution).
     """
     unknown = [s for s in stats if s not in STATS]
@@ -57,7 +60,7 @@ def token_distribution_stats(
     p_rows = logits.reshape(-1, v)  # [M, V] view, no copy for contiguous input
     q_rows = other_logits.reshape(-1, v) if needs_q else None  # [M, V]
     m = p_rows.shape[0]
-    rows = chunk_size or default_chunk_size(v)
+    rows = chunk_size or default_chunk_size(v, logits.device)
     if rows < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
     out = {s: torch.empty(m, dtype=torch.float32, device=logits.device) for s in stats}
