@@ -138,8 +138,9 @@ def exact_step_batches(
         raise ValueError(f"rows_per_chunk must be >= 1, got {rows_per_chunk}")
     n, _ = order.shape
     steps = int(order.max()) + 1 if order.numel() else 0
-    hit = torch.zeros(n, steps, dtype=torch.bool, device=order.device)  # [N, S]
-    hit.scatter_(1, order, True)
+    hit = torch.zeros(n, steps + 1, dtype=torch.bool, device=order.device)  # [N, S + 1]; column S collects given (-1)
+    hit.scatter_(1, torch.where(order >= 0, order, torch.full_like(order, steps)), True)
+    hit = hit[:, :steps]
     rows, stps = hit.nonzero(as_tuple=True)  # [M], [M]
     for start in range(0, rows.shape[0], rows_per_chunk):
         yield rows[start : start + rows_per_chunk], stps[start : start + rows_per_chunk]

@@ -215,12 +215,18 @@ class _BlockLogits:
         return suppress_tokens(out[:, : end - start], (self.mask_id,))  # [B, W, V]
 
 
-def _init_canvas(prompt_ids: torch.Tensor, gen_length: int, mask_id: int) -> torch.Tensor:
-    """[B, P] prompt -> [B, P + gen_length] with the generated span all masks."""
+def _init_canvas(prompt_ids: torch.Tensor, gen_length: int, mask_id: int, init: torch.Tensor | None = None) -> torch.Tensor:
+    """[B, P] prompt -> [B, P + gen_length] with the generated span all masks, or `init` [B, gen_length] (infilling:
+    positions holding a token other than `mask_id` are given and never resampled)."""
     if prompt_ids.dim() != 2:
         raise ValueError(f"prompt_ids must be [B, P], got shape {tuple(prompt_ids.shape)}")
-    masks = torch.full((prompt_ids.shape[0], gen_length), mask_id, dtype=prompt_ids.dtype, device=prompt_ids.device)
-    return torch.cat([prompt_ids, masks], dim=1)  # [B, L]
+    if init is None:
+        span = torch.full((prompt_ids.shape[0], gen_length), mask_id, dtype=prompt_ids.dtype, device=prompt_ids.device)
+    else:
+        if tuple(init.shape) != (prompt_ids.shape[0], gen_length):
+            raise ValueError(f"init must be [B, gen_length] = [{prompt_ids.shape[0]}, {gen_length}], got {tuple(init.shape)}")
+        span = init.to(device=prompt_ids.device, dtype=prompt_ids.dtype)
+    return torch.cat([prompt_ids, span], dim=1)  # [B, L]
 
 
 def _check_temperature(temperature: float) -> None:
@@ -242,6 +248,7 @@ def generate_low_confidence(
     remasking: str = "low_confidence",
     generator=None,
     cache: str | None = None,
+    init: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """LLaDA's semi-autoregressive sampler -> ids [B, P + gen_length].
 
@@ -257,7 +264,7 @@ def generate_low_confidence(
         raise ValueError(f"unknown remasking {remasking!r}; valid: {list(REMASKING)}")
     _check_temperature(temperature)
     num_blocks, spb = block_schedule(gen_length, block_length, steps)
-    x = _init_canvas(prompt_ids, gen_length, mask_id)  # [B, L]
+    x = _init_canvas(prompt_ids, gen_length, mask_id, init)  # [B, L]
     p = prompt_ids.shape[1]
     block_logits = _BlockLogits(logits_fn, cache, mask_id)
     for b in range(num_blocks):
@@ -341,6 +348,7 @@ def generate_dream(
     eps: float = 1e-3,
     generator=None,
     cache: str | None = None,
+    init: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Dream's confidence-ordered sampler (`alg` = entropy / maskgit_plus / topk_margin) -> ids [B, P + gen_length].
 
@@ -353,7 +361,7 @@ def generate_dream(
     _check_temperature(temperature)
     block_length = gen_length if block_length is None else block_length
     num_blocks, spb = block_schedule(gen_length, block_length, steps)
-    x = _init_canvas(prompt_ids, gen_length, mask_id)  # [B, L]
+    x = _init_canvas(prompt_ids, gen_length, mask_id, init)  # [B, L]
     p = prompt_ids.shape[1]
     timesteps = torch.linspace(1, eps, spb + 1, device=x.device)  # [spb + 1]
     block_logits = _BlockLogits(logits_fn, cache, mask_id)
@@ -387,6 +395,7 @@ def generate_threshold(
     temperature: float = 0.0,
     cache: str | None = None,
     generator=None,
+    init: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Fast-dLLM's confidence-aware parallel decoding -> ids [B, P + gen_length].
 
@@ -402,7 +411,7 @@ def generate_threshold(
     if not 0.0 <= threshold <= 1.0:
         raise ValueError(f"threshold must be in [0, 1], got {threshold}")
     num_blocks, _ = block_schedule(gen_length, block_length, None)
-    x = _init_canvas(prompt_ids, gen_length, mask_id)  # [B, L]
+    x = _init_canvas(prompt_ids, gen_length, mask_id, init)  # [B, L]
     p = prompt_ids.shape[1]
     block_logits = _BlockLogits(logits_fn, cache, mask_id)
     for b in range(num_blocks):
@@ -436,6 +445,7 @@ def generate_random_order(
     steps: int | None = None,
     temperature: float = 0.0,
     generator=None,
+    init: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Random-order sampler with exact per-token log-probs -> (ids [B, P+T], logp [B, T], order [B, T]).
 
@@ -446,14 +456,15 @@ def generate_random_order(
     distribution is recorded (at temperature 0, under `softmax(logits)`), so `sum_t logp` is the exact
     log-probability of the sampled tokens given the order, `log p(o | q; sigma)`.
 
-    `order[b, t]` is the global step (0-based, across blocks) at which response position t was revealed;
+    `order[b, t]` is the global step (0-based, across blocks) at which response position t was revealed (-1 for a
+    position given by `init`);
     re-running the model on the partially revealed inputs of each step reproduces `logp`
     (`models.dllm_estimators.exact_logprob`).
     """
     _check_temperature(temperature)
     steps = gen_length if steps is None else steps
     num_blocks, spb = block_schedule(gen_length, block_length, steps)
-    x = _init_canvas(prompt_ids, gen_length, mask_id)  # [B, L]
+    x = _init_canvas(prompt_ids, gen_length, mask_id, init)  # [B, L]
     bsz, p = prompt_ids.shape
     dev = x.device
     logp = torch.zeros(bsz, gen_length, dtype=torch.float32, device=dev)  # [B, T]
@@ -465,9 +476,10 @@ def generate_random_order(
         s, e = p + b * block_length, p + (b + 1) * block_length
         rank = _uniform((bsz, block_length), generator, dev).argsort(-1).argsort(-1)  # [B, W] random permutation
         step_of = torch.searchsorted(bounds, rank, right=True)  # [B, W] local step of each position
-        order[:, s - p : e - p] = step_of + b * spb
+        free = x[:, s:e] == mask_id  # [B, W] given (infilled) positions are never revealed
+        order[:, s - p : e - p] = torch.where(free, step_of + b * spb, torch.full_like(step_of, -1))
         for i in range(spb):
-            reveal = step_of == i  # [B, W]
+            reveal = (step_of == i) & free  # [B, W]
             if not bool(reveal.any()):
                 continue
             logits = suppress_tokens(_window(logits_fn, x, s)[:, : e - s], (mask_id,))  # [B, W, V]

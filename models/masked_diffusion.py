@@ -42,6 +42,11 @@ sampling distribution (`softmax(logits / temperature)`, temperature 1 for greedy
 
 WDCE noise (`forward_noise`): R antithetic copies over the whole generated span, post-EOS padding included
 (DMPO's `loss_mask_non_eos=False`); the prompt is never masked.
+
+Infilling: a prompt `{"prompt": ..., "response_template": text}` starts the generated span from `text` (the mask
+token string marks the positions to generate). Given positions are never resampled, never masked by the
+estimators or `forward_noise`, and are not part of `response_mask` (no loss, no credit); `completions` decode the
+whole span. `rollout.extras["fixed"]` [N, T] marks them.
 """
 from __future__ import annotations
 
@@ -244,6 +249,10 @@ class MaskedDiffusionAdapter(BaseAdapter):
 
     # ------------------------------------------------------------------------------------------ prompts
     def _prompt_text(self, prompt) -> str:
+        if isinstance(prompt, dict):
+            if "prompt" not in prompt:
+                raise ValueError(f"a dict prompt needs a 'prompt' key (and optionally 'response_template'), got keys {sorted(prompt)}")
+            return self._prompt_text(prompt["prompt"])
         if isinstance(prompt, str):
             return prompt
         if isinstance(prompt, (list, tuple)) and prompt and all(isinstance(m, dict) for m in prompt):
@@ -256,6 +265,8 @@ class MaskedDiffusionAdapter(BaseAdapter):
         """GCPO's negative condition for text: the prompt with the wrong-answer instruction appended (after a
         newline; inside the last user message for chat prompts)."""
         instruction = instruction or self.negative_instruction
+        if isinstance(prompt, dict):
+            return {**prompt, "prompt": self.negative_prompt(prompt.get("prompt"), instruction)}
         if isinstance(prompt, str):
             return f"{prompt}\n{instruction}"
         if isinstance(prompt, (list, tuple)) and prompt and all(isinstance(m, dict) for m in prompt):
@@ -276,6 +287,24 @@ class MaskedDiffusionAdapter(BaseAdapter):
             if self.mask_token_id in row:
                 raise ValueError(f"prompt {p!r} contains the mask token")
         return left_pad(ids, self.pad_token_id, self.device)
+
+    def response_templates(self, prompts: Sequence, gen_length: int) -> torch.Tensor | None:
+        """[N, gen_length] initial canvases for infilling, or None when no prompt has a `response_template`.
+
+        A prompt `{"prompt": ..., "response_template": text}` gives the generated span's starting tokens: `text`
+        is tokenized (the mask token string marks the positions to generate) and padded with masks to
+        `gen_length`; every other position is given and never resampled (masked-diffusion infilling, e.g. a Sudoku
+        grid whose known cells are filled in)."""
+        if not any(isinstance(p, dict) and p.get("response_template") is not None for p in prompts):
+            return None
+        rows = []
+        for p in prompts:
+            text = p.get("response_template") if isinstance(p, dict) else None
+            ids = [] if text is None else self.tokenizer(text, add_special_tokens=False)["input_ids"]
+            if len(ids) > gen_length:
+                raise ValueError(f"response_template {text!r} has {len(ids)} tokens, more than gen_length={gen_length}")
+            rows.append(list(ids) + [self.mask_token_id] * (gen_length - len(ids)))
+        return torch.tensor(rows, dtype=torch.long, device=self.device)  # [N, T]
 
     def _condition_prompt(self, rollout: Rollout, condition: str) -> tuple[torch.Tensor, torch.Tensor]:
         if condition == "positive":
@@ -313,6 +342,7 @@ class MaskedDiffusionAdapter(BaseAdapter):
         *,
         generator: torch.Generator | None = None,
         seeds: Sequence[int] | torch.Tensor | None = None,
+        init: torch.Tensor | None = None,
         **generation,
     ) -> dict:
         """Run the configured sampler on left-padded prompts -> {"ids" [B, P+T], "logp" [B, T] | None,
@@ -334,7 +364,7 @@ class MaskedDiffusionAdapter(BaseAdapter):
                 raise ValueError(f"seeds has {len(streams)} entries for {b} responses")
         else:
             streams = RowStreams.from_generator(b, generator, self.device)
-        common = dict(gen_length=gl, mask_id=self.mask_token_id, temperature=temp, generator=streams)
+        common = dict(gen_length=gl, mask_id=self.mask_token_id, temperature=temp, generator=streams, init=init)
         with _eval_mode(self.unwrapped):
             if sampler in ("low_confidence", "random"):
                 ids = generate_low_confidence(
@@ -373,13 +403,19 @@ class MaskedDiffusionAdapter(BaseAdapter):
             raise ValueError(f"prompts must be a non-empty list, got {prompts!r}")
         rep = [p for p in prompts for _ in range(group_size)]
         prompt_ids, prompt_mask = self.encode_prompts(rep)
-        out = self.generate(prompt_ids, prompt_mask, generator=generator, seeds=seeds, **generation)
+        opts = {**self.generation_defaults, **generation}
+        init = self.response_templates(rep, opts["gen_length"])  # [N, T] or None
+        out = self.generate(prompt_ids, prompt_mask, generator=generator, seeds=seeds, init=init, **generation)
         p = prompt_ids.shape[1]
         response_ids = out["ids"][:, p:]  # [N, T]
-        response_mask = mask_through_first_eos(response_ids, self.eos_token_ids)  # [N, T]
-        opts = {**self.generation_defaults, **generation}
+        span_mask = mask_through_first_eos(response_ids, self.eos_token_ids)  # [N, T]
+        # the response tokens the policy chose: through the first EOS, without the given (infilled) ones
+        fixed = init != self.mask_token_id if init is not None else None  # [N, T]
+        response_mask = span_mask & ~fixed if fixed is not None else span_mask
         neg_ids, neg_mask = self.encode_prompts([self.negative_prompt(x, opts["negative_instruction"]) for x in rep])
         extras = {"sampler": opts["sampler"], "temperature": float(opts["temperature"]), "nfe": out["nfe"]}
+        if fixed is not None:
+            extras["fixed"] = fixed
         old_logp = None
         if out["order"] is not None:
             extras["order"] = out["order"]
@@ -392,7 +428,7 @@ class MaskedDiffusionAdapter(BaseAdapter):
             response_mask=response_mask,
             group_size=group_size,
             prompts=rep,
-            completions=self._decode(response_ids, response_mask),
+            completions=self._decode(response_ids, span_mask),
             old_logp=old_logp,
             neg_prompt_ids=neg_ids,
             neg_prompt_mask=neg_mask,
@@ -485,6 +521,12 @@ class MaskedDiffusionAdapter(BaseAdapter):
         st = {k: torch.where(valid, v, torch.zeros_like(v)) for k, v in out.stats.items()}
         return TokenScores(logp=logp, stats=st, other_logp=other)
 
+    @staticmethod
+    def _fixed(rollout: Rollout) -> torch.Tensor | None:
+        """[N, T] bool: response positions given by a response template (infilling), or None."""
+        fixed = rollout.extras.get("fixed")
+        return None if fixed is None else fixed.to(rollout.response_ids.device).bool()
+
     def _sides_logits(self, sides, rollout, build) -> list[torch.Tensor]:
         """Logits [B, T, V] for each side (condition, use_reference); `build(prompt_ids, prompt_mask)` returns
         (prompt_ids, prompt_mask, response_part) of the noised input. Only the first side carries a gradient."""
@@ -499,9 +541,14 @@ class MaskedDiffusionAdapter(BaseAdapter):
         seeds = row_seeds(mask_seed, rollout.prompt_ids, rollout.prompt_mask, rollout.response_ids, "prompt")
         resp = rollout.response_ids
 
+        fixed = self._fixed(rollout)
+
         def build(pid, pmask):
             ids = mean_field_input(pid, mean_field_prompt_mask(pmask, p_mask_prompt, seeds), resp, self.mask_token_id)
-            return ids[:, : pid.shape[1]], pmask, ids[:, pid.shape[1] :]
+            part = ids[:, pid.shape[1] :]
+            if fixed is not None:  # infilled (given) positions stay visible
+                part = torch.where(fixed, resp, part)
+            return ids[:, : pid.shape[1]], pmask, part
 
         logits = self._sides_logits(sides, rollout, build)
         other = logits[1] if len(logits) > 1 else None
@@ -515,6 +562,9 @@ class MaskedDiffusionAdapter(BaseAdapter):
         resp = rollout.response_ids
         r = num_copies
         masked, _ = elbo_masks(seeds, r, resp.shape[1], resp.device)  # [R, N, T]
+        fixed = self._fixed(rollout)
+        if fixed is not None:  # given positions are never masked (antithetic pairs stay complements on the rest)
+            masked = masked & ~fixed[None]
 
         def build(pid, pmask):
             ids = masked_copies_input(pid, resp, masked, self.mask_token_id)  # [R*N, P+T]
@@ -578,8 +628,8 @@ class MaskedDiffusionAdapter(BaseAdapter):
     def forward_noise(self, rollout: Rollout, num_copies: int, generator: torch.Generator | None = None) -> NoisedBatch:
         """R masked copies of each response for WDCE (`mmrl.algorithms.antithetic_masks`, antithetic when R is even).
 
-        The whole generated span is maskable (DMPO masks post-EOS padding too, `loss_mask_non_eos=False`); the
-        prompt is never masked. Copy r of response i is row `r*N + i`; `extras["targets"]` holds the clean
+        The whole generated span is maskable (DMPO masks post-EOS padding too, `loss_mask_non_eos=False`) except
+        positions given by a response template (infilling); the prompt is never masked. Copy r of response i is row `r*N + i`; `extras["targets"]` holds the clean
         response tokens [N, T] that `denoise_logprob` scores.
         """
         from mmrl.algorithms.dmpo import antithetic_masks
@@ -587,7 +637,8 @@ class MaskedDiffusionAdapter(BaseAdapter):
         if isinstance(num_copies, bool) or not isinstance(num_copies, int) or num_copies < 1:
             raise ValueError(f"num_copies must be a positive int, got {num_copies!r}")
         resp = rollout.response_ids
-        maskable = torch.ones_like(resp, dtype=torch.bool)  # [N, T]
+        fixed = self._fixed(rollout)
+        maskable = torch.ones_like(resp, dtype=torch.bool) if fixed is None else ~fixed  # [N, T] given positions never
         if generator is not None and generator.device != resp.device:
             masked, rates = antithetic_masks(maskable.to(generator.device), num_copies, generator, antithetic=num_copies % 2 == 0)
             masked, rates = masked.to(resp.device), rates.to(resp.device)
