@@ -26,6 +26,10 @@ prompts of a registered task (`mmrl.data.tasks`) and reports the task's metric r
     python benchmarks/dllm_samplers.py --model runs/tiny/sudoku --task sudoku4 --gen-length 32 --out speeds.json
     python benchmarks/dllm_samplers.py --tiny-world sudoku4 --out speeds.json   # the tiny world's Sudoku base model
 
+In a batch, the threshold samplers run as many forwards per block as the least confident row needs (rows that
+finish early wait), so their saving shrinks with the batch; `--call-batch 1` feeds one prompt per call, the
+setting of Fast-dLLM's throughput figures.
+
 Goal (issue 7, B3): threshold + prefix cache >= 4x the tokens/s of low-confidence with steps = length, at an accuracy
 within 2 points; the JSON's `goal` entry says whether it holds.
 """
@@ -167,6 +171,8 @@ def main() -> None:
     ap.add_argument("--tiny-world", default=None, help="the tiny world's base model of this task (mmrl.tiny_world.models."
                     "load_base_policy), scored on the task's test prompts")
     ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--call-batch", type=int, default=None, help="rows per sampler call (default: the whole batch at once; "
+                    "1 = one prompt at a time, the latency setting of Fast-dLLM's throughput figures)")
     ap.add_argument("--gen-length", type=int, default=24)
     ap.add_argument("--block-length", type=int, default=8)
     ap.add_argument("--threshold", type=float, default=0.9)
@@ -226,11 +232,20 @@ def main() -> None:
         for name, opts in sampler_table(args.gen_length, args.block_length, args.threshold).items()
     }
 
+    def generate(opts):
+        """All rows, `--call-batch` rows per sampler call (forward passes and positions fed add up over calls)."""
+        k = args.call_batch or n
+        parts = [adapter.generate(pid[i:i + k], pm[i:i + k], seeds=seeds[i:i + k], **opts) for i in range(0, n, k)]
+        if len(parts) == 1:
+            return parts[0]
+        return {"ids": torch.cat([q["ids"] for q in parts]), "nfe": sum(q["nfe"] for q in parts),
+                "tokens_fed": sum(q["tokens_fed"] for q in parts)}
+
     def run(opts):
         if args.device.startswith("cuda"):
             torch.cuda.synchronize()
         t0 = time.perf_counter()
-        out = adapter.generate(pid, pm, seeds=seeds, **opts)
+        out = generate(opts)
         if args.device.startswith("cuda"):
             torch.cuda.synchronize()
         return out, time.perf_counter() - t0
@@ -260,7 +275,7 @@ def main() -> None:
         r["forward_ratio"] = base["forward_passes"] / r["forward_passes"]
         r["fed_ratio"] = base["positions_fed"] / r["positions_fed"]
     print(f"model: {info['model']}" + (f", trained {info['train_steps']} steps" if "train_steps" in info else ""))
-    print(f"batch {n}, prompt width {pid.shape[1]}, gen_length {args.gen_length}, block_length {args.block_length}, "
+    print(f"batch {n} ({args.call_batch or n} rows per call), prompt width {pid.shape[1]}, gen_length {args.gen_length}, block_length {args.block_length}, "
           f"threshold {args.threshold}, temperature {args.temperature}, {args.threads} threads, {args.device}")
     print(f"{'sampler':22s} {'tokens/s':>10s} {'speedup':>8s} {'forwards':>9s} {'fwd ratio':>9s} {'fed ratio':>9s} {'accuracy':>9s}")
     for name, r in results.items():

@@ -3,7 +3,8 @@
 | name | issue 7 | what |
 |---|---|---|
 | method_costs | B1, B2 | Trainer step time (rollout / buffer / update) and peak memory per method, ratios to GRPO |
-| dllm_samplers | B3 | masked-diffusion samplers on a Sudoku model: tokens/s, forward passes, accuracy |
+| dllm_samplers | B3 | masked-diffusion samplers on the tiny Sudoku model, 64 prompts per batch: tokens/s, forwards, accuracy |
+| dllm_samplers_single | B3 | the same, one prompt per sampler call (the setting of Fast-dLLM's throughput figures) |
 | trl_comparison | B4 | seconds per GRPO optimizer step, mmrl against TRL's GRPOTrainer |
 | janus_sampling | B5 | the Janus adapter's CFG sampler against transformers' `generate(generation_mode="image")` |
 | quickstart_time | B6 | wall time of the README's main command |
@@ -38,18 +39,21 @@ from _common import ROOT, write_json  # noqa: E402
 
 BENCHMARKS: dict[str, dict] = {
     "method_costs": {"script": "method_costs.py", "issue": "B1, B2", "smoke": ["--smoke"], "full": [],
-                     "gpu": ["--hidden", "896", "--layers", "24", "--vocab", "151936", "--dllm-hidden", "896", "--dllm-layers", "12",
-                             "--dllm-tokens", "128", "--repeats", "3"]},
+                     "gpu": ["--hidden", "896", "--layers", "24", "--vocab", "151936", "--tokens", "128", "--dllm-hidden", "896",
+                             "--dllm-layers", "8", "--dllm-tokens", "64", "--repeats", "2"]},
     "trl_comparison": {"script": "trl_comparison.py", "issue": "B4", "smoke": ["--smoke"], "full": [],
-                       "gpu": ["--hidden", "896", "--layers", "24", "--vocab", "151936", "--blocks", "1", "--repeats", "3"]},
+                       "gpu": ["--hidden", "896", "--layers", "24", "--vocab", "151936", "--tokens", "128", "--blocks", "1",
+                               "--repeats", "2"]},
     "dllm_samplers": {"script": "dllm_samplers.py", "issue": "B3", "smoke": ["--smoke", "--threads", "1"], "full": [],
                       "gpu": ["--batch", "256", "--hidden", "128", "--layers", "4", "--train-seconds", "60"]},
+    "dllm_samplers_single": {"script": "dllm_samplers.py", "issue": "B3", "smoke": ["--smoke", "--threads", "1", "--call-batch", "4"],
+                             "full": ["--call-batch", "1", "--repeats", "3"], "gpu": ["--call-batch", "1", "--repeats", "3"]},
     "janus_sampling": {"script": "janus_sampling.py", "issue": "B5", "smoke": ["--smoke"], "full": ["--grid", "16", "--hidden", "128"],
                        "gpu": ["--grid", "24", "--hidden", "512", "--layers", "8", "--codebook", "1024", "--prompts", "8"]},
     "quickstart_time": {"script": "quickstart_time.py", "issue": "B6", "smoke": ["--smoke"], "full": [], "gpu": [], "cpu_only": True},
     "causal_lm_sampling": {"script": "causal_lm_sampling.py", "issue": "rollouts", "smoke": ["--smoke"],
                            "full": ["--prompts", "2", "--group", "8", "--new-tokens", "256", "--hidden", "512"],
-                           "gpu": ["--hidden", "896", "--layers", "24", "--vocab", "151936", "--prompts", "8", "--new-tokens", "512"]},
+                           "gpu": ["--hidden", "896", "--layers", "24", "--vocab", "151936", "--prompts", "8", "--new-tokens", "256"]},
     "hellinger_memory": {"script": "hellinger_memory.py", "issue": "DGPO statistics", "smoke": ["--smoke"], "full": [], "gpu": []},
 }
 """name -> script, the issue item, and the extra arguments of each size."""
@@ -81,7 +85,7 @@ def exclusive(lock: str | None):
 def command(name: str, size: str, out: Path, device: str) -> list[str]:
     spec = BENCHMARKS[name]
     args = [sys.executable, str(HERE / spec["script"]), *spec[size], "--out", str(out / f"{name}.json")]
-    if name == "dllm_samplers" and size == "full":
+    if name.startswith("dllm_samplers") and size != "smoke":
         args += ["--tiny-world", "sudoku4"] if tiny_world_sudoku_available() else ["--train-seconds", "90"]
     if device != "cpu" and not spec.get("cpu_only"):
         args += ["--device", device]

@@ -14,8 +14,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from _common import PeakMemory, paired_ratio, summarize, wide_tokenizer  # noqa: E402
 
-NAMES = ["method_costs", "trl_comparison", "dllm_samplers", "janus_sampling", "quickstart_time", "causal_lm_sampling",
-         "hellinger_memory"]
+NAMES = ["method_costs", "trl_comparison", "dllm_samplers", "dllm_samplers_single", "janus_sampling", "quickstart_time",
+         "causal_lm_sampling", "hellinger_memory"]
 SUMMARY_KEYS = {"median", "p25", "p75", "min", "max", "n", "values"}
 
 
@@ -94,6 +94,10 @@ def test_dllm_samplers_json(results):
     gl = d["args"]["gen_length"]
     assert res["low_conf_steps=len"]["forward_passes"] == gl and res["low_conf_steps=len/2"]["forward_passes"] == gl // 2
     assert d["goal"]["speedup"] == pytest.approx(res["threshold+cache"]["speedup"]) and isinstance(d["goal"]["met"], bool)
+    single = read(results, "dllm_samplers_single")  # 4 prompts per call: forwards add up over the 2 calls
+    assert single["args"]["call_batch"] == 4
+    assert single["results"]["low_conf_steps=len"]["forward_passes"] == 2 * gl
+    assert single["results"]["low_conf_steps=len/2"]["forward_passes"] == gl
 
 
 def test_janus_and_rollout_json(results):

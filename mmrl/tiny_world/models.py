@@ -130,11 +130,11 @@ def _training_pairs(spec: TinySpec) -> tuple[list, list]:
     if spec.task == "sudoku4":
         lo, hi = spec.pretrain_filter.get("blanks", [1, 16])
         if spec.pretrain_filter:
-            from mmrl.tiny_world.tasks import sudoku_puzzles, sudoku_split
+            from mmrl.tiny_world.tasks import sudoku4_row, sudoku_puzzles, sudoku_split
 
             train_grids, _ = sudoku_split(seed=0)
             pairs = sudoku_puzzles(train_grids, 8000, (lo, hi), seed=7)  # same training grids, other blank counts
-            return [p for p, _ in pairs], [s for _, s in pairs]
+            rows = [sudoku4_row(p, s) for p, s in pairs]
         return [r["prompt"] for r in rows], [r["solution"] for r in rows]
     if spec.task == "countdown3":
         return [r["prompt"] for r in rows], [r["solution"] for r in rows]

@@ -2,7 +2,8 @@
 
 - masked diffusion (`masked_diffusion_sft`): LLaDA's SFT objective (Nie et al. 2025, "Large Language Diffusion
   Models", section 2.3 / eq. 5): the prompt is never masked; every response token is masked with probability
-  t ~ U(eps, 1); loss = sum over masked tokens of CE / t, divided by the response length.
+  t ~ U(eps, 1); loss = sum over masked tokens of CE / t, divided by the response length. With infilling prompts
+  (`response_template`) the given positions are never masked and do not count in the length.
 - causal LM (`causal_sft`): next-token cross-entropy on the response given the prompt.
 - Janus (`janus_sft`): next-image-token cross-entropy given the prompt, with the prompt replaced by the CFG null
   condition 10% of the time so classifier-free guidance has an unconditional model (Janus-Pro's recipe drops the
@@ -59,7 +60,10 @@ def masked_diffusion_sft(
     eval)."""
     model = policy.model
     tok = policy.tokenizer
-    prompt, pmask, resp = pack_pairs(tok, prompts, targets, gen_length, policy.pad_token_id, policy.eos_token_ids[0])
+    texts = [policy._prompt_text(p) for p in prompts]
+    prompt, pmask, resp = pack_pairs(tok, texts, targets, gen_length, policy.pad_token_id, policy.eos_token_ids[0])
+    templates = policy.response_templates(list(prompts), gen_length)  # infilling prompts: given cells never masked
+    fixed = (templates != policy.mask_token_id).cpu() if templates is not None else torch.zeros_like(resp, dtype=torch.bool)
     n = prompt.shape[0]
     g = torch.Generator().manual_seed(seed)
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr, betas=(0.9, 0.98), weight_decay=0.01)
@@ -78,11 +82,11 @@ def masked_diffusion_sft(
         x_p, m_p, x_r = prompt[idx], pmask[idx], resp[idx]  # [B, P], [B, P], [B, T]
         b, t_len = x_r.shape
         t = eps + (1 - eps) * torch.rand(b, 1, generator=g)  # [B, 1]
-        masked = torch.rand(b, t_len, generator=g) < t  # [B, T]
+        masked = (torch.rand(b, t_len, generator=g) < t) & ~fixed[idx]  # [B, T]
         noisy = torch.where(masked, torch.full_like(x_r, policy.mask_token_id), x_r)
         logits = policy.backbone_logits(m_p, t_len, model)(torch.cat([x_p, noisy], dim=1))[:, -t_len:]  # [B, T, V]
         ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), x_r.reshape(-1), reduction="none").view(b, t_len)
-        loss = ((ce * masked) / t).sum() / (b * t_len)
+        loss = ((ce * masked) / t).sum() / (b * t_len - fixed[idx].sum()).clamp(min=1)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

@@ -2,7 +2,10 @@
 
 - `sudoku4`: 4x4 Sudoku. There are only 288 solution grids, so the split is by solution grid (as SPG re-split d1's
   data, reference notes `dmpo_dllm.md` 2.4): test puzzles come from grids no training puzzle uses. Puzzles have a
-  unique solution. Prompt: the 16 puzzle digits ("0" = blank); response: the 16 digits of the solved grid.
+  unique solution. The response is the 16-cell grid and it starts from the puzzle: given cells are filled in and
+  blanks masked (masked-diffusion infilling, `response_template`), so the policy decides exactly the blank cells
+  (the reward scores exactly those). d1's LLaDA writes the whole grid after the puzzle in the prompt; a tiny model
+  would first have to learn to copy the givens, which the reward does not check, and RL then lets the copies drift.
 - `countdown3`: three numbers and a target reachable with + - * / (each number once); split by the number multiset
   and target. Response: the expression.
 - `shapes`: GenEval-schema prompts over squares, circles and triangles in the palette colours (all six GenEval
@@ -97,8 +100,15 @@ def sudoku_puzzles(grids: list[str], n: int, blanks: tuple[int, int], seed: int)
     return out
 
 
+SUDOKU_PROMPT = "sudoku 4x4"
+"""The tiny Sudoku prompt: the puzzle itself is the response canvas (infilling)."""
+
+
 def sudoku4_row(puzzle: str, solution: str) -> dict:
-    return {"prompt": puzzle, "puzzle": puzzle, "solution": solution}
+    """A sudoku4 row: the 16-cell canvas starts from the puzzle with its blanks masked (masked-diffusion
+    infilling), so the model fills exactly the blank cells; the completion is the whole grid."""
+    return {"prompt": {"prompt": SUDOKU_PROMPT, "response_template": puzzle.replace("0", "<mask>")},
+            "puzzle": puzzle, "solution": solution}
 
 
 @REWARDS.register("sudoku4")
