@@ -156,7 +156,10 @@ def score_logits(
         st = token_distribution_stats(logits.detach(), stats=stats, temperature=temperature) if stats else {}
         return TokenScores(logp=logp, stats=st)
     with torch.no_grad():
-        other = selective_log_softmax(other_logits, targets, temperature=temperature)  # [N, T]
+        # the other side's log-probs come from the statistics' own pass over other_logits (bitwise the same as
+        # selective_log_softmax: one pass over the [N, T, V] logits fewer)
+        st = token_distribution_stats(logits.detach(), other_logits.detach(), stats=stats, temperature=temperature,
+                                      other_targets=targets)
+        other = st.pop("other_logp")  # [N, T]
         other = torch.where(mask.bool(), other, torch.zeros_like(other))
-        st = token_distribution_stats(logits.detach(), other_logits.detach(), stats=stats, temperature=temperature) if stats else {}
     return TokenScores(logp=logp, stats=st, other_logp=other)
