@@ -36,6 +36,7 @@ def main() -> None:
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     ap.add_argument("--temperature", type=float, default=1.0, help="TRL's default")
     ap.add_argument("--top-p", type=float, default=1.0, help="TRL's default; < 1 adds a sort per step to both samplers")
+    ap.add_argument("--threads", type=int, default=2, help="torch threads on the CPU")
     ap.add_argument("--out", default=None, help="write the results as JSON here")
     args = ap.parse_args()
     if args.smoke:
@@ -47,7 +48,7 @@ def main() -> None:
     from mmrl.models.causal_lm import CausalLMAdapter
     from mmrl.models.tokenizers import char_tokenizer
 
-    torch.set_num_threads(2 if args.device == "cpu" else torch.get_num_threads())
+    torch.set_num_threads(args.threads if args.device == "cpu" else torch.get_num_threads())
     dtype = getattr(torch, args.dtype)
     tok = char_tokenizer()
     heads = max(1, args.hidden // 64)

@@ -223,6 +223,12 @@ def main() -> None:
         info.update(model=f"built-in Sudoku Llama (hidden {args.hidden}, {args.layers} layers)", train_steps=steps,
                     train_seconds=args.train_seconds)
     pid, pm = adapter.encode_prompts([r["prompt"] for r in rows])
+    # infilling tasks (the tiny world's sudoku4: the puzzle is the response canvas, its givens kept): every sampler
+    # starts from the task's response templates, as the trainer's rollouts do
+    init = adapter.response_templates([r["prompt"] for r in rows], args.gen_length)  # [n, T] or None
+    info["infilling"] = init is not None
+    if init is not None:
+        info["positions_to_decode_mean"] = float((init == adapter.mask_token_id).sum(-1).float().mean())
     n = pid.shape[0]
     seeds = list(range(n))
     from mmrl.models.base import mask_through_first_eos
@@ -235,7 +241,8 @@ def main() -> None:
     def generate(opts):
         """All rows, `--call-batch` rows per sampler call (forward passes and positions fed add up over calls)."""
         k = args.call_batch or n
-        parts = [adapter.generate(pid[i:i + k], pm[i:i + k], seeds=seeds[i:i + k], **opts) for i in range(0, n, k)]
+        parts = [adapter.generate(pid[i:i + k], pm[i:i + k], seeds=seeds[i:i + k], init=None if init is None else init[i:i + k],
+                                  **opts) for i in range(0, n, k)]
         if len(parts) == 1:
             return parts[0]
         return {"ids": torch.cat([q["ids"] for q in parts]), "nfe": sum(q["nfe"] for q in parts),

@@ -13,12 +13,16 @@
 
     python benchmarks/run_all.py --smoke --out /tmp/bench          # seconds each (CI)
     python benchmarks/run_all.py --out bench_results --lock /tmp/mmrl_cpu.lock   # full size, ~30-40 min on 2 cores
+    flock /tmp/core1.lock taskset -c 1 python benchmarks/run_all.py --threads 1 --out benchmarks/results --only janus_sampling
     python benchmarks/run_all.py --gpu --out bench_results/gpu      # one GPU (benchmarks/gpu.sh)
     python benchmarks/report.py --results bench_results             # README "Performance" section from the JSON
 
 `--lock FILE` takes an exclusive `flock` on FILE around each benchmark, so timing-sensitive jobs on a shared machine
 that use the same lock never overlap with one (and can run between two). Each benchmark's output goes to
-`<out>/<name>.log`; `<out>/summary.json` lists what ran, its exit code and wall time.
+`<out>/<name>.log`; `<out>/summary.json` lists what ran, its exit code and wall time (a later run into the same
+directory adds to it, so the benchmarks can be run one at a time). `--threads N` runs every benchmark with N torch
+threads (`--threads` of the scripts and `OMP_NUM_THREADS`): the committed CPU results in `benchmarks/results/` are
+1-thread numbers, pinned to one core of a shared 2-core machine.
 """
 from __future__ import annotations
 
@@ -38,10 +42,10 @@ sys.path.insert(0, str(HERE))
 from _common import ROOT, write_json  # noqa: E402
 
 BENCHMARKS: dict[str, dict] = {
-    "method_costs": {"script": "method_costs.py", "issue": "B1, B2", "smoke": ["--smoke"], "full": [],
+    "method_costs": {"script": "method_costs.py", "issue": "B1, B2", "smoke": ["--smoke"], "full": ["--repeats", "3"],
                      "gpu": ["--hidden", "896", "--layers", "24", "--vocab", "151936", "--tokens", "128", "--dllm-hidden", "896",
                              "--dllm-layers", "8", "--dllm-tokens", "64", "--repeats", "2"]},
-    "trl_comparison": {"script": "trl_comparison.py", "issue": "B4", "smoke": ["--smoke"], "full": [],
+    "trl_comparison": {"script": "trl_comparison.py", "issue": "B4", "smoke": ["--smoke"], "full": ["--blocks", "2", "--repeats", "1"],
                        "gpu": ["--hidden", "896", "--layers", "24", "--vocab", "151936", "--tokens", "128", "--blocks", "1",
                                "--repeats", "2"]},
     "dllm_samplers": {"script": "dllm_samplers.py", "issue": "B3", "smoke": ["--smoke", "--threads", "1"], "full": [],
@@ -50,11 +54,13 @@ BENCHMARKS: dict[str, dict] = {
                              "full": ["--call-batch", "1", "--repeats", "3"], "gpu": ["--call-batch", "1", "--repeats", "3"]},
     "janus_sampling": {"script": "janus_sampling.py", "issue": "B5", "smoke": ["--smoke"], "full": ["--grid", "16", "--hidden", "128"],
                        "gpu": ["--grid", "24", "--hidden", "512", "--layers", "8", "--codebook", "1024", "--prompts", "8"]},
-    "quickstart_time": {"script": "quickstart_time.py", "issue": "B6", "smoke": ["--smoke"], "full": [], "gpu": [], "cpu_only": True},
+    "quickstart_time": {"script": "quickstart_time.py", "issue": "B6", "smoke": ["--smoke"], "full": [], "gpu": [], "cpu_only": True,
+                        "no_threads": True},
     "causal_lm_sampling": {"script": "causal_lm_sampling.py", "issue": "rollouts", "smoke": ["--smoke"],
                            "full": ["--prompts", "2", "--group", "8", "--new-tokens", "256", "--hidden", "512"],
                            "gpu": ["--hidden", "896", "--layers", "24", "--vocab", "151936", "--prompts", "8", "--new-tokens", "256"]},
-    "hellinger_memory": {"script": "hellinger_memory.py", "issue": "DGPO statistics", "smoke": ["--smoke"], "full": [], "gpu": []},
+    "hellinger_memory": {"script": "hellinger_memory.py", "issue": "DGPO statistics", "smoke": ["--smoke"], "full": [], "gpu": [],
+                         "no_threads": True},
 }
 """name -> script, the issue item, and the extra arguments of each size."""
 
@@ -82,9 +88,12 @@ def exclusive(lock: str | None):
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def command(name: str, size: str, out: Path, device: str) -> list[str]:
+def command(name: str, size: str, out: Path, device: str, threads: int | None = None) -> list[str]:
     spec = BENCHMARKS[name]
     args = [sys.executable, str(HERE / spec["script"]), *spec[size], "--out", str(out / f"{name}.json")]
+    if threads and not spec.get("no_threads"):
+        args = [a for i, a in enumerate(args) if a != "--threads" and (i == 0 or args[i - 1] != "--threads")]
+        args += ["--threads", str(threads)]
     if name.startswith("dllm_samplers") and size != "smoke":
         args += ["--tiny-world", "sudoku4"] if tiny_world_sudoku_available() else ["--train-seconds", "90"]
     if device != "cpu" and not spec.get("cpu_only"):
@@ -101,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip", default="", help="comma-separated benchmark names to leave out")
     ap.add_argument("--lock", default=None, help="flock this file around each benchmark (shared machines)")
     ap.add_argument("--timeout", type=float, default=3600.0, help="seconds per benchmark")
+    ap.add_argument("--threads", type=int, default=None, help="torch threads of every benchmark (default: each script's own)")
     args = ap.parse_args(argv)
     size = "smoke" if args.smoke else "gpu" if args.gpu else "full"
     device = "cuda" if args.gpu else "cpu"
@@ -113,10 +123,21 @@ def main(argv: list[str] | None = None) -> int:
     names = [n for n in BENCHMARKS if (not only or n in only) and n not in args.skip.split(",")]
     env = dict(os.environ, OMP_WAIT_POLICY=os.environ.get("OMP_WAIT_POLICY", "PASSIVE"), HF_HUB_OFFLINE="1",
                PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
-    summary = {"size": size, "device": device, "started": time.strftime("%Y-%m-%d %H:%M:%S"), "benchmarks": {}}
+    if args.threads:
+        env["OMP_NUM_THREADS"] = str(args.threads)
+    summary = {"size": size, "device": device, "threads": args.threads, "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+               "benchmarks": {}}
+    previous = out / "summary.json"
+    if previous.exists():  # runs into the same directory add up (one benchmark at a time on a shared machine)
+        try:
+            old = json.loads(previous.read_text())
+        except ValueError:
+            old = {}
+        if old.get("size") == size and old.get("device") == device:
+            summary["benchmarks"] = {n: b for n, b in old.get("benchmarks", {}).items() if n not in names}
     failed = []
     for name in names:
-        cmd = command(name, size, out, device)
+        cmd = command(name, size, out, device, args.threads)
         print(f"== {name} ({BENCHMARKS[name]['issue']}): {' '.join(cmd[1:])}", flush=True)
         with exclusive(args.lock):
             t0 = time.perf_counter()
@@ -131,7 +152,8 @@ def main(argv: list[str] | None = None) -> int:
             failed.append(name)
         json_path = out / f"{name}.json"
         summary["benchmarks"][name] = {"issue": BENCHMARKS[name]["issue"], "command": cmd[1:], "exit_code": code, "status": status,
-                                       "seconds": seconds, "json": json_path.name if json_path.exists() else None}
+                                       "seconds": seconds, "json": json_path.name if json_path.exists() else None,
+                                       "threads": args.threads, "finished": time.strftime("%Y-%m-%d %H:%M:%S")}
         print(f"   {status} in {seconds:.0f} s" + ("" if status == "ok" else f" (see {out / (name + '.log')})"), flush=True)
         write_json(out / "summary.json", summary)
     summary["finished"] = time.strftime("%Y-%m-%d %H:%M:%S")
