@@ -6,6 +6,10 @@ is appended. Nothing here measures anything: every number comes from the JSON fi
 
     python benchmarks/report.py --results bench_results               # update README.md
     python benchmarks/report.py --results bench_results --stdout      # print the section only
+
+An optional `<results>/notes.json` ({goal key: text}, keys as in `GOAL_KEYS`) adds a note to a goal's row: what
+limits a missed goal, or how it was measured. The notes are written by whoever ran the benchmarks; the numbers and
+verdicts still come only from the measurements' JSON.
 """
 from __future__ import annotations
 
@@ -52,8 +56,21 @@ def table(header: list[str], rows: list[list[Any]]) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------------------ sections
+GOAL_KEYS = ("dgpo_step_time", "gcpo_step_time", "dgpo_peak_memory", "gcpo_peak_memory", "dllm_samplers",
+             "dllm_samplers_single", "trl_beta_0.0", "trl_beta_0.04", "janus_sampling", "quickstart_time")
+"""Keys of `notes.json`, one per row of the goals table."""
+
+
 def goals(results: Path) -> list[list[str]]:
-    """One row per issue-7 goal: what, measured, verdict."""
+    """One row per issue-7 goal: what, measured, verdict, note (from `notes.json`)."""
+    notes_path = results / "notes.json"
+    notes = json.loads(notes_path.read_text()) if notes_path.exists() else {}
+    rows = [row + [notes.get(key, "")] for key, row in _goal_rows(results)]
+    return rows
+
+
+def _goal_rows(results: Path) -> list[tuple[str, list[str]]]:
+    """(key, [what, measured, verdict]) per goal."""
     rows = []
     mc = load(results, "method_costs")
     fam = (mc or {}).get("families", {}).get("causal_lm", {})
@@ -61,12 +78,13 @@ def goals(results: Path) -> list[list[str]]:
     for num, den, what in (("dgpo", "grpo_beta0.04", "DGPO / GRPO (beta 0.04, same forwards) step time <= 1.03"),
                            ("gcpo", "grpo_beta0", "GCPO / GRPO step time <= 1.40")):
         r = by_pair.get((num, den))
-        rows.append([what, ratio_cell(r["step_time"]) if r else "-", verdict(r["goal_met"].get("step_time") if r else None)])
+        rows.append((f"{num}_step_time", [what, ratio_cell(r["step_time"]) if r else "-",
+                                           verdict(r["goal_met"].get("step_time") if r else None)]))
     for num, den, what in (("dgpo", "grpo_beta0.04", "DGPO / GRPO (beta 0.04) peak memory <= 1.05"),
                            ("gcpo", "grpo_beta0", "GCPO / GRPO peak memory <= 1.05")):
         r = by_pair.get((num, den))
         val = f"{r['peak_memory']:.3f}" if r and "peak_memory" in r else "-"
-        rows.append([what, val, verdict(r["goal_met"].get("peak_memory") if r else None)])
+        rows.append((f"{num}_peak_memory", [what, val, verdict(r["goal_met"].get("peak_memory") if r else None)]))
     found = False
     for name in ("dllm_samplers", "dllm_samplers_single"):
         b3 = load(results, name)
@@ -77,24 +95,27 @@ def goals(results: Path) -> list[list[str]]:
         acc = "-" if g.get("accuracy_diff") is None else f"{100 * g['accuracy_diff']:+.1f} points"
         k = b3["args"].get("call_batch")
         setting = f"{k} prompt{'s' if k != 1 else ''} per call" if k else f"batch of {b3['args']['batch']}"
-        rows.append([f"threshold + prefix cache >= 4x tokens/s of low-confidence (steps = length), accuracy within 2 points "
-                     f"({setting})", f"{g['speedup']:.2f}x, {acc}", verdict(g["met"])])
+        rows.append((name, [f"threshold + prefix cache >= 4x tokens/s of low-confidence (steps = length), accuracy within 2 "
+                            f"points ({setting})", f"{g['speedup']:.2f}x, {acc}", verdict(g["met"])]))
     if not found:
-        rows.append(["threshold + prefix cache >= 4x tokens/s of low-confidence, accuracy within 2 points", "-", verdict(None)])
+        rows.append(("dllm_samplers", ["threshold + prefix cache >= 4x tokens/s of low-confidence, accuracy within 2 points", "-",
+                                       verdict(None)]))
     b4 = load(results, "trl_comparison")
     for beta, e in (b4 or {}).get("betas", {}).items():
-        rows.append([f"mmrl GRPO step <= 0.75 x TRL's (beta {beta})", ratio_cell(e["mmrl_over_trl"]), verdict(e["goal_met"])])
+        rows.append((f"trl_beta_{beta}", [f"mmrl GRPO step <= 0.75 x TRL's (beta {beta})", ratio_cell(e["mmrl_over_trl"]),
+                                          verdict(e["goal_met"])]))
     if not b4:
-        rows.append(["mmrl GRPO step <= 0.75 x TRL's", "-", verdict(None)])
+        rows.append(("trl_beta_0.0", ["mmrl GRPO step <= 0.75 x TRL's", "-", verdict(None)]))
     b5 = load(results, "janus_sampling")
-    rows.append(["Janus sampling >= 0.9x transformers' speed", f"{b5['speed_ratio']:.2f}x" if b5 else "-",
-                 verdict(b5.get("goal_met") if b5 else None)])
+    rows.append(("janus_sampling", ["Janus sampling >= 0.9x transformers' speed", f"{b5['speed_ratio']:.2f}x" if b5 else "-",
+                                    verdict(b5.get("goal_met") if b5 else None)]))
     b6 = load(results, "quickstart_time")
     if b6 and b6.get("status") == "ok":
-        rows.append(["README main command <= 10 minutes on 2 CPU cores", f"{b6['wall_seconds'] / 60:.1f} min", verdict(b6["goal_met"])])
+        rows.append(("quickstart_time", ["README main command <= 10 minutes on 2 CPU cores", f"{b6['wall_seconds'] / 60:.1f} min",
+                                         verdict(b6["goal_met"])]))
     else:
         why = (b6 or {}).get("reason") or ((b6 or {}).get("status") and f"status {b6['status']}") or "not run"
-        rows.append(["README main command <= 10 minutes on 2 CPU cores", f"- ({why})", verdict(None)])
+        rows.append(("quickstart_time", ["README main command <= 10 minutes on 2 CPU cores", f"- ({why})", verdict(None)]))
     return rows
 
 
@@ -202,11 +223,16 @@ def render(results: Path) -> str:
     envs = [d["environment"] for n, _ in SECTIONS if (d := load(results, n)) and "environment" in d]
     env = next((e for e in envs if "torch" in e), envs[0] if envs else {})
     smoke = any((load(results, n) or {}).get("smoke") for n, _ in SECTIONS)
+    threads = (load(results, "summary") or {}).get("threads")
+    where = (f"; {env.get('cpu_count')} CPU cores" if env.get("device", "cpu") == "cpu" else f"; {env.get('gpu')}")
+    if threads and env.get("device", "cpu") == "cpu":
+        where = (f"; CPU, {threads} torch thread{'s' if threads != 1 else ''} per benchmark (pinned to one core of a shared "
+                 f"{env.get('cpu_count')}-core machine, one benchmark at a time)")
     lines = [START, "", "Measured by `python benchmarks/run_all.py` and written by `python benchmarks/report.py` (do not edit by "
-             "hand)" + (f"; {env.get('cpu_count')} CPU cores" if env.get("device", "cpu") == "cpu" else f"; {env.get('gpu')}")
+             "hand)" + where
              + (f", torch {env['torch']}" if env.get("torch") else "") + (f", commit {env['git_commit']}" if env.get("git_commit") else "")
              + "." + (" **Smoke sizes: these numbers say nothing about speed.**" if smoke else ""), ""]
-    lines += ["| goal (issue 7) | measured | |", "|---|---|---|"]
+    lines += ["| goal (issue 7) | measured | | note |", "|---|---|---|---|"]
     lines += ["| " + " | ".join(r) + " |" for r in goals(results)]
     for name, fn in SECTIONS:
         d = load(results, name)
