@@ -1,0 +1,132 @@
+"""`mmrl replicate NAME`: a paper's comparison at toy scale, every arm with the same rollout budget, over seeds.
+
+    mmrl replicate dmpo-vs-d1         # DMPO (group / individual baseline) vs diffu-GRPO vs the base model, sudoku4
+    mmrl replicate dmpo-small-batch   # WDCE with no / group / individual / model baseline vs WDDO at a small batch
+
+Each arm starts from the same cached tiny base model, sees the same number of rollouts (prompts x generations x
+rollout batches) and is scored by greedy d1-style decoding on held-out puzzles (`mmrl.evaluate`). Writes
+`<out>/<name>/results.json`, `table.md` (mean ± std over seeds) and `accuracy.png` / `reward.png`.
+
+Implemented: the two DMPO comparisons above on sudoku4 (the masked-diffusion model). Not yet implemented (issue 6):
+countdown3 in `dmpo-vs-d1`, `gcpo-vs-grpo` (shapes, Janus), `dgpo-vs-grpo` (causal LM) and the 4 x 4 matrix at
+tiny-world scale (the matrix runs at test scale in tests/test_trainer_matrix.py).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from mmrl.tiny_world.quickstart import QUICKSTART_RECIPE
+
+COMPARISONS: dict[str, dict[str, dict[str, Any]]] = {
+    "dmpo-vs-d1": {
+        "dmpo (group baseline)": {"method": "dmpo", "dmpo_baseline": "group"},
+        "dmpo (individual baseline)": {"method": "dmpo", "dmpo_baseline": "individual"},
+        "diffu-grpo (d1)": {"method": "diffu_grpo", "beta": 0.04},
+        "dmpo (group, reuse F=4)": {"method": "dmpo", "dmpo_baseline": "group", "num_iterations": 4},
+    },
+    "dmpo-small-batch": {
+        "wdce, no baseline": {"method": "dmpo", "dmpo_baseline": "none"},
+        "wdce, group baseline": {"method": "dmpo", "dmpo_baseline": "group"},
+        "wdce, individual baseline": {"method": "dmpo", "dmpo_baseline": "individual"},
+        "wdce, model baseline": {"method": "dmpo", "dmpo_baseline": "model", "dmpo_target": "reference"},
+        "wddo": {"method": "dmpo", "dmpo_loss": "wddo", "dmpo_target": "reference"},
+    },
+}
+"""comparison -> arm label -> overrides of the shared recipe."""
+
+SIZES: dict[str, dict[str, Any]] = {
+    "dmpo-vs-d1": {"rollouts": 20, "num_generations": 16, "per_device_train_batch_size": 64, "gradient_accumulation_steps": 4},
+    # the paper's failure mode of plain WDCE needs a small batch: 4 prompts x 8 responses per rollout
+    "dmpo-small-batch": {"rollouts": 30, "num_generations": 8, "per_device_train_batch_size": 32, "gradient_accumulation_steps": 1},
+}
+"""comparison -> rollout budget and batch shape shared by its arms."""
+
+
+def arm_config(name: str, arm: str, *, seed: int, rollouts: int, out: Path, smoke: bool = False) -> dict[str, Any]:
+    """The full override dict of one arm: the quickstart recipe, the comparison's batch, the arm's settings; the
+    number of optimizer steps is rollouts x num_iterations, so every arm samples the same number of rollouts."""
+    size = dict(SIZES[name])
+    size.pop("rollouts")
+    over = dict(COMPARISONS[name][arm])
+    f = int(over.get("num_iterations", 1))
+    cfg = {**QUICKSTART_RECIPE, **size, **over, "seed": seed, "max_steps": rollouts * f, "eval_steps": max(1, rollouts * f // 3),
+           "save_steps": 0, "credit_steps": 0, "output_dir": str(out), "progress_bar": False}
+    if smoke:
+        cfg.update(eval_limit=16, gradient_accumulation_steps=1)
+    return cfg
+
+
+def run_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int = 3, rollouts: int | None = None,
+                   smoke: bool = False, progress: bool = True) -> dict[str, Any]:
+    from mmrl.config import load_config
+    from mmrl.data.tasks import load_task
+    from mmrl.metrics_log import read_metrics
+    from mmrl.tiny_world.models import load_base_policy
+    from mmrl.tiny_world.quickstart import evaluate_base
+    from mmrl.tiny_world.report import curve, fmt, markdown_table, mean_std, plot_curves
+    from mmrl.trainer import Trainer
+
+    if name not in COMPARISONS:
+        raise ValueError(f"unknown comparison {name!r}; implemented: {sorted(COMPARISONS)}")
+    rollouts = rollouts or (2 if smoke else SIZES[name]["rollouts"])
+    root = Path(out) / name
+    if root.exists():
+        shutil.rmtree(root)
+    root.mkdir(parents=True)
+    task = load_task("sudoku4")
+    test = task.test[: 16 if smoke else QUICKSTART_RECIPE["eval_limit"]]
+    base = evaluate_base(load_base_policy("sudoku4", progress=progress), test, task.metric)
+    t_all = time.perf_counter()
+    arms: dict[str, list[dict]] = {}
+    for arm in COMPARISONS[name]:
+        for seed in range(seeds):
+            run_dir = root / "runs" / f"{arm.replace(' ', '_').replace(',', '').replace('(', '').replace(')', '').replace('=', '')}-seed{seed}"
+            cfg = load_config(None, arm_config(name, arm, seed=seed, rollouts=rollouts, out=run_dir, smoke=smoke))
+            if progress:
+                print(f"[{name}] {arm}, seed {seed + 1}/{seeds}: {cfg.max_steps} optimizer steps, {rollouts} rollout batches")
+            policy = load_base_policy("sudoku4", progress=False)
+            t0 = time.perf_counter()
+            Trainer(cfg, policy=policy, dataset=task.train, reward_funcs=task.reward_funcs, eval_dataset=test,
+                    eval_metric=task.metric).train()
+            acc = evaluate_base(policy, test, task.metric)
+            records = read_metrics(run_dir)
+            arms.setdefault(arm, []).append({"seed": seed, "accuracy": acc, "seconds": time.perf_counter() - t0, "records": records})
+            if progress:
+                print(f"      held-out cell accuracy {100 * acc:.1f}% (base {100 * base:.1f}%)")
+    rows = [["base model", fmt(base), "-", "-"]]
+    for arm, runs in arms.items():
+        m, s = mean_std([r["accuracy"] for r in runs])
+        g = mean_std([r["accuracy"] - base for r in runs])
+        rew = mean_std([sum(x["reward"] for x in r["records"][-5:] if "reward" in x) / max(1, sum(1 for x in r["records"][-5:] if "reward" in x)) for r in runs])
+        rows.append([arm, fmt(m, s), f"{100 * g[0]:+.1f} ± {100 * g[1]:.1f}", fmt(*rew)])
+    table = markdown_table(["arm", "held-out cell accuracy (%)", "gain (points)", "train reward, last 5 steps (%)"], rows)
+    plot_curves({a: [curve(r["records"], "eval/accuracy") for r in runs] for a, runs in arms.items()}, root / "accuracy.png",
+                title=f"{name}: held-out Sudoku cell accuracy", ylabel="cell accuracy", baseline=base)
+    plot_curves({a: [curve(r["records"], "reward", smooth=5) for r in runs] for a, runs in arms.items()}, root / "reward.png",
+                title=f"{name}: training reward", ylabel="reward")
+    total = time.perf_counter() - t_all
+    results = {"name": name, "base": base, "seeds": seeds, "rollouts": rollouts, "seconds": total, "smoke": smoke,
+               "arms": {a: [{k: v for k, v in r.items() if k != "records"} for r in runs] for a, runs in arms.items()},
+               "configs": {a: arm_config(name, a, seed=0, rollouts=rollouts, out=Path("."), smoke=smoke) for a in arms}}
+    (root / "results.json").write_text(json.dumps(results, indent=2, default=str))
+    (root / "table.md").write_text(table + f"\n\n{seeds} seeds, {rollouts} rollout batches per arm, {total:.0f} s in all.\n")
+    print("\n" + table + f"\n\n{root}  ({total:.0f} s)")
+    return results
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("name", choices=sorted(COMPARISONS), help="the comparison to run")
+    parser.add_argument("--out", default="runs/replicate", help="results go to OUT/NAME (replaced if it exists)")
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--rollouts", type=int, default=None, help="rollout batches per arm (default: the comparison's)")
+    parser.add_argument("--smoke", action="store_true", help="2 rollouts per arm, 16 test puzzles (plumbing check)")
+
+
+def run(args: argparse.Namespace) -> int:
+    run_comparison(args.name, args.out, seeds=args.seeds, rollouts=args.rollouts, smoke=args.smoke)
+    return 0
