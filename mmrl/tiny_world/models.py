@@ -49,7 +49,8 @@ class TinySpec:
     """What the model is for and the competence it reaches."""
 
     def key(self) -> str:
-        blob = json.dumps(asdict(self), sort_keys=True)
+        """Hash of what determines the weights (everything but the description)."""
+        blob = json.dumps({k: v for k, v in asdict(self).items() if k != "description"}, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:10]
 
 
@@ -72,13 +73,15 @@ TINY_MODELS: dict[str, TinySpec] = {
         name="countdown3-ar", family="causal_lm", task="countdown3",
         arch=dict(hidden_size=128, intermediate_size=256, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=4),
         steps=300, gen_length=16,
-        description="causal Qwen2 (4 layers, 128 wide) for 3-number Countdown expressions",
+        description="causal Qwen2 (4 layers, 128 wide) for 3-number Countdown expressions; 0.26 held-out accuracy "
+                    "(d1's reward = 1, greedy) after 300 steps (37 s on one core)",
     ),
     "shapes": TinySpec(
         name="shapes", family="janus", task="shapes",
         arch=dict(grid=(12, 12), hidden_size=96, num_layers=3, num_heads=4),
         steps=600, lr=2e-3, gen_length=144,
-        description="JanusForConditionalGeneration (3 layers, 96 wide) with an 8-colour palette codec on a 12x12 grid",
+        description="JanusForConditionalGeneration (3 layers, 96 wide) with an 8-colour palette codec on a 12x12 grid; "
+                    "NOT yet at partial competence: 0.00 GenEval-shapes accuracy after 600 steps (6.8 min on one core)",
     ),
 }
 """name -> spec of the tiny base models."""
