@@ -56,7 +56,7 @@ class ImageCodec(Protocol):
         ...
 
     def encode(self, images: Sequence[Image.Image]) -> torch.Tensor:
-        """N images -> ids [N, h*w] long (codecs that cannot encode raise NotImplementedError)."""
+        """N images -> ids [N, h*w] long (the codec's tokens of each image)."""
         ...
 
     def config(self) -> dict:

@@ -40,6 +40,23 @@ def pack_pairs(tokenizer, prompts: Sequence[str], targets: Sequence[str], gen_le
     return prompt, pmask, resp
 
 
+def masked_sft_loss(policy, x_p: torch.Tensor, m_p: torch.Tensor, x_r: torch.Tensor, fixed: torch.Tensor,
+                    generator: torch.Generator, *, eps: float = 1e-3) -> torch.Tensor:
+    """LLaDA's SFT loss (eq. 5) of one batch, a scalar: t ~ U(eps, 1) per row, every free response token masked with
+    probability t, `sum(CE over masked tokens / t) / (number of free response tokens)`.
+
+    Args: prompt ids x_p [B, P] and mask m_p [B, P], response ids x_r [B, T], fixed [B, T] (infilled given positions,
+    never masked and not counted), a CPU generator for t and the masks.
+    """
+    b, t_len = x_r.shape
+    t = eps + (1 - eps) * torch.rand(b, 1, generator=generator)  # [B, 1]
+    masked = (torch.rand(b, t_len, generator=generator) < t) & ~fixed  # [B, T]
+    noisy = torch.where(masked, torch.full_like(x_r, policy.mask_token_id), x_r)
+    logits = policy.backbone_logits(m_p, t_len, policy.model)(torch.cat([x_p, noisy], dim=1))[:, -t_len:]  # [B, T, V]
+    ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), x_r.reshape(-1), reduction="none").view(b, t_len)
+    return ((ce * masked) / t).sum() / (b * t_len - fixed.sum()).clamp(min=1)
+
+
 def masked_diffusion_sft(
     policy,
     prompts: Sequence[str],
@@ -79,14 +96,7 @@ def masked_diffusion_sft(
             order, cursor = torch.randperm(n, generator=g), 0
         idx = order[cursor : cursor + batch_size]
         cursor += batch_size
-        x_p, m_p, x_r = prompt[idx], pmask[idx], resp[idx]  # [B, P], [B, P], [B, T]
-        b, t_len = x_r.shape
-        t = eps + (1 - eps) * torch.rand(b, 1, generator=g)  # [B, 1]
-        masked = (torch.rand(b, t_len, generator=g) < t) & ~fixed[idx]  # [B, T]
-        noisy = torch.where(masked, torch.full_like(x_r, policy.mask_token_id), x_r)
-        logits = policy.backbone_logits(m_p, t_len, model)(torch.cat([x_p, noisy], dim=1))[:, -t_len:]  # [B, T, V]
-        ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), x_r.reshape(-1), reduction="none").view(b, t_len)
-        loss = ((ce * masked) / t).sum() / (b * t_len - fixed[idx].sum()).clamp(min=1)
+        loss = masked_sft_loss(policy, prompt[idx], pmask[idx], resp[idx], fixed[idx], g, eps=eps)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import time
 from pathlib import Path
@@ -85,7 +86,7 @@ def run_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int 
     arms: dict[str, list[dict]] = {}
     for arm in COMPARISONS[name]:
         for seed in range(seeds):
-            run_dir = root / "runs" / f"{arm.replace(' ', '_').replace(',', '').replace('(', '').replace(')', '').replace('=', '')}-seed{seed}"
+            run_dir = root / "runs" / f"{re.sub(r'[^a-z0-9]+', '_', arm.lower()).strip('_')}-seed{seed}"
             cfg = load_config(None, arm_config(name, arm, seed=seed, rollouts=rollouts, out=run_dir, smoke=smoke))
             if progress:
                 print(f"[{name}] {arm}, seed {seed + 1}/{seeds}: {cfg.max_steps} optimizer steps, {rollouts} rollout batches")
@@ -102,7 +103,7 @@ def run_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int 
     for arm, runs in arms.items():
         m, s = mean_std([r["accuracy"] for r in runs])
         g = mean_std([r["accuracy"] - base for r in runs])
-        rew = mean_std([sum(x["reward"] for x in r["records"][-5:] if "reward" in x) / max(1, sum(1 for x in r["records"][-5:] if "reward" in x)) for r in runs])
+        rew = mean_std([mean_std([y for _, y in curve(r["records"], "reward")][-5:])[0] for r in runs])
         rows.append([arm, fmt(m, s), f"{100 * g[0]:+.1f} ± {100 * g[1]:.1f}", fmt(*rew)])
     table = markdown_table(["arm", "held-out cell accuracy (%)", "gain (points)", "train reward, last 5 steps (%)"], rows)
     plot_curves({a: [curve(r["records"], "eval/accuracy") for r in runs] for a, runs in arms.items()}, root / "accuracy.png",

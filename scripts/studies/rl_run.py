@@ -1,34 +1,31 @@
-"""Study (docs/RESULTS.md): one RL run of the quickstart recipe with overrides (BASE=dir for another base model).
+"""Study (docs/RESULTS.md): one RL run of the quickstart preset with `key=value` overrides (BASE=dir: another base).
 
     BASE=/tmp/bB python scripts/studies/rl_run.py OUT_DIR max_steps=30 learning_rate=3e-4 dmpo_baseline=none
 """
-import sys, os, time, json, torch
-torch.set_num_threads(int(os.environ.get("THREADS", "1")))
-from mmrl.tiny_world.quickstart import QUICKSTART_RECIPE
-from mmrl.tiny_world.models import load_base_policy
-from mmrl.data.tasks import load_task
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import torch
+
 from mmrl.config import load_config
-from mmrl.trainer import Trainer
+from mmrl.data.tasks import load_task
 from mmrl.metrics_log import read_metrics
-import yaml
+from mmrl.models import adapter_class
+from mmrl.tiny_world.models import load_base_policy
+from mmrl.trainer import Trainer
+
+torch.set_num_threads(int(os.environ.get("THREADS", "1")))
 out = sys.argv[1]
-ov = {}
-for kv in sys.argv[2:]:
-    k, v = kv.split("=", 1); ov[k] = yaml.safe_load(v)
-task_name = ov.pop("task_name", "sudoku4")
-recipe = {**QUICKSTART_RECIPE, "progress_bar": False, "output_dir": out, "save_steps": 0, "credit_steps": 0, **ov}
-import shutil; shutil.rmtree(out, ignore_errors=True)
-task = load_task(task_name)
-cfg = load_config(None, recipe)
-if os.environ.get("BASE"):
-    from mmrl.models import adapter_class
-    pol = adapter_class("masked_diffusion").from_pretrained(os.environ["BASE"])
-else:
-    pol = load_base_policy(task_name, progress=False)
-t = time.time()
-Trainer(cfg, policy=pol, dataset=task.train, reward_funcs=task.reward_funcs, eval_dataset=task.test[:recipe["eval_limit"]], eval_metric=task.metric).train()
-recs = read_metrics(out)
-ev = [(r["step"], round(r["eval/accuracy"], 3)) for r in recs if "eval/accuracy" in r]
-rw = [round(r["reward"], 3) for r in recs if "reward" in r]
-print("time", round(time.time() - t), "eval", ev)
-print("reward", rw[::max(1, len(rw)//15)])
+preset = Path(__file__).resolve().parents[2] / "configs" / "tiny_dmpo_sudoku4.yaml"
+cfg = load_config(preset, [f"output_dir={out}", "progress_bar=false", "save_steps=0", "credit_steps=0", *sys.argv[2:]])
+shutil.rmtree(out, ignore_errors=True)
+task = load_task(cfg.task)
+pol = adapter_class(cfg.family).from_pretrained(os.environ["BASE"]) if os.environ.get("BASE") else load_base_policy(cfg.task, progress=False)
+Trainer(cfg, policy=pol, dataset=task.train, reward_funcs=task.reward_funcs, eval_dataset=task.test[: cfg.eval_limit],
+        eval_metric=task.metric).train()
+records = read_metrics(out)
+print("held-out accuracy by step", [(r["step"], round(r["eval/accuracy"], 3)) for r in records if "eval/accuracy" in r])
+rewards = [round(r["reward"], 3) for r in records if "reward" in r]
+print("training reward", rewards[:: max(1, len(rewards) // 15)])
