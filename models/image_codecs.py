@@ -9,6 +9,9 @@ built in:
   `geneval_janus.md` section 2.1).
 - `PaletteCodec`: token k = one grid cell filled with `palette[k]`; exact on images drawn on the cell grid, which
   lets a tiny Janus model generate pictures of coloured shapes with a small codebook (the tiny world).
+- `PatchCodec`: token k = a fixed pixel patch `patches[k]` (a codebook of whole patches, as a VQ codebook is one of
+  latent vectors); encode picks the nearest patch per grid position. The tiny world's slot layout uses one patch per
+  (shape, colour) object (`mmrl.data.shape_slots`).
 
 `codec_config(codec)` / `codec_from_config(cfg, model)` round-trip a codec through `mmrl_adapter.json`.
 """
@@ -195,7 +198,68 @@ class VQCodec:
         return f"VQCodec(grid={self.grid}, codebook={self.codebook_size}, image_px={self.image_px})"
 
 
-CODECS = ("palette", "vq")
+class PatchCodec:
+    """Token id k = the pixel patch `patches[k]` (uint8 [K, p, p, 3]); an image is an (h, w) grid of patches, of
+    (w * p, h * p) pixels. `encode` takes the nearest patch per grid position (squared RGB distance, ties to the
+    lower id), so it inverts `decode` exactly; images of another size are box-resized first."""
+
+    def __init__(self, patches, grid: tuple[int, int] = (4, 4)):
+        arr = np.asarray(patches)
+        if arr.ndim != 4 or arr.shape[-1] != 3 or arr.shape[1] != arr.shape[2] or arr.shape[1] < 1:
+            raise ValueError(f"patches must be [K, p, p, 3] RGB squares, got shape {arr.shape}")
+        if arr.shape[0] < 2:
+            raise ValueError(f"a patch codebook needs at least 2 patches, got {arr.shape[0]}")
+        if arr.min() < 0 or arr.max() > 255:
+            raise ValueError("patch pixels must lie in 0..255")
+        flat = arr.reshape(arr.shape[0], -1)
+        if len({row.tobytes() for row in flat.astype(np.uint8)}) != arr.shape[0]:
+            raise ValueError("patches must be distinct (two ids would decode to the same picture)")
+        h, w = (int(g) for g in grid)
+        if h < 1 or w < 1:
+            raise ValueError(f"grid must be two positive ints (h, w), got {grid}")
+        self.patches = torch.from_numpy(arr.astype(np.uint8))  # [K, p, p, 3]
+        self.patch_px = int(arr.shape[1])
+        self.grid = (h, w)
+        self.codebook_size = int(arr.shape[0])
+
+    @property
+    def image_size(self) -> tuple[int, int]:
+        """(width, height) in pixels, PIL's order."""
+        return (self.grid[1] * self.patch_px, self.grid[0] * self.patch_px)
+
+    def decode(self, ids: torch.Tensor) -> list[Image.Image]:
+        ids = _check_ids(ids, self.grid, self.codebook_size).cpu()
+        h, w = self.grid
+        tiles = self.patches[ids]  # [N, h*w, p, p, 3]
+        pixels = rearrange(tiles, "n (h w) p q c -> n (h p) (w q) c", h=h, w=w)  # [N, H, W, 3]
+        return [Image.fromarray(x.numpy()) for x in pixels]
+
+    def encode(self, images: Sequence[Image.Image]) -> torch.Tensor:
+        h, w = self.grid
+        book = self.patches.reshape(self.codebook_size, -1).float()  # [K, p*p*3]
+        out = []
+        for img in images:
+            img = img.convert("RGB")
+            if img.size != self.image_size:
+                img = img.resize(self.image_size, Image.Resampling.BOX)
+            arr = torch.from_numpy(np.asarray(img, dtype=np.float32))  # [H, W, 3]
+            tiles = rearrange(arr, "(h p) (w q) c -> (h w) (p q c)", h=h, w=w)  # [h*w, p*p*3]
+            out.append(torch.cdist(tiles, book).argmin(-1))  # first minimum: ties go to the lower id
+        if not out:
+            return torch.zeros((0, h * w), dtype=torch.long)
+        return torch.stack(out).long()  # [N, h*w]
+
+    def config(self) -> dict:
+        import base64
+
+        return {"type": "patch", "grid": list(self.grid), "shape": list(self.patches.shape),
+                "patches_b64": base64.b64encode(self.patches.numpy().tobytes()).decode("ascii")}
+
+    def __repr__(self) -> str:
+        return f"PatchCodec(patches={self.codebook_size}, grid={self.grid}, patch_px={self.patch_px})"
+
+
+CODECS = ("palette", "patch", "vq")
 
 
 def codec_from_config(cfg: dict, model: torch.nn.Module | None = None) -> ImageCodec:
@@ -203,6 +267,14 @@ def codec_from_config(cfg: dict, model: torch.nn.Module | None = None) -> ImageC
     kind = cfg.get("type")
     if kind == "palette":
         return PaletteCodec(cfg["palette"], grid=tuple(cfg["grid"]), cell_px=cfg["cell_px"])
+    if kind == "patch":
+        import base64
+
+        shape = tuple(int(x) for x in cfg["shape"])
+        raw = np.frombuffer(base64.b64decode(cfg["patches_b64"]), dtype=np.uint8)
+        if raw.size != int(np.prod(shape)):
+            raise ValueError(f"patch codec config: {raw.size} bytes of patches for shape {shape}")
+        return PatchCodec(raw.reshape(shape), grid=tuple(cfg["grid"]))
     if kind == "vq":
         if model is None:
             raise ValueError("the 'vq' codec decodes through a Janus model's VQ tokenizer: pass model=")

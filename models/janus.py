@@ -35,6 +35,7 @@ from typing import Any, Sequence
 import torch
 from transformers import StaticCache
 
+from mmrl.models import image_positions
 from mmrl.models.base import BaseAdapter, is_peft_model, left_pad, score_logits, selective_log_softmax, unwrap
 from mmrl.models.image_codecs import ImageCodec, PaletteCodec, VQCodec, codec_from_config
 from mmrl.models.sampling import row_seeds, row_uniforms
@@ -233,8 +234,12 @@ def cfg_sample(
     # a static cache (as transformers' image `generate` uses): written in place, no per-step concatenation
     cache = StaticCache(config=lm.config, max_cache_len=p + num_tokens)
     cache_kw = _cache_keyword(lm)
+    positions = image_positions.positions_of(model)  # tiny-world 2-D positions (None for real checkpoints)
+    embeds = model.get_input_embeddings()(ids2)  # [B, P, D]
+    if positions is not None:  # <begin_of_image> predicts image token 0
+        embeds = torch.cat([embeds[:, :-1], embeds[:, -1:] + positions(0, 1).to(embeds.dtype)], dim=1)
     out = lm(
-        inputs_embeds=model.get_input_embeddings()(ids2),
+        inputs_embeds=embeds,
         attention_mask=full_mask[:, :p],
         position_ids=position_ids_from_mask(mask2),
         use_cache=True,
@@ -264,8 +269,11 @@ def cfg_sample(
         if t + 1 == num_tokens:
             break
         step_ids = torch.cat([tok, tok]) if guided_branch else tok  # [B]
+        step_embeds = model.prepare_embeddings_for_image_generation(step_ids[:, None])  # [B, 1, D]
+        if positions is not None:  # image token t predicts token t + 1
+            step_embeds = step_embeds + positions(t + 1, 1).to(step_embeds.dtype)
         out = lm(
-            inputs_embeds=model.prepare_embeddings_for_image_generation(step_ids[:, None]),  # [B, 1, D]
+            inputs_embeds=step_embeds,
             attention_mask=full_mask[:, : p + t + 1],
             position_ids=next_pos + t,
             use_cache=True,
@@ -463,6 +471,10 @@ class JanusAdapter(BaseAdapter):
         text_emb = core.get_input_embeddings()(prompt_ids)  # [B, P, D]
         img_emb = core.prepare_embeddings_for_image_generation(response_ids[:, :-1])  # [B, T-1, D]
         embeds = torch.cat([text_emb, img_emb.to(text_emb.dtype)], dim=1)  # [B, P+T-1, D]
+        positions = image_positions.positions_of(core)
+        if positions is not None:  # position p - 1 + t predicts image token t (tiny-world 2-D positions)
+            t_len = response_ids.shape[1]
+            embeds = torch.cat([embeds[:, : p - 1], embeds[:, p - 1 :] + positions(0, t_len).to(embeds.dtype)], dim=1)
         mask = torch.cat([prompt_mask.long(), torch.ones_like(response_ids[:, :-1])], dim=1)  # [B, P+T-1]
         out = module(
             inputs_embeds=embeds,
@@ -604,7 +616,7 @@ class JanusAdapter(BaseAdapter):
         seed: int = 0,
         grid: tuple[int, int] = (8, 8),
         codebook_size: int | None = None,
-        codec: str = "palette",
+        codec: str | ImageCodec = "palette",
         palette: Sequence[Sequence[int]] | None = None,
         cell_px: int = 4,
         hidden_size: int = 32,
@@ -612,6 +624,8 @@ class JanusAdapter(BaseAdapter):
         num_heads: int = 4,
         init_std: float = 0.02,
         ref_model: bool = False,
+        vocabulary: Sequence[str] | None = None,
+        image_positions_2d: bool = False,
         **generation_defaults: Any,
     ) -> "JanusAdapter":
         """A tiny randomly initialised `JanusForConditionalGeneration` (seeded) with the offline char tokenizer.
@@ -619,26 +633,41 @@ class JanusAdapter(BaseAdapter):
         Args:
             grid: (h, w) image tokens; the VQ codec needs h == w.
             codebook_size: image codebook size (default: len(palette), or 8 for the default palette / VQ codec).
-            codec: "palette" (`PaletteCodec`, exact) or "vq" (the tiny model's own random VQ decoder).
+            codec: "palette" (`PaletteCodec`, exact), "vq" (the tiny model's own random VQ decoder), or an
+                `ImageCodec` instance (e.g. a `PatchCodec`; its grid and codebook size win).
             palette: RGB colours for the palette codec (default: `DEFAULT_PALETTE[:codebook_size]`).
             cell_px: pixels per grid cell (palette codec).
             hidden_size, num_layers, num_heads: the Llama language model's size.
             init_std: `initializer_range` of the random init.
             ref_model: also build an identical frozen reference copy.
+            vocabulary: texts whose words make a word-level tokenizer (`word_tokenizer`; prompts become ~10
+                tokens); default the char-level tokenizer.
+            image_positions_2d: give the image tokens learned row / column embeddings (`models/image_positions.py`).
         """
         from transformers import JanusConfig, JanusForConditionalGeneration
 
-        from mmrl.models.tokenizers import char_tokenizer
+        from mmrl.models.tokenizers import char_tokenizer, word_tokenizer, words_of
 
+        codec_obj = codec if not isinstance(codec, str) else None
+        if codec_obj is not None:
+            if not isinstance(codec_obj, ImageCodec):
+                raise TypeError(f"codec must be 'palette', 'vq' or an ImageCodec, got {type(codec).__name__}")
+            grid, codebook_size, codec = codec_obj.grid, codec_obj.codebook_size, "given"
         h, w = (int(g) for g in grid)
-        if codec not in ("palette", "vq"):
-            raise ValueError(f"codec must be 'palette' or 'vq', got {codec!r}")
+        if codec not in ("palette", "vq", "given"):
+            raise ValueError(f"codec must be 'palette', 'vq' or an ImageCodec, got {codec!r}")
         if codec == "vq" and h != w:
             raise ValueError(f"the VQ codec decodes square grids only (vq_config.num_patches squared), got {grid}")
         if palette is not None and codebook_size is not None and len(palette) != codebook_size:
             raise ValueError(f"palette has {len(palette)} colours but codebook_size={codebook_size}")
         k = codebook_size or (len(palette) if palette is not None else 8)
-        tokenizer = char_tokenizer(JANUS_SPECIAL_TOKENS, chat_template=False)
+        if vocabulary is not None:
+            texts = [JANUS_T2I_TEMPLATE.format(prompt=t) for t in vocabulary]
+            for special in JANUS_SPECIAL_TOKENS:  # special tokens are matched whole, not split into words
+                texts = [t.replace(special, " ") for t in texts]
+            tokenizer = word_tokenizer(words_of(texts), JANUS_SPECIAL_TOKENS)
+        else:
+            tokenizer = char_tokenizer(JANUS_SPECIAL_TOKENS, chat_template=False)
         boi = tokenizer.convert_tokens_to_ids("<begin_of_image>")
         text = dict(
             model_type="llama", vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=2 * hidden_size,
@@ -667,11 +696,15 @@ class JanusAdapter(BaseAdapter):
             gen.generation_kwargs = {"boi_token_id": boi}
             gen.guidance_scale, gen.temperature = 5.0, 1.0
             gen._from_model_config = False  # else extra fields (boi_token_id) are dropped on reload
+            if image_positions_2d:
+                image_positions.attach(model, (h, w), hidden_size)
             return model.eval()
 
         model = build()
-        if codec == "vq":
-            image_codec: ImageCodec = VQCodec(model)
+        if codec_obj is not None:
+            image_codec: ImageCodec = codec_obj
+        elif codec == "vq":
+            image_codec = VQCodec(model)
         elif palette is not None:
             image_codec = PaletteCodec(palette, grid=(h, w), cell_px=cell_px)
         else:
@@ -686,7 +719,12 @@ class JanusAdapter(BaseAdapter):
         model = self.unwrapped
         if is_peft_model(model):
             model = copy.deepcopy(model).merge_and_unload()
-        _janus_core(model).save_pretrained(path)
+        core = _janus_core(model)
+        if image_positions.positions_of(core) is None:
+            core.save_pretrained(path)
+        else:  # the transformers weights without the tiny-world position embeddings, which go to their own file
+            core.save_pretrained(path, state_dict=image_positions.state_dict_without(core))
+            image_positions.save(core, path)
         self.tokenizer.save_pretrained(path)
         with open(os.path.join(path, MMRL_ADAPTER_FILE), "w") as f:
             json.dump({"family": self.family, "generation_defaults": self.generation_defaults,
@@ -758,6 +796,7 @@ def _load_janus(path: str, *, dtype, device, trust_remote_code: bool) -> torch.n
     if dtype is not None:
         kwargs["dtype"] = getattr(torch, dtype) if isinstance(dtype, str) else dtype
     model = JanusForConditionalGeneration.from_pretrained(path, **kwargs)
+    image_positions.load(model, path)  # tiny-world 2-D image positions, when the checkpoint has them
     if device is not None:
         model = model.to(device)
     return model.eval()

@@ -161,6 +161,31 @@ def image_to_cells(image: Image.Image, grid: int = GRID, max_distance: float = M
     return idx.astype(np.int64)
 
 
+SLOT_GRID = 16
+"""Cells per side of the slot layout (`mmrl.data.shape_slots`: 4 x 4 slots of 4 x 4 cells)."""
+KNOWN_GRIDS = (GRID, SLOT_GRID)
+"""The cell grids the world's two layouts render on, in the order `infer_grid` tries them."""
+
+
+def infer_grid(image: Image.Image) -> int:
+    """The cell grid an exactly rendered shapes-world image was drawn on: the first of `KNOWN_GRIDS` that divides
+    the image and on which every cell is one flat colour; `GRID` when none is (a resized or compressed image).
+
+    The order makes it unambiguous for rendered scenes: a slot-layout image with any shape has pattern edges at
+    odd multiples of its cell size, which never line up with the 12-cell boundaries, so only an empty canvas (no
+    detections either way) is flat on both.
+    """
+    arr = np.asarray(image.convert("RGB"), dtype=np.int16)  # [H, W, 3]
+    height, width = arr.shape[:2]
+    for grid in KNOWN_GRIDS:
+        if height % grid or width % grid:
+            continue
+        cells = arr.reshape(grid, height // grid, grid, width // grid, 3)
+        if (cells.max(axis=(1, 3)) == cells.min(axis=(1, 3))).all():
+            return grid
+    return GRID
+
+
 def _components(cells: np.ndarray) -> list[tuple[int, list[tuple[int, int]]]]:
     """4-connected components of equal, recognised, non-background cells: [(palette index, [(row, col), ...])]."""
     h, w = cells.shape
@@ -235,11 +260,15 @@ def scene_for_metadata(
     *,
     grid: int = GRID,
     max_tries: int = 2000,
+    lattice: int = 1,
 ) -> Scene:
     """A random scene that satisfies a GenEval metadata record under the official GenEval rule (exact counts,
     colours, relative positions with the 0.1 margin): objects of the include clauses (uncoloured ones in random
     colours), nothing else, placed at random until the rule accepts the scene. For the tiny world's pre-training
     data and the oracle policy.
+
+    `lattice` > 1 puts every pattern's top-left corner on multiples of `lattice` cells (the slot layout of
+    `slot_grid`, where each slot holds at most one shape).
 
     Raises ValueError naming the problem when a class is not a shape, a colour is not in the palette, or the
     objects cannot be placed.
@@ -257,13 +286,16 @@ def scene_for_metadata(
         specs += [(clause["class"], clause.get("color"))] * int(clause["count"])
     if len(specs) > capacity(grid):
         raise ValueError(f"{len(specs)} shapes do not fit on a {grid}x{grid} grid (at most {capacity(grid)})")
-    last = grid - PATTERN
+    lattice = int(lattice)
+    if lattice < 1 or (lattice > 1 and lattice < PATTERN + GAP):
+        raise ValueError(f"lattice must be 1 or >= {PATTERN + GAP} cells (shapes may not touch), got {lattice}")
+    last = (grid - PATTERN) // lattice
     for _ in range(max_tries):
         placed: list[SceneObject] = []
         for shape, color in specs:
             color = color or COLORS[int(rng.integers(len(COLORS)))]
             for _ in range(200):
-                row, col = int(rng.integers(last + 1)), int(rng.integers(last + 1))
+                row, col = lattice * int(rng.integers(last + 1)), lattice * int(rng.integers(last + 1))
                 if _free(placed, row, col):
                     placed.append(SceneObject(shape, color, row, col))
                     break

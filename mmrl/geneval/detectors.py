@@ -71,20 +71,20 @@ def coco_label_map(labels: dict[int, str], vocabulary: Sequence[str]) -> dict[in
 
 
 class ShapesDetector:
-    """The shapes world's exact detector (see `mmrl.data.shapes`)."""
+    """The shapes world's exact detector (see `mmrl.data.shapes`); `grid=None` reads each image's cell grid from
+    the image (`mmrl.data.shapes.infer_grid`: the 12-cell layout or the 16-cell slot layout)."""
 
     name = "shapes"
     provides_colors = True
 
     def __init__(self, grid: int | None = None):
-        from mmrl.data import shapes
-
-        self.grid = shapes.GRID if grid is None else int(grid)
+        self.grid = None if grid is None else int(grid)
 
     def detect(self, images, keys=None):
-        from mmrl.data.shapes import detect
+        from mmrl.data.shapes import detect, infer_grid
 
-        return [[Detection(d.shape, d.box, d.score, d.color) for d in detect(img, self.grid)] for img in images]
+        return [[Detection(d.shape, d.box, d.score, d.color) for d in detect(img, self.grid or infer_grid(img))]
+                for img in images]
 
 
 def _normkey(key: str) -> str:

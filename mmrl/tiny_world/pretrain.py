@@ -180,17 +180,27 @@ def _bar(total: int, desc: str, enabled: bool):
 
 def janus_sft(policy, prompts: Sequence[str], metadata: Sequence[dict], *, steps: int, batch_size: int = 64, lr: float = 2e-3,
               seed: int = 0, cfg_dropout: float = 0.1, eval_fn: Callable[[], float] | None = None, eval_every: int = 0,
-              progress: bool = True, desc: str = "pretrain") -> list[dict]:
+              progress: bool = True, desc: str = "pretrain", draw_tokens: Callable | None = None,
+              caption_noise: float = 0.0, corrupt: Callable | None = None, groups: Sequence[str] | None = None) -> list[dict]:
     """Train a tiny `JanusAdapter` in place on shapes scenes drawn for each prompt's GenEval record.
 
-    Every step draws fresh random scenes that satisfy the sampled prompts (`mmrl.data.shapes.scene_for_metadata`),
-    encodes them to image tokens (the palette cells) and minimises the next-image-token cross-entropy given the
-    prompt; a `cfg_dropout` fraction of rows sees the CFG null prompt instead (unconditional training for guidance).
+    Every step draws fresh random scenes that satisfy the sampled prompts, as image tokens
+    (`draw_tokens(record, rng) -> [T]` ids; default the palette cells of `mmrl.data.shapes.scene_for_metadata`), and
+    minimises the next-image-token cross-entropy given the prompt; a `cfg_dropout` fraction of rows sees the CFG null
+    prompt instead (unconditional training for guidance). With `caption_noise` > 0 that fraction of rows is drawn for
+    `corrupt(record, rng)` instead while keeping the original caption (noisy captions, `mmrl.data.caption_noise`).
+    With `groups` (a label per prompt, e.g. its GenEval task) rows are drawn uniformly over the groups, then over the
+    group's prompts; else uniformly over prompts.
     """
     import numpy as np
 
     from mmrl.data.shapes import scene_for_metadata
     from mmrl.models.base import left_pad
+
+    if not 0.0 <= caption_noise < 1.0:
+        raise ValueError(f"caption_noise must lie in [0, 1), got {caption_noise}")
+    if caption_noise and corrupt is None:
+        raise ValueError("caption_noise > 0 needs corrupt=, the function that makes a caption's record wrong")
 
     model = policy.model
     grid = policy.codec.grid
@@ -198,15 +208,29 @@ def janus_sft(policy, prompts: Sequence[str], metadata: Sequence[dict], *, steps
     g = torch.Generator().manual_seed(seed)
     ids_per_prompt = [policy.prompt_token_ids(p) for p in prompts]
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr, betas=(0.9, 0.98), weight_decay=0.01)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / max(1, steps // 20)) * max(0.05, 1 - s / steps))
+    # warm-up, constant, then a linear decay over the last 20%: the model attends to the caption only after a
+    # loss plateau of several hundred steps, and a decay over the whole run slows it down right there (measured)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / max(1, steps // 20)) * min(1.0, max(0.05, 5 * (1 - s / steps))))
+    if draw_tokens is None:
+        draw_tokens = lambda record, r: scene_for_metadata(record, r, grid=grid[0]).cells().reshape(-1)  # noqa: E731
     history, t0 = [], time.perf_counter()
     model.train()
     bar = _bar(steps, desc, progress)
     n = len(prompts)
+    row_weights = None
+    if groups is not None:
+        if len(groups) != n:
+            raise ValueError(f"groups must give one label per prompt ({n}), got {len(groups)}")
+        sizes = {lab: list(groups).count(lab) for lab in set(groups)}
+        row_weights = torch.tensor([1.0 / (len(sizes) * sizes[lab]) for lab in groups], dtype=torch.float64)  # [n]
     for step in range(1, steps + 1):
-        idx = torch.randint(0, n, (batch_size,), generator=g).tolist()
-        cells = [scene_for_metadata(metadata[i], rng, grid=grid[0]).cells().reshape(-1) for i in idx]
-        target = torch.as_tensor(np.stack(cells), dtype=torch.long)  # [B, T]
+        if row_weights is None:
+            idx = torch.randint(0, n, (batch_size,), generator=g).tolist()
+        else:
+            idx = torch.multinomial(row_weights, batch_size, replacement=True, generator=g).tolist()
+        records = [corrupt(metadata[i], rng) if caption_noise and rng.random() < caption_noise else metadata[i] for i in idx]
+        target = torch.as_tensor(np.stack([draw_tokens(r, rng) for r in records]), dtype=torch.long)  # [B, T]
         prompt, pmask = left_pad([ids_per_prompt[i] for i in idx], policy.ids.pad)  # [B, P]
         drop = torch.rand(batch_size, generator=g) < cfg_dropout  # [B]
         null = policy.null_prompt(prompt, pmask)

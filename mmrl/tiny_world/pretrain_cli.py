@@ -7,12 +7,14 @@
 from __future__ import annotations
 
 import argparse
+import json
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("name", nargs="?", help="model name (see --list)")
     parser.add_argument("--list", action="store_true", help="list the tiny models and whether they are cached")
     parser.add_argument("--force", action="store_true", help="rebuild even if cached")
+    parser.add_argument("--no-eval", action="store_true", help="skip the held-out evaluation after the build")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -26,5 +28,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"mmrl pretrain-tiny: unknown model {args.name!r}; valid: {sorted(TINY_MODELS)}")
         return 2
     path = ensure_built(args.name, force=args.force)
-    print(f"{args.name}: {path}")
+    info = json.loads((path / "tiny_spec.json").read_text())
+    print(f"{args.name}: {path} (built in {info['seconds']:.0f} s)")
+    if not args.no_eval:
+        from mmrl.tiny_world.models import held_out_accuracy
+
+        acc = held_out_accuracy(args.name)
+        print(f"held-out {acc.pop('metric')}: " + "  ".join(f"{k} {v:.3f}" for k, v in acc.items()))
     return 0
