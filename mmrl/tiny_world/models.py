@@ -107,8 +107,19 @@ def spec_for(name: str) -> TinySpec:
     return TINY_MODELS[name]
 
 
-def model_dir(name: str) -> Path:
-    spec = spec_for(name)
+def smoke_spec(name: str, steps: int) -> TinySpec:
+    """The spec of `name` pre-trained for only `steps` steps (cached under its own key): pipeline checks (CI)."""
+    from dataclasses import replace
+
+    return replace(spec_for(name), steps=int(steps), description=f"{name} pre-trained for {steps} steps (smoke)")
+
+
+def _spec(name: str, steps: int | None) -> TinySpec:
+    return spec_for(name) if steps is None else smoke_spec(name, steps)
+
+
+def model_dir(name: str, steps: int | None = None) -> Path:
+    spec = _spec(name, steps)
     return cache_root() / f"{spec.name}-{spec.key()}"
 
 
@@ -200,10 +211,11 @@ def _shapes_data(spec: TinySpec, policy) -> dict:
     return out
 
 
-def ensure_built(name: str, *, force: bool = False, progress: bool = True) -> Path:
-    """The cache directory of model `name`, pre-training it first if it is missing (or `force`)."""
-    spec = spec_for(name)
-    final = model_dir(name)
+def ensure_built(name: str, *, force: bool = False, progress: bool = True, steps: int | None = None) -> Path:
+    """The cache directory of model `name`, pre-training it first if it is missing (or `force`); `steps` builds
+    the smoke variant (`smoke_spec`)."""
+    spec = _spec(name, steps)
+    final = model_dir(name, steps)
     if final.is_dir() and (final / "tiny_spec.json").is_file() and not force:
         return final
     final.parent.mkdir(parents=True, exist_ok=True)
@@ -220,12 +232,12 @@ def ensure_built(name: str, *, force: bool = False, progress: bool = True) -> Pa
     return final
 
 
-def load_base_policy(name: str, family: str | None = None, *, progress: bool = True):
-    """The pre-trained tiny model `name` as a policy (built and cached on first use)."""
+def load_base_policy(name: str, family: str | None = None, *, progress: bool = True, steps: int | None = None):
+    """The pre-trained tiny model `name` as a policy (built and cached on first use; `steps`: the smoke variant)."""
     spec = spec_for(name)
     if family is not None and family != spec.family:
         raise ValueError(f"tiny-world model {name!r} is a {spec.family} model, not {family}")
-    path = ensure_built(name, progress=progress)
+    path = ensure_built(name, progress=progress, steps=steps)
     return _adapter_class(spec.family).from_pretrained(path)
 
 

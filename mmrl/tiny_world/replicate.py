@@ -7,9 +7,11 @@ Each arm starts from the same cached tiny base model, sees the same number of ro
 rollout batches) and is scored by greedy d1-style decoding on held-out puzzles (`mmrl.evaluate`). Writes
 `<out>/<name>/results.json`, `table.md` (mean ± std over seeds) and `accuracy.png` / `reward.png`.
 
-Implemented: the two DMPO comparisons above on sudoku4 (the masked-diffusion model). Not yet implemented (issue 6):
-countdown3 in `dmpo-vs-d1`, `gcpo-vs-grpo` (shapes, Janus), `dgpo-vs-grpo` (causal LM) and the 4 x 4 matrix at
-tiny-world scale (the matrix runs at test scale in tests/test_trainer_matrix.py).
+    mmrl replicate gcpo-vs-grpo       # GCPO vs GRPO on the shapes world (tiny Janus, GenEval), mmrl/tiny_world/shapes_rl.py
+
+Implemented: the two DMPO comparisons above on sudoku4 (the masked-diffusion model) and gcpo-vs-grpo. Not yet
+implemented: countdown3 in `dmpo-vs-d1`, `dgpo-vs-grpo` (causal LM) and the 4 x 4 matrix at tiny-world scale (the
+matrix runs at test scale in tests/test_trainer_matrix.py).
 """
 from __future__ import annotations
 
@@ -120,14 +122,25 @@ def run_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int 
     return results
 
 
+RUNNERS: dict[str, str] = {"gcpo-vs-grpo": "mmrl.tiny_world.shapes_rl:run_gcpo_vs_grpo"}
+"""Comparisons with their own runner (other families and tasks): name -> "module:function"."""
+
+
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("name", choices=sorted(COMPARISONS), help="the comparison to run")
+    parser.add_argument("name", choices=sorted(COMPARISONS) + sorted(RUNNERS), help="the comparison to run")
     parser.add_argument("--out", default="runs/replicate", help="results go to OUT/NAME (replaced if it exists)")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--rollouts", type=int, default=None, help="rollout batches per arm (default: the comparison's)")
+    parser.add_argument("--steps", type=int, default=None, help="optimizer steps per run (gcpo-vs-grpo; default: the recipe's)")
     parser.add_argument("--smoke", action="store_true", help="2 rollouts per arm, 16 test puzzles (plumbing check)")
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.name in RUNNERS:
+        import importlib
+
+        module, func = RUNNERS[args.name].split(":")
+        getattr(importlib.import_module(module), func)(args.out, seeds=args.seeds, smoke=args.smoke, steps=args.steps)
+        return 0
     run_comparison(args.name, args.out, seeds=args.seeds, rollouts=args.rollouts, smoke=args.smoke)
     return 0
