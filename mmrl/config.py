@@ -29,7 +29,6 @@ from typing import Any
 
 import yaml
 
-METHODS = ("grpo", "dapo", "dr_grpo", "diffu_grpo", "gcpo", "dgpo", "dmpo")
 FAMILIES = ("causal_lm", "vlm", "janus", "masked_diffusion")
 
 
@@ -39,7 +38,8 @@ class TrainConfig:
 
     # ---- what to train ------------------------------------------------------------------------------------
     method: str = "grpo"
-    """RL method: grpo, dapo, dr_grpo, diffu_grpo (d1), gcpo, dgpo or dmpo. Sets the defaults of METHOD_DEFAULTS."""
+    """RL method: grpo, dapo, dr_grpo, diffu_grpo (d1), gcpo, dgpo, dmpo or gspo (`mmrl.methods.METHODS`). Sets the
+    defaults of METHOD_DEFAULTS."""
     family: str = "causal_lm"
     """Model family (adapter): causal_lm, vlm, janus or masked_diffusion."""
     model_name_or_path: str = "tiny"
@@ -307,6 +307,8 @@ METHOD_DEFAULTS: dict[str, dict[str, Any]] = {
     "dgpo": {"loss_type": "dapo", "epsilon_high": 0.28, "dynamic_sampling": True, "overlong_penalty": True, "beta": 0.0},
     # DMPO (authors' yaml): buffer reuse F = 8, grad clip 0.2, AdamW (0.9, 0.99), weight decay 0.1.
     "dmpo": {"num_iterations": 8, "max_grad_norm": 0.2, "adam_beta2": 0.99, "weight_decay": 0.1},
+    # GSPO (Zheng et al. 2025): sequence-level ratio clipped to (1 - 3e-4, 1 + 4e-4), no KL.
+    "gspo": {"epsilon": 3e-4, "epsilon_high": 4e-4, "scale_rewards": "group", "beta": 0.0},
 }
 """Settings a method implies; applied to every field not set explicitly in the YAML file or on the command line."""
 
@@ -479,6 +481,8 @@ def _validate(cfg: TrainConfig) -> list[str]:
     from mmrl.algorithms import AGGREGATIONS, GCPO_DIVERGENCES, LOSS_TYPES  # light imports only
 
     e: list[str] = []
+    from mmrl.methods import METHODS  # the registry is the one list of method names
+
     _one_of(e, cfg, "method", METHODS)
     _one_of(e, cfg, "family", FAMILIES)
     _one_of(e, cfg, "torch_dtype", ["float32", "bfloat16", "float16"])

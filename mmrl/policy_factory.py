@@ -12,39 +12,26 @@ from mmrl.config import TrainConfig
 
 def needs_reference(cfg: TrainConfig) -> bool:
     """Whether the method needs a frozen reference model (KL term, DGPO's deviation, DMPO's target)."""
-    return cfg.beta > 0 or cfg.method in ("dgpo", "dmpo")
+    from mmrl.methods import method_class
+
+    return method_class(cfg.method).needs_reference(cfg)
 
 
 def generation_options(cfg: TrainConfig) -> dict[str, Any]:
-    """The `sample()` options of the configured family."""
-    if cfg.family in ("causal_lm", "vlm"):
-        opts = {"max_new_tokens": cfg.max_completion_length, "temperature": cfg.temperature, "top_p": cfg.top_p, "top_k": cfg.top_k,
-                "negative_instruction": cfg.negative_instruction}
-    elif cfg.family == "janus":
-        opts = {"cfg_scale": cfg.cfg_scale, "temperature": cfg.temperature, "score": cfg.score_logits}
-    else:
-        steps = cfg.diffusion_steps or max(1, cfg.max_completion_length // 2)
-        opts = {"gen_length": cfg.max_completion_length, "block_length": cfg.block_length, "steps": steps,
-                "temperature": cfg.temperature, "threshold": cfg.threshold, "negative_instruction": cfg.negative_instruction}
-        if cfg.sampler is not None:
-            opts["sampler"] = cfg.sampler
-        if cfg.diffusion_cache is not None:
-            opts["cache"] = cfg.diffusion_cache
+    """The `sample()` options of the configured family (the adapter's `generation_options`), then the config's
+    `generation_kwargs`."""
+    from mmrl.models import adapter_class
+
+    opts = adapter_class(cfg.family).generation_options(cfg)
     opts.update(cfg.generation_kwargs)
     return opts
 
 
 def estimator_options(cfg: TrainConfig, mask_seed: int, *, kind: str | None = None) -> dict[str, Any]:
-    """`logprob()` options: masked-diffusion estimators need a kind and a mask seed; other families none."""
-    if cfg.family != "masked_diffusion":
-        return {}
-    kind = kind or cfg.logprob_estimator
-    opts: dict[str, Any] = {"estimator": kind, "mask_seed": int(mask_seed)}
-    if kind == "mean_field":
-        opts["p_mask_prompt"] = cfg.p_mask_prompt
-    elif kind == "elbo":
-        opts["num_copies"] = cfg.dmpo_elbo_copies
-    return opts
+    """`logprob()` options of the configured family (the adapter's `estimator_options`)."""
+    from mmrl.models import adapter_class
+
+    return adapter_class(cfg.family).estimator_options(cfg, mask_seed, kind=kind)
 
 
 def build_policy(cfg: TrainConfig, device: torch.device | str | None = None):

@@ -188,6 +188,11 @@ class CausalLMAdapter(BaseAdapter):
 
     family = "causal_lm"
 
+    @classmethod
+    def generation_options(cls, cfg) -> dict[str, Any]:
+        return {"max_new_tokens": cfg.max_completion_length, "temperature": cfg.temperature, "top_p": cfg.top_p,
+                "top_k": cfg.top_k, "negative_instruction": cfg.negative_instruction}
+
     def __init__(self, model: torch.nn.Module, tokenizer, *, ref_model: torch.nn.Module | None = None, **generation_defaults: Any):
         super().__init__(model, ref_model=ref_model)
         self.tokenizer = tokenizer

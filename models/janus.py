@@ -287,6 +287,13 @@ class JanusAdapter(BaseAdapter):
     """
 
     family = "janus"
+    has_unused_parameters = True  # the understanding (vision encoder) path is not used by generation
+    variable_length = False  # an image is always the same number of tokens
+    response_unit = "images"
+
+    @classmethod
+    def generation_options(cls, cfg) -> dict[str, Any]:
+        return {"cfg_scale": cfg.cfg_scale, "temperature": cfg.temperature, "score": cfg.score_logits}
 
     def __init__(
         self,
