@@ -113,17 +113,18 @@ def main() -> None:
         Path(args.save).write_text(json.dumps(got, indent=1, sort_keys=True))
     if args.compare:
         want = json.loads(Path(args.compare).read_text())
-        bad = []
+        bad, new = [], [name for name in got if name not in want]
         for name, recs in got.items():
-            if name not in want:
-                bad.append(f"{name}: not in {args.compare}")
-            elif recs != want[name]:
+            if name in new:
+                continue  # a case added since the baseline (e.g. a new method): nothing to compare with
+            if recs != want[name]:
                 for a, b in zip(recs, want[name]):
                     diff = {k: (a.get(k), b.get(k)) for k in set(a) | set(b) if a.get(k) != b.get(k)}
                     if diff:
                         bad.append(f"{name} step {a.get('step')}: {diff}")
-        n_metrics = sum(len(r) for recs in got.values() for r in recs)
-        print(f"{len(got)} runs, {n_metrics} metric values compared; {len(bad)} differences")
+        n_metrics = sum(len(r) for name, recs in got.items() if name not in new for r in recs)
+        print(f"{len(got) - len(new)} runs, {n_metrics} metric values compared; {len(bad)} differences"
+              + (f" ({len(new)} runs not in the baseline: {', '.join(new)})" if new else ""))
         for line in bad:
             print("  ", line)
         if bad:

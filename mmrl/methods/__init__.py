@@ -10,7 +10,7 @@ Adding a method is one module here (a `Method` subclass registered under its nam
 defaults in `mmrl.config.METHOD_DEFAULTS`; the trainer does not change.
 """
 from mmrl.methods.base import METHODS, LossOutput, Method, MicroBatch, behaviour_is_current
-from mmrl.methods import dgpo, dmpo, gcpo, gspo, policy_gradient  # noqa: F401  (registration)
+from mmrl.methods import policy_gradient, gcpo, dgpo, dmpo, gspo  # noqa: F401, I001  (registration, in this order)
 
 
 def method_class(name: str) -> type[Method]:

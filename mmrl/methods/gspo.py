@@ -38,4 +38,9 @@ class GSPO(PolicyGradient):
             loss = loss + cfg.beta * aggregate(k3_kl(logp, ref), mask, "token_mean", num_items=mb.g_tokens)
         token_stats = {"entropy": scores.stats["entropy"].float()} if current and mb.inner == 0 else {}
         credit = adv[:, None].expand_as(mask).detach().float() * mask if mb.inner == 0 else None
-        return LossOutput(loss, {k: float(v) for k, v in pm.items()}, credit=credit, token_stats=token_stats)
+        m = {k: float(v) for k, v in pm.items()}
+        if mb.inner == 0 and not current:
+            with torch.no_grad():
+                dev = (logp.detach() - old).abs()
+                m["policy/first_inner_logp_max_diff"] = float(dev[mask].max()) if mask.any() else 0.0
+        return LossOutput(loss, m, credit=credit, token_stats=token_stats)
