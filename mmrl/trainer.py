@@ -20,7 +20,6 @@ import json
 import math
 import os
 import signal
-import threading
 import time
 import warnings
 from contextlib import nullcontext
@@ -40,8 +39,10 @@ from mmrl.methods import METHODS, MicroBatch, behaviour_is_current
 from mmrl.models import adapter_class
 from mmrl.models.base import is_peft_model
 from mmrl.policy_factory import apply_lora, build_policy, estimator_options, generation_options, needs_reference, set_generation_defaults
+from mmrl.prompt_stream import PromptStream
 from mmrl.protocol import Rollout
 from mmrl.seeds import derived_seed
+from mmrl.stop_signals import StopRequests
 
 
 class TrainingError(RuntimeError):
@@ -54,36 +55,6 @@ class TrainingStopped(KeyboardInterrupt):
     def __init__(self, message: str, signum: int, checkpoint: Path | None):
         super().__init__(message)
         self.signum, self.checkpoint = signum, checkpoint
-
-
-class PromptStream:
-    """Prompts in a seeded order, reshuffled every epoch; process p of P reads global indices p, p+P, p+2P, ...
-
-    `position` counts the prompts this process has consumed, so the stream is resumable. With one process of
-    batch 2B or two processes of batch B the same global prompts are used.
-    """
-
-    def __init__(self, rows: Sequence[dict], seed: int, rank: int = 0, world: int = 1, position: int = 0):
-        if len(rows) == 0:
-            raise ValueError("the prompt dataset is empty")
-        self.rows, self.seed, self.rank, self.world, self.position = list(rows), seed, rank, world, position
-        self._perm_epoch, self._perm = -1, None
-
-    def _order(self, epoch: int) -> torch.Tensor:
-        if epoch != self._perm_epoch:
-            g = torch.Generator().manual_seed(derived_seed(self.seed, "data", epoch))
-            self._perm, self._perm_epoch = torch.randperm(len(self.rows), generator=g), epoch
-        return self._perm
-
-    def take(self, k: int) -> list[tuple[int, dict]]:
-        """The next k (global index, row) pairs of this process."""
-        out = []
-        for _ in range(k):
-            g = self.rank + self.position * self.world
-            epoch, i = divmod(g, len(self.rows))
-            out.append((g, self.rows[int(self._order(epoch)[i])]))
-            self.position += 1
-        return out
 
 
 class Trainer:
@@ -167,7 +138,7 @@ class Trainer:
         self.nonfinite_in_a_row = 0
         self.buffer: Buffer | None = None
         self.stream = PromptStream(self.dataset, cfg.seed, self.rank, self.world)
-        self._stop_signal: int | None = None
+        self._stop = StopRequests()
 
     # ================================================================================================ the loop
 
@@ -182,7 +153,7 @@ class Trainer:
 
             bar = tqdm(total=cfg.max_steps, initial=self.step, desc=f"{cfg.method} on {cfg.family}", unit="step", dynamic_ncols=True)
         last: dict[str, Any] = {}
-        old_handlers = self._install_signal_handlers()
+        old_handlers = self._stop.install()
         try:
             while self.step < cfg.max_steps:
                 t_step = time.perf_counter()
@@ -211,14 +182,14 @@ class Trainer:
                 if (cfg.save_steps and self.step % cfg.save_steps == 0) or self.step == cfg.max_steps:
                     saved = self.save()
                 _fault_injection("after_step", self.step)
-                signum = self._stop_requested()
+                signum = self._stop.agreed(self.world, self.accelerator.device)
                 if signum and self.step < cfg.max_steps:
                     path = saved or self.save()
                     name = signal.Signals(signum).name
                     raise TrainingStopped(f"stopped by {name} after step {self.step}; checkpoint written to {path}; "
                                           "resume with resume_from=auto", signum, path)
         finally:
-            self._restore_signal_handlers(old_handlers)
+            self._stop.restore(old_handlers)
             if bar is not None:
                 bar.close()
             logger.close()
@@ -248,7 +219,6 @@ class Trainer:
         cfg, policy = self.cfg, self.policy
         G = cfg.num_generations
         need = cfg.prompts_per_rollout
-        t0 = time.perf_counter()
         kept: list[Rollout] = []
         kept_rewards: list[torch.Tensor] = []
         reward_logs: dict[str, list[float]] = {}
@@ -293,7 +263,7 @@ class Trainer:
             stats["zero_std_groups"] += int((zero & valid).sum())
             keep = valid & ~zero if cfg.dynamic_sampling else valid
             if tries == 1:
-                first_total, first_valid = total, valid  # TRL's reward metrics describe the sampled batch
+                first_total = total  # TRL's reward metrics describe the sampled batch
             keep_rows = keep.repeat_interleave(G)
             if keep_rows.any():
                 idx = torch.nonzero(keep_rows).flatten()
@@ -488,46 +458,7 @@ class Trainer:
             self.buffer.rollout = self.buffer.rollout.to(self.accelerator.device)
         return True
 
-    # ============================================================================== signals, pictures
-
-    def _install_signal_handlers(self) -> dict:
-        """SIGTERM and Ctrl-C (SIGINT) ask for a stop at the end of the current step, with a checkpoint; a second
-        Ctrl-C stops at once (the last checkpoint stays intact: checkpoints are written atomically)."""
-        if os.name == "nt" or threading.current_thread() is not threading.main_thread():
-            return {}
-
-        def handler(signum, frame):
-            if signum == signal.SIGINT and self._stop_signal is not None:
-                raise KeyboardInterrupt("second Ctrl-C: stopped at once, without a checkpoint of the current step")
-            self._stop_signal = signum
-            # os.write, not print: a signal handler may interrupt a print to stderr (reentrant call)
-            os.write(2, f"\nmmrl: {signal.Signals(signum).name} received; stopping after the current step with a "
-                        f"checkpoint (Ctrl-C again stops at once)\n".encode())
-
-        old = {}
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            try:
-                old[sig] = signal.getsignal(sig)
-                signal.signal(sig, handler)
-            except (ValueError, OSError):  # pragma: no cover - not allowed here
-                old.pop(sig, None)
-        return old
-
-    def _restore_signal_handlers(self, old: dict) -> None:
-        for sig, h in (old or {}).items():
-            signal.signal(sig, h if h is not None else signal.SIG_DFL)
-
-    def _stop_requested(self) -> int:
-        """The signal that asked for a stop (0 if none), agreed by every process: if one process stopped alone, the
-        others would wait for it forever."""
-        signum = self._stop_signal or 0
-        if self.world > 1:
-            import torch.distributed as dist
-
-            t = torch.tensor([signum], device=self.accelerator.device)
-            dist.all_reduce(t, op=dist.ReduceOp.MAX)
-            signum = int(t.item())
-        return signum
+    # ========================================================================================= pictures
 
     def _write_credit_pictures(self, buf: Buffer) -> None:
         from mmrl.credit_viz import write_credit_pictures
