@@ -3,6 +3,7 @@ the trainer passes to `sample` and `logprob`."""
 from __future__ import annotations
 
 import copy
+import os
 from typing import Any
 
 import torch
@@ -34,6 +35,24 @@ def estimator_options(cfg: TrainConfig, mask_seed: int, *, kind: str | None = No
     return adapter_class(cfg.family).estimator_options(cfg, mask_seed, kind=kind)
 
 
+def model_source(src: str):
+    """The registered loader of a `PREFIX:NAME` model (`mmrl.registry.MODEL_SOURCES`), or None for a directory.
+
+    A `PREFIX:NAME` that is neither a registered source nor an existing path raises, naming the sources."""
+    import re
+
+    from mmrl.registry import MODEL_SOURCES
+
+    prefix, sep, _ = src.partition(":")
+    if not sep:
+        return None
+    if prefix in MODEL_SOURCES:
+        return MODEL_SOURCES[prefix]
+    if re.fullmatch(r"[a-z][a-z0-9_-]+", prefix) and not os.path.exists(src):
+        MODEL_SOURCES[prefix]  # raises: unknown model source, with the registered ones and where more come from
+    return None
+
+
 def build_policy(cfg: TrainConfig, device: torch.device | str | None = None):
     """The configured adapter, with a reference model when the method needs one and LoRA when asked."""
     from mmrl.models import adapter_class
@@ -43,12 +62,11 @@ def build_policy(cfg: TrainConfig, device: torch.device | str | None = None):
     gen = generation_options(cfg)
     dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[cfg.torch_dtype]
     src = cfg.model_name_or_path
+    source = model_source(src)
     if src == "tiny":
         policy = cls.tiny(seed=cfg.seed)
-    elif src.startswith("tiny-world:"):
-        from mmrl.tiny_world.models import load_base_policy
-
-        policy = load_base_policy(src.split(":", 1)[1], family=cfg.family)
+    elif source is not None:
+        policy = source(src.split(":", 1)[1], family=cfg.family)
     else:
         policy = cls.from_pretrained(src, trust_remote_code=cfg.trust_remote_code, dtype=dtype, device=device,
                                      ref_model=(cfg.ref_model_name_or_path or True) if want_ref else False)
@@ -61,7 +79,7 @@ def build_policy(cfg: TrainConfig, device: torch.device | str | None = None):
         ref.requires_grad_(False)
         ref.eval()
         policy.ref_model = ref
-    if src in ("tiny",) or src.startswith("tiny-world:"):
+    if src == "tiny" or source is not None:
         policy.model.to(dtype)
         if policy.ref_model is not None:
             policy.ref_model.to(dtype)

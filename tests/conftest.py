@@ -10,3 +10,9 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import torch  # noqa: E402
 
 torch.set_num_threads(min(2, torch.get_num_threads()))
+
+import mmrl.tiny_world  # noqa: E402
+
+# the tests use the tiny world's tasks and rewards as an application would (tests/test_architecture.py checks
+# that the engine alone does not know them)
+mmrl.tiny_world.register()

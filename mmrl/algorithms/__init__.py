@@ -26,8 +26,6 @@ from mmrl.algorithms.registry import (
     AGGREGATIONS,
     DMPO_BASELINES,
     GCPO_DIVERGENCES,
-    POLICY_LOSSES,
-    REWARDS,
     TOKEN_WEIGHTS,
     Registry,
     UnknownNameError,
@@ -36,8 +34,7 @@ from mmrl.algorithms.reward_shaping import soft_overlong_penalty
 from mmrl.algorithms.token_weights import average_ranks, cdf_weights, rank_power_alpha, rank_power_weights, softmax_weights
 
 __all__ = [
-    "ADVANTAGES", "AGGREGATIONS", "DMPO_BASELINES", "GCPO_DIVERGENCES", "LOSS_TYPES", "POLICY_LOSSES", "REWARDS",
-    "STATS", "TOKEN_WEIGHTS", "Registry", "UnknownNameError", "aggregate", "antithetic_masks", "average_ranks",
+    "ADVANTAGES", "AGGREGATIONS", "DMPO_BASELINES", "GCPO_DIVERGENCES", "LOSS_TYPES", "STATS", "TOKEN_WEIGHTS", "Registry", "UnknownNameError", "aggregate", "antithetic_masks", "average_ranks",
     "cdf_weights", "check_group_size", "copy_elbos", "dgpo_token_weights", "dmpo_baseline", "dmpo_real_weights",
     "dmpo_weights", "accumulated_loss", "soft_overlong_penalty", "wddo_deltas", "effective_sample_size",
     "elbo_from_masked_logp", "gcpo_token_weights", "gcpo_weights_from_scores", "group_advantages",

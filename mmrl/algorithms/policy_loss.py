@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from mmrl.algorithms.registry import AGGREGATIONS, POLICY_LOSSES, UnknownNameError
+from mmrl.algorithms.registry import AGGREGATIONS, UnknownNameError
 
 
 def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -27,7 +27,6 @@ def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     return torch.exp(d) - d - 1  # [N, T]
 
 
-@POLICY_LOSSES.register("clip")
 def policy_loss(
     logp: torch.Tensor,
     old_logp: torch.Tensor,

@@ -14,10 +14,7 @@ from typing import ClassVar
 
 import torch
 
-from mmrl.algorithms.registry import Registry
-
-METHODS = Registry("method")
-"""name -> `Method` subclass (filled by the modules of `mmrl.methods`; `mmrl.methods.method_class` looks one up)."""
+from mmrl.registry import METHODS
 
 
 @dataclass(frozen=True)
