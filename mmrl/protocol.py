@@ -1,6 +1,6 @@
 """The policy protocol every model family implements, and the batch dataclasses that flow through the loop.
 
-The trainer and the algorithms talk to a model only through these methods (DESIGN.md, "The protocol"):
+The trainer and the algorithms talk to a model only through these methods (docs/design.md, "The protocol"):
 
 - `sample(prompts, group_size, **generation) -> Rollout`: G responses per prompt, rollout-time log-probs,
   decoded payload (text or PIL images).

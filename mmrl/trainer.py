@@ -1,4 +1,4 @@
-"""The one RL training loop of mmrl: every method on every model family (DESIGN.md, "The loop").
+"""The one RL training loop of mmrl: every method on every model family (docs/design.md, "The data flow of one step").
 
     for step in range(max_steps):
         if the buffer is stale (every num_iterations steps):

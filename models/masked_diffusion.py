@@ -25,7 +25,7 @@ Options: `gen_length`, `block_length` (None or >= `gen_length` = one block over 
 The rollout's `response_ids` [N, T] are the whole generated span (T = gen_length); `response_mask` runs up to and
 including the first EOS (TRL's completion mask).
 
-Log-probs (`logprob(..., estimator=...)`, ALGORITHMS.md sections 5-6):
+Log-probs (`logprob(..., estimator=...)`, docs/algorithms.md sections 5 and 7):
 
 - `"mean_field"` (d1 / diffu-GRPO): all response tokens masked, each real prompt token masked with
   `p_mask_prompt` (0.15), one forward. Post-EOS positions are 0 (`padding="drop"`).

@@ -1,4 +1,4 @@
-"""Registries (ALGORITHMS.md section 7), the public import surface, and packaging."""
+"""Registries (docs/algorithms.md, "Registries"), the public import surface, and packaging."""
 import pathlib
 import subprocess
 import sys

@@ -1,4 +1,4 @@
-"""The algorithm core of mmrl: pure tensor functions, one per equation (see ALGORITHMS.md).
+"""The algorithm core of mmrl: pure tensor functions, one per equation (see docs/algorithms.md).
 
 No models, no I/O, no global state. Shapes use fixed letters: N responses (= prompts x G), G group size,
 T response tokens, V vocabulary, R masked copies.

@@ -1,4 +1,4 @@
-"""DMPO: importance weights, weight baselines, WDCE and WDDO losses (ALGORITHMS.md section 5).
+"""DMPO: importance weights, weight baselines, WDCE and WDDO losses (docs/algorithms.md section 5).
 
 Paper: Zhu, Guo, Choi, Molodyk, Yuan, Tao, Chen, "Enhancing Reasoning for Diffusion LLMs via Distribution
 Matching Policy Optimization", arXiv 2510.08233v3 (DMPO). Code: github.com/yuchen-zhu-zyc/DMPO

@@ -1,4 +1,4 @@
-"""Clipped policy-gradient loss and loss aggregation: GRPO / DAPO / Dr.GRPO base (ALGORITHMS.md section 2).
+"""Clipped policy-gradient loss and loss aggregation: GRPO / DAPO / Dr.GRPO base (docs/algorithms.md section 2).
 
 Sources:
 - PPO clipped surrogate: Schulman et al. 2017, eq. 7. DAPO clip-higher (decoupled eps_low / eps_high):
