@@ -22,10 +22,9 @@ from typing import Any, Literal, Protocol, Sequence, runtime_checkable
 
 import torch
 
-Condition = Literal["positive", "negative"]
+from mmrl.constants import DEFAULT_NEGATIVE_INSTRUCTION  # noqa: F401  (re-exported for the adapters)
 
-DEFAULT_NEGATIVE_INSTRUCTION = "Note: Intentionally generate an incorrect answer."
-"""GCPO's negative condition for text, VLM and diffusion-LM reasoning (authors' `math_format_perception_wrong_answer`)."""
+Condition = Literal["positive", "negative"]
 
 
 def _index(value: Any, idx: torch.Tensor) -> Any:
