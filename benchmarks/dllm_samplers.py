@@ -316,6 +316,9 @@ def task_rows(task: str | None, n: int, seed: int, dataset_path: str | None = No
     if task == "builtin_sudoku":
         return sudoku_rows(n, split_grids(seed)[1], seed + 7), cell_accuracy
     from mmrl.data.tasks import load_task
+    from mmrl.tiny_world import register
+
+    register()  # the tiny world's tasks (sudoku4, countdown3) beside the engine's
     from mmrl.rewards import REWARDS
 
     t = load_task(task, dataset_path, seed=seed)

@@ -6,7 +6,7 @@ import os as _os
 import sys as _sys
 
 # With OMP's default busy-waiting, any second process on the same cores slows CPU training ~10x
-# (reference/tiny_world_measurements.md). It only takes effect if set before torch is first imported.
+# (docs/sources.md, "CPU measurements behind defaults"). It only takes effect if set before torch is first imported.
 if "torch" not in _sys.modules:
     _os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 

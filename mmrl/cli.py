@@ -33,6 +33,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    import mmrl.tiny_world
+
+    # the command is the application: it adds the tiny world's tasks, rewards and base models (built on first use)
+    mmrl.tiny_world.register(build_missing=True)
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "command", None):

@@ -29,8 +29,7 @@ from typing import Any
 
 import yaml
 
-METHODS = ("grpo", "dapo", "dr_grpo", "diffu_grpo", "gcpo", "dgpo", "dmpo")
-FAMILIES = ("causal_lm", "vlm", "janus", "masked_diffusion")
+from mmrl.constants import DEFAULT_NEGATIVE_INSTRUCTION
 
 
 @dataclass
@@ -39,7 +38,8 @@ class TrainConfig:
 
     # ---- what to train ------------------------------------------------------------------------------------
     method: str = "grpo"
-    """RL method: grpo, dapo, dr_grpo, diffu_grpo (d1), gcpo, dgpo or dmpo. Sets the defaults of METHOD_DEFAULTS."""
+    """RL method: grpo, dapo, dr_grpo, diffu_grpo (d1), gcpo, dgpo, dmpo or gspo (`mmrl.methods.METHODS`). Sets the
+    defaults of METHOD_DEFAULTS."""
     family: str = "causal_lm"
     """Model family (adapter): causal_lm, vlm, janus or masked_diffusion."""
     model_name_or_path: str = "tiny"
@@ -126,7 +126,7 @@ class TrainConfig:
     """Masked diffusion: Fast-dLLM KV cache for any sampler, `prefix` or `dual` (native backbones); None = no cache."""
     generation_kwargs: dict = field(default_factory=dict)
     """Further family-specific sampling options passed to `sample()`."""
-    negative_instruction: str = "Note: Intentionally generate an incorrect answer."
+    negative_instruction: str = DEFAULT_NEGATIVE_INSTRUCTION
     """GCPO's negative condition for text, VLM and diffusion LMs (appended to the prompt)."""
 
     # ---- policy loss (GRPO family) ------------------------------------------------------------------------
@@ -277,10 +277,6 @@ class TrainConfig:
         """Prompts per process in one rollout batch."""
         return self.rollout_batch_size // self.num_generations
 
-    @property
-    def token_credit(self) -> str:
-        return {"gcpo": "gcpo", "dgpo": "dgpo"}.get(self.method, "uniform")
-
     def to_dict(self) -> dict:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if not f.name.startswith("_")}
 
@@ -307,6 +303,8 @@ METHOD_DEFAULTS: dict[str, dict[str, Any]] = {
     "dgpo": {"loss_type": "dapo", "epsilon_high": 0.28, "dynamic_sampling": True, "overlong_penalty": True, "beta": 0.0},
     # DMPO (authors' yaml): buffer reuse F = 8, grad clip 0.2, AdamW (0.9, 0.99), weight decay 0.1.
     "dmpo": {"num_iterations": 8, "max_grad_norm": 0.2, "adam_beta2": 0.99, "weight_decay": 0.1},
+    # GSPO (Zheng et al. 2025): sequence-level ratio clipped to (1 - 3e-4, 1 + 4e-4), no KL.
+    "gspo": {"epsilon": 3e-4, "epsilon_high": 4e-4, "scale_rewards": "group", "beta": 0.0},
 }
 """Settings a method implies; applied to every field not set explicitly in the YAML file or on the command line."""
 
@@ -479,7 +477,11 @@ def _validate(cfg: TrainConfig) -> list[str]:
     from mmrl.algorithms import AGGREGATIONS, GCPO_DIVERGENCES, LOSS_TYPES  # light imports only
 
     e: list[str] = []
+    from mmrl.methods import METHODS  # the registry is the one list of method names
+
     _one_of(e, cfg, "method", METHODS)
+    from mmrl.models import FAMILIES  # the adapter table is the one list of families
+
     _one_of(e, cfg, "family", FAMILIES)
     _one_of(e, cfg, "torch_dtype", ["float32", "bfloat16", "float16"])
     _one_of(e, cfg, "mixed_precision", ["no", "bf16", "fp16"])
@@ -496,12 +498,13 @@ def _validate(cfg: TrainConfig) -> list[str]:
     _one_of(e, cfg, "dmpo_baseline", ["none", "group", "individual", "model"])
     _one_of(e, cfg, "dmpo_target", ["reference", "behaviour"])
     if cfg.sampler is not None:
-        _one_of(e, cfg, "sampler", ["low_confidence", "random", "entropy", "maskgit_plus", "topk_margin", "threshold", "threshold_cache", "random_order"])
+        from mmrl.models.masked_diffusion import SAMPLERS  # the adapter's list (imported only when a sampler is set)
+
+        _one_of(e, cfg, "sampler", SAMPLERS)
     if cfg.diffusion_cache is not None:
         _one_of(e, cfg, "diffusion_cache", ["prefix", "dual"])
-    for name in ("num_generations",):
-        if getattr(cfg, name) < 2:
-            e.append(f"num_generations={cfg.num_generations}: a group needs at least 2 responses (group-relative advantages); use >= 2")
+    if cfg.num_generations < 2:
+        e.append(f"num_generations={cfg.num_generations}: a group needs at least 2 responses (group-relative advantages); use >= 2")
     for name in ("per_device_train_batch_size", "gradient_accumulation_steps", "num_iterations", "max_steps", "max_completion_length",
                  "logging_steps", "dmpo_num_copies", "dmpo_elbo_copies", "max_nonfinite_steps", "dynamic_sampling_max_tries", "block_length"):
         if getattr(cfg, name) < 1:
@@ -576,8 +579,6 @@ def _validate(cfg: TrainConfig) -> list[str]:
         e.append(f"eval_steps={cfg.eval_steps} must be >= 0 (0 = off)")
     if cfg.save_steps < 0 or cfg.save_total_limit < 1 or cfg.credit_steps < 0:
         e.append(f"save_steps={cfg.save_steps} (>= 0), save_total_limit={cfg.save_total_limit} (>= 1), credit_steps={cfg.credit_steps} (>= 0)")
-    if cfg.method == "diffu_grpo" and cfg.family != "masked_diffusion":
-        pass  # diffu-GRPO on an AR family is plain GRPO with d1's settings; allowed
     if not str(cfg.output_dir).strip():
         e.append("output_dir must not be empty")
     e.extend(_validate_reliability(cfg))

@@ -29,10 +29,11 @@ def run(args: argparse.Namespace) -> int:
 
     task = load_task(args.task, args.dataset_path)
     rows = task.test[: args.limit] if args.limit else task.test
-    if args.model.startswith("tiny-world:"):
-        from mmrl.tiny_world.models import load_base_policy
+    from mmrl.policy_factory import model_source
 
-        policy = load_base_policy(args.model.split(":", 1)[1], family=args.family)
+    source = model_source(args.model)
+    if source is not None:
+        policy = source(args.model.split(":", 1)[1], family=args.family)
     else:
         policy = load_policy(args.family, args.model, trust_remote_code=args.trust_remote_code)
     gen = d1_generation(args.family, args.gen_length, args.block_length, args.steps)

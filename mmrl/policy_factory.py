@@ -3,6 +3,7 @@ the trainer passes to `sample` and `logprob`."""
 from __future__ import annotations
 
 import copy
+import os
 from typing import Any
 
 import torch
@@ -12,39 +13,44 @@ from mmrl.config import TrainConfig
 
 def needs_reference(cfg: TrainConfig) -> bool:
     """Whether the method needs a frozen reference model (KL term, DGPO's deviation, DMPO's target)."""
-    return cfg.beta > 0 or cfg.method in ("dgpo", "dmpo")
+    from mmrl.methods import method_class
+
+    return method_class(cfg.method).needs_reference(cfg)
 
 
 def generation_options(cfg: TrainConfig) -> dict[str, Any]:
-    """The `sample()` options of the configured family."""
-    if cfg.family in ("causal_lm", "vlm"):
-        opts = {"max_new_tokens": cfg.max_completion_length, "temperature": cfg.temperature, "top_p": cfg.top_p, "top_k": cfg.top_k,
-                "negative_instruction": cfg.negative_instruction}
-    elif cfg.family == "janus":
-        opts = {"cfg_scale": cfg.cfg_scale, "temperature": cfg.temperature, "score": cfg.score_logits}
-    else:
-        steps = cfg.diffusion_steps or max(1, cfg.max_completion_length // 2)
-        opts = {"gen_length": cfg.max_completion_length, "block_length": cfg.block_length, "steps": steps,
-                "temperature": cfg.temperature, "threshold": cfg.threshold, "negative_instruction": cfg.negative_instruction}
-        if cfg.sampler is not None:
-            opts["sampler"] = cfg.sampler
-        if cfg.diffusion_cache is not None:
-            opts["cache"] = cfg.diffusion_cache
+    """The `sample()` options of the configured family (the adapter's `generation_options`), then the config's
+    `generation_kwargs`."""
+    from mmrl.models import adapter_class
+
+    opts = adapter_class(cfg.family).generation_options(cfg)
     opts.update(cfg.generation_kwargs)
     return opts
 
 
 def estimator_options(cfg: TrainConfig, mask_seed: int, *, kind: str | None = None) -> dict[str, Any]:
-    """`logprob()` options: masked-diffusion estimators need a kind and a mask seed; other families none."""
-    if cfg.family != "masked_diffusion":
-        return {}
-    kind = kind or cfg.logprob_estimator
-    opts: dict[str, Any] = {"estimator": kind, "mask_seed": int(mask_seed)}
-    if kind == "mean_field":
-        opts["p_mask_prompt"] = cfg.p_mask_prompt
-    elif kind == "elbo":
-        opts["num_copies"] = cfg.dmpo_elbo_copies
-    return opts
+    """`logprob()` options of the configured family (the adapter's `estimator_options`)."""
+    from mmrl.models import adapter_class
+
+    return adapter_class(cfg.family).estimator_options(cfg, mask_seed, kind=kind)
+
+
+def model_source(src: str):
+    """The registered loader of a `PREFIX:NAME` model (`mmrl.registry.MODEL_SOURCES`), or None for a directory.
+
+    A `PREFIX:NAME` that is neither a registered source nor an existing path raises, naming the sources."""
+    import re
+
+    from mmrl.registry import MODEL_SOURCES
+
+    prefix, sep, _ = src.partition(":")
+    if not sep:
+        return None
+    if prefix in MODEL_SOURCES:
+        return MODEL_SOURCES[prefix]
+    if re.fullmatch(r"[a-z][a-z0-9_-]+", prefix) and not os.path.exists(src):
+        MODEL_SOURCES[prefix]  # raises: unknown model source, with the registered ones and where more come from
+    return None
 
 
 def build_policy(cfg: TrainConfig, device: torch.device | str | None = None):
@@ -56,12 +62,11 @@ def build_policy(cfg: TrainConfig, device: torch.device | str | None = None):
     gen = generation_options(cfg)
     dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[cfg.torch_dtype]
     src = cfg.model_name_or_path
+    source = model_source(src)
     if src == "tiny":
         policy = cls.tiny(seed=cfg.seed)
-    elif src.startswith("tiny-world:"):
-        from mmrl.tiny_world.models import load_base_policy
-
-        policy = load_base_policy(src.split(":", 1)[1], family=cfg.family)
+    elif source is not None:
+        policy = source(src.split(":", 1)[1], family=cfg.family)
     else:
         policy = cls.from_pretrained(src, trust_remote_code=cfg.trust_remote_code, dtype=dtype, device=device,
                                      ref_model=(cfg.ref_model_name_or_path or True) if want_ref else False)
@@ -74,7 +79,7 @@ def build_policy(cfg: TrainConfig, device: torch.device | str | None = None):
         ref.requires_grad_(False)
         ref.eval()
         policy.ref_model = ref
-    if src in ("tiny",) or src.startswith("tiny-world:"):
+    if src == "tiny" or source is not None:
         policy.model.to(dtype)
         if policy.ref_model is not None:
             policy.ref_model.to(dtype)

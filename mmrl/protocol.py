@@ -1,6 +1,6 @@
 """The policy protocol every model family implements, and the batch dataclasses that flow through the loop.
 
-The trainer and the algorithms talk to a model only through these methods (DESIGN.md, "The protocol"):
+The trainer and the algorithms talk to a model only through these methods (docs/design.md, "The protocol"):
 
 - `sample(prompts, group_size, **generation) -> Rollout`: G responses per prompt, rollout-time log-probs,
   decoded payload (text or PIL images).
@@ -22,10 +22,9 @@ from typing import Any, Literal, Protocol, Sequence, runtime_checkable
 
 import torch
 
-Condition = Literal["positive", "negative"]
+from mmrl.constants import DEFAULT_NEGATIVE_INSTRUCTION  # noqa: F401  (re-exported for the adapters)
 
-DEFAULT_NEGATIVE_INSTRUCTION = "Note: Intentionally generate an incorrect answer."
-"""GCPO's negative condition for text, VLM and diffusion-LM reasoning (authors' `math_format_perception_wrong_answer`)."""
+Condition = Literal["positive", "negative"]
 
 
 def _index(value: Any, idx: torch.Tensor) -> Any:

@@ -1,4 +1,4 @@
-"""The one RL training loop of mmrl: every method on every model family (DESIGN.md, "The loop").
+"""The one RL training loop of mmrl: every method on every model family (docs/design.md, "The data flow of one step").
 
     for step in range(max_steps):
         if the buffer is stale (every num_iterations steps):
@@ -16,42 +16,33 @@ resumed run continues exactly like an uninterrupted one. accelerate owns devices
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
 import signal
-import threading
 import time
 import warnings
 from contextlib import nullcontext
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import torch
 
-from mmrl.algorithms import (
-    aggregate,
-    dgpo_token_weights,
-    dmpo_baseline,
-    dmpo_weights,
-    effective_sample_size,
-    gcpo_token_weights,
-    gcpo_weights_from_scores,
-    group_advantages,
-    policy_loss,
-    wdce_loss,
-    wddo_loss,
-)
-from mmrl.algorithms.groups import group_softmax
+from mmrl.algorithms import group_advantages, soft_overlong_penalty
 from mmrl.buffer import Buffer, concat_rollouts
 from mmrl.checkpoint import latest_checkpoint, load_checkpoint, load_model_weights, remove_stale, save_checkpoint
 from mmrl.config import TrainConfig
 from mmrl.faults import fault_point
 from mmrl.metrics_log import MetricLogger
+from mmrl.methods import METHODS, MicroBatch, behaviour_is_current
+from mmrl.models import adapter_class
 from mmrl.models.base import is_peft_model
 from mmrl.policy_factory import apply_lora, build_policy, estimator_options, generation_options, needs_reference, set_generation_defaults
-from mmrl.protocol import NoisedBatch, Rollout
+from mmrl.prompt_stream import PromptStream
+from mmrl.protocol import Rollout
+from mmrl.seeds import derived_seed
+from mmrl.stop_signals import StopRequests
 
 
 class TrainingError(RuntimeError):
@@ -64,42 +55,6 @@ class TrainingStopped(KeyboardInterrupt):
     def __init__(self, message: str, signum: int, checkpoint: Path | None):
         super().__init__(message)
         self.signum, self.checkpoint = signum, checkpoint
-
-
-def derived_seed(*parts: Any) -> int:
-    """A 62-bit seed from a tuple (seed, purpose, index...): independent streams that survive a restart."""
-    digest = hashlib.blake2b(repr(parts).encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little") >> 2
-
-
-class PromptStream:
-    """Prompts in a seeded order, reshuffled every epoch; process p of P reads global indices p, p+P, p+2P, ...
-
-    `position` counts the prompts this process has consumed, so the stream is resumable. With one process of
-    batch 2B or two processes of batch B the same global prompts are used.
-    """
-
-    def __init__(self, rows: Sequence[dict], seed: int, rank: int = 0, world: int = 1, position: int = 0):
-        if len(rows) == 0:
-            raise ValueError("the prompt dataset is empty")
-        self.rows, self.seed, self.rank, self.world, self.position = list(rows), seed, rank, world, position
-        self._perm_epoch, self._perm = -1, None
-
-    def _order(self, epoch: int) -> torch.Tensor:
-        if epoch != self._perm_epoch:
-            g = torch.Generator().manual_seed(derived_seed(self.seed, "data", epoch))
-            self._perm, self._perm_epoch = torch.randperm(len(self.rows), generator=g), epoch
-        return self._perm
-
-    def take(self, k: int) -> list[tuple[int, dict]]:
-        """The next k (global index, row) pairs of this process."""
-        out = []
-        for _ in range(k):
-            g = self.rank + self.position * self.world
-            epoch, i = divmod(g, len(self.rows))
-            out.append((g, self.rows[int(self._order(epoch)[i])]))
-            self.position += 1
-        return out
 
 
 class Trainer:
@@ -123,7 +78,8 @@ class Trainer:
         from accelerate import Accelerator
         from accelerate.utils import DistributedDataParallelKwargs
 
-        ddp = DistributedDataParallelKwargs(find_unused_parameters=cfg.family in ("janus", "vlm"))
+        self.family = adapter_class(cfg.family)  # what the trainer needs to know of a family, as class attributes
+        ddp = DistributedDataParallelKwargs(find_unused_parameters=self.family.has_unused_parameters)
         # accelerate only picks gloo (MULTI_CPU) when told to use the CPU; a torchrun-style multi-process launch on a
         # machine without an accelerator would otherwise give N independent single-process runs
         cpu_ddp = int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.cuda.is_available()
@@ -164,6 +120,7 @@ class Trainer:
             import copy
 
             self.policy.ref_model = copy.deepcopy(self.policy.unwrapped).requires_grad_(False).eval()
+        self.method = METHODS[cfg.method](cfg, self.policy, partial(estimator_options, cfg))
         params = [p for p in self.policy.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate, betas=(cfg.adam_beta1, cfg.adam_beta2),
                                            eps=cfg.adam_epsilon, weight_decay=cfg.weight_decay)
@@ -181,7 +138,7 @@ class Trainer:
         self.nonfinite_in_a_row = 0
         self.buffer: Buffer | None = None
         self.stream = PromptStream(self.dataset, cfg.seed, self.rank, self.world)
-        self._stop_signal: int | None = None
+        self._stop = StopRequests()
 
     # ================================================================================================ the loop
 
@@ -196,7 +153,7 @@ class Trainer:
 
             bar = tqdm(total=cfg.max_steps, initial=self.step, desc=f"{cfg.method} on {cfg.family}", unit="step", dynamic_ncols=True)
         last: dict[str, Any] = {}
-        old_handlers = self._install_signal_handlers()
+        old_handlers = self._stop.install()
         try:
             while self.step < cfg.max_steps:
                 t_step = time.perf_counter()
@@ -225,14 +182,14 @@ class Trainer:
                 if (cfg.save_steps and self.step % cfg.save_steps == 0) or self.step == cfg.max_steps:
                     saved = self.save()
                 _fault_injection("after_step", self.step)
-                signum = self._stop_requested()
+                signum = self._stop.agreed(self.world, self.accelerator.device)
                 if signum and self.step < cfg.max_steps:
                     path = saved or self.save()
                     name = signal.Signals(signum).name
                     raise TrainingStopped(f"stopped by {name} after step {self.step}; checkpoint written to {path}; "
                                           "resume with resume_from=auto", signum, path)
         finally:
-            self._restore_signal_handlers(old_handlers)
+            self._stop.restore(old_handlers)
             if bar is not None:
                 bar.close()
             logger.close()
@@ -262,7 +219,6 @@ class Trainer:
         cfg, policy = self.cfg, self.policy
         G = cfg.num_generations
         need = cfg.prompts_per_rollout
-        t0 = time.perf_counter()
         kept: list[Rollout] = []
         kept_rewards: list[torch.Tensor] = []
         reward_logs: dict[str, list[float]] = {}
@@ -293,8 +249,8 @@ class Trainer:
             out = self.rewards(rollout.prompts, rollout.completions, completion_ids=_completion_ids(rollout), **columns)
             stats["reward_time"] += time.perf_counter() - ts
             total = out.total.to(torch.float32)  # [N]
-            if cfg.overlong_penalty and cfg.family in ("causal_lm", "vlm", "masked_diffusion"):
-                pen = _soft_overlong_penalty(rollout.response_mask.sum(-1).cpu(), cfg.max_completion_length, cfg.overlong_buffer_len)
+            if cfg.overlong_penalty and self.family.variable_length:
+                pen = soft_overlong_penalty(rollout.response_mask.sum(-1).cpu(), cfg.max_completion_length, cfg.overlong_buffer_len)
                 total = total + pen
                 reward_logs.setdefault("rewards/overlong/mean", []).append(float(pen.mean()))
             for name, val in out.metrics.items():
@@ -307,7 +263,7 @@ class Trainer:
             stats["zero_std_groups"] += int((zero & valid).sum())
             keep = valid & ~zero if cfg.dynamic_sampling else valid
             if tries == 1:
-                first_total, first_valid = total, valid  # TRL's reward metrics describe the sampled batch
+                first_total = total  # TRL's reward metrics describe the sampled batch
             keep_rows = keep.repeat_interleave(G)
             if keep_rows.any():
                 idx = torch.nonzero(keep_rows).flatten()
@@ -319,23 +275,18 @@ class Trainer:
             rollout = rollout.select(torch.arange(need * G))
             rewards = rewards[: need * G]
         t_sampled = time.perf_counter()
-        # 4. advantages (DMPO keeps them for logging only: its update is weight-based)
+        # 4. advantages (weight-based methods such as DMPO keep them for logging only)
         advantages = self._advantages(rewards.to(self.accelerator.device))
         loss_mask = rollout.response_mask.clone()
         if cfg.mask_truncated_completions:
             truncated = rollout.response_mask.sum(-1) >= rollout.response_ids.shape[1]
             loss_mask &= ~truncated[:, None]
-        # 5. behaviour / reference log-probs and token credit, on the micro-batches the updates will use
-        seeds = [derived_seed(cfg.seed, "mask", self.rollout_index, k) for k in range(cfg.num_iterations if cfg.random_masking else 1)]
-        if cfg.method == "dmpo":
-            seeds = seeds[:1]
+        # 5. the method's per-response quantities, on the micro-batches the updates will use
+        seeds = [derived_seed(cfg.seed, "mask", self.rollout_index, k) for k in range(self.method.num_mask_seeds(cfg))]
         buf = Buffer(rollout=rollout, rewards=rewards, advantages=advantages, loss_mask=loss_mask, mask_seeds=seeds,
                      old_logp=[], rollout_index=self.rollout_index)
         with torch.no_grad():
-            if cfg.method == "dmpo":
-                self._dmpo_buffer(buf)
-            else:
-                self._old_logprobs(buf)
+            self.method.prepare(buf, self._micro_batches(rollout.num_responses), current=behaviour_is_current(cfg))
         # buffer metrics (TRL names)
         lengths = rollout.response_mask.sum(-1).float()
         m: dict[str, float] = {
@@ -350,7 +301,7 @@ class Trainer:
             "perf/reward_time": stats["reward_time"],
             "perf/buffer_time": time.perf_counter() - t_sampled,
         }
-        if cfg.family == "janus":
+        if self.family.response_unit == "images":
             m["perf/images_per_s"] = rollout.num_responses / max(stats["sample_time"], 1e-9)
         else:
             m["perf/tokens_per_s"] = float(rollout.response_mask.sum()) / max(stats["sample_time"], 1e-9)
@@ -377,82 +328,6 @@ class Trainer:
         b = self.cfg.per_device_train_batch_size
         return [torch.arange(s, min(s + b, n)) for s in range(0, n, b)]
 
-    def _old_logprobs(self, buf: Buffer) -> None:
-        """Behaviour log-probs (and reference log-probs, DGPO statistics) per mask seed and micro-batch.
-
-        With one optimizer step per rollout (`behaviour_is_current`) the behaviour policy is the policy being
-        updated: its log-probs, entropy and DGPO statistics come from the gradient forward itself, so only the
-        reference log-probs of a KL term are computed here (DGPO's reference pass in the update gives those too)."""
-        cfg, policy = self.cfg, self.policy
-        N, T = buf.rollout.response_ids.shape
-        dev = buf.rollout.response_ids.device
-        want_dgpo = cfg.method == "dgpo"
-        if behaviour_is_current(cfg):
-            if cfg.beta > 0 and not want_dgpo:
-                est = estimator_options(cfg, buf.mask_seeds[0])
-                ref = torch.zeros(N, T, device=dev)
-                for idx in self._micro_batches(N):
-                    ref[idx] = policy.logprob(buf.rollout.select(idx), use_reference=True, **est).logp
-                buf.ref_logp = [ref]
-            return
-        entropies, h2s = torch.zeros(N, T, device=dev), torch.zeros(N, T, device=dev)
-        buf.ref_logp = [] if cfg.beta > 0 else None
-        for k, seed in enumerate(buf.mask_seeds):
-            old = torch.zeros(N, T, device=dev)
-            ref = torch.zeros(N, T, device=dev) if cfg.beta > 0 else None
-            est = estimator_options(cfg, seed)
-            for idx in self._micro_batches(N):
-                mb = buf.rollout.select(idx)
-                if want_dgpo and k == 0:
-                    s = policy.logprob(mb, stats=("h2", "entropy"), stats_against="reference", **est)
-                    h2s[idx], entropies[idx] = s.stats["h2"], s.stats["entropy"]
-                    if ref is not None:
-                        ref[idx] = s.other_logp
-                else:
-                    s = policy.logprob(mb, stats=("entropy",) if k == 0 else (), **est)
-                    if k == 0:
-                        entropies[idx] = s.stats["entropy"]
-                    if ref is not None:
-                        ref[idx] = policy.logprob(mb, use_reference=True, **est).logp
-                old[idx] = s.logp
-            buf.old_logp.append(old)
-            if ref is not None:
-                buf.ref_logp.append(ref)
-        if want_dgpo:
-            buf.token_weights = dgpo_token_weights(h2s, entropies, buf.loss_mask, vocab_size=policy.vocab_size, tau=cfg.dgpo_tau,
-                                                   kappa=cfg.dgpo_kappa)
-        _token_metrics(buf, entropies, h2s if want_dgpo else None)
-
-    def _dmpo_buffer(self, buf: Buffer) -> None:
-        """DMPO eq. 10: ELBO (or exact) log p_ref - log p_v with shared masks, importance weights, baseline.
-
-        With `dmpo_target=behaviour` (App. B.2's proximal limit) the log-ratio term is 0 and no likelihood is
-        estimated unless the model baseline or WDDO needs log p_v."""
-        cfg, policy = self.cfg, self.policy
-        N = buf.rollout.num_responses
-        dev = buf.rewards.device
-        need_v = cfg.dmpo_target == "reference" or cfg.dmpo_loss == "wddo" or cfg.dmpo_baseline == "model"
-        est = estimator_options(cfg, buf.mask_seeds[0], kind="elbo")
-        elbo_v, elbo_ref = torch.zeros(N, device=dev), torch.zeros(N, device=dev)
-        for idx in self._micro_batches(N) if need_v else []:
-            mb = buf.rollout.select(idx)
-            elbo_v[idx] = policy.logprob(mb, **est).logp.sum(-1).to(dev)
-            if cfg.dmpo_target == "reference":
-                elbo_ref[idx] = policy.logprob(mb, use_reference=True, **est).logp.sum(-1).to(dev)
-        log_ratio = elbo_ref - elbo_v if cfg.dmpo_target == "reference" else torch.zeros(N, device=dev)  # [N]
-        G = cfg.num_generations
-        buf.dmpo_w = dmpo_weights(buf.rewards, log_ratio, G, alpha=cfg.dmpo_alpha, coeff=cfg.dmpo_coeff)
-        if cfg.dmpo_loss == "wdce" and cfg.dmpo_baseline != "model":
-            buf.dmpo_w_base = dmpo_baseline(cfg.dmpo_baseline, rewards=buf.rewards, log_ref_minus_v=log_ratio, group_size=G,
-                                            alpha=cfg.dmpo_alpha, coeff=cfg.dmpo_coeff)
-        buf.dmpo_elbo_v = elbo_v
-        buf.old_logp = [torch.zeros_like(buf.loss_mask, dtype=torch.float32)]  # unused by DMPO
-        ess = effective_sample_size(buf.dmpo_w, G)
-        buf.metrics.update({"dmpo/ess": float(ess.mean()), "dmpo/weight_max": float(buf.dmpo_w.max())})
-        if cfg.dmpo_target == "reference":
-            buf.metrics.update({"dmpo/log_ref_minus_v_mean": float(log_ratio.mean()),
-                                "dmpo/log_ref_minus_v_std": float(log_ratio.std()) if N > 1 else 0.0})
-
     # ============================================================================== 6: one optimizer step
 
     def _optimizer_step(self, buf: Buffer, inner: int) -> dict[str, float]:
@@ -467,7 +342,6 @@ class Trainer:
         if self.world > 1:
             totals = acc.reduce(totals, reduction="sum")
         g_tokens, g_seqs, g_groups = (float(x) for x in totals)
-        seed_k = inner % len(buf.mask_seeds)
         sums: dict[str, float] = {}
         counts: dict[str, float] = {}
         self.optimizer.zero_grad(set_to_none=True)
@@ -476,10 +350,9 @@ class Trainer:
             sync = j == len(mbs) - 1
             ctx = acc.no_sync(model) if (not sync and self.world > 1) else nullcontext()
             with ctx:
-                if cfg.method == "dmpo":
-                    loss, m = self._dmpo_loss(buf, idx, g_groups, g_seqs, step_in_buffer=inner, micro=j)
-                else:
-                    loss, m = self._policy_gradient_loss(buf, idx, seed_k, inner, g_tokens, g_seqs)
+                out = self.method.loss(buf, MicroBatch(idx, inner, j, self.step, self.rank, g_tokens, g_seqs, g_groups))
+                loss, m = out.loss, out.metrics
+                self._store(buf, idx, out)
                 loss_total += float(loss.detach())
                 acc.backward(loss * self.world)  # DDP averages over processes; the normalisers are global
             for k, v in m.items():
@@ -488,7 +361,7 @@ class Trainer:
                 counts[k] = counts.get(k, 0.0) + w
         metrics = {k: sums[k] / counts[k] for k in sums}
         if buf.token_stats:  # statistics the gradient forward took for the buffer (one step per rollout)
-            _token_metrics(buf, buf.token_stats["entropy"], buf.token_stats.get("h2"))
+            buf.metrics.update(self.method.token_stat_metrics(buf, buf.token_stats))
             buf.token_stats = {}
         _fault_injection("in_optimizer_step", self.step + 1)
         # clip, check, step
@@ -519,119 +392,17 @@ class Trainer:
         metrics["grad_norm"] = grad_norm
         return metrics
 
-    def _policy_gradient_loss(self, buf: Buffer, idx: torch.Tensor, seed_k: int, inner: int, g_tokens: float, g_seqs: float):
-        """GRPO / DAPO / Dr.GRPO / diffu-GRPO / GCPO / DGPO: clipped surrogate with token-level advantages."""
-        cfg, policy = self.cfg, self.policy
-        mb = buf.rollout.select(idx)
-        mask = buf.loss_mask[idx]  # [n, T]
-        est = estimator_options(cfg, buf.mask_seeds[seed_k])
-        m: dict[str, float] = {}
-        want_kl_stats = cfg.gcpo_divergence == "full_kl" and cfg.method == "gcpo"
-        # no stored behaviour log-probs: one step per rollout, this forward's detached scores are the behaviour's
-        current = not buf.old_logp
-        want_dgpo_now = cfg.method == "dgpo" and (cfg.dgpo_policy == "current" or current)
-        entropy = ("entropy",) if current else ()  # the buffer's entropy metric, from the same logits
-        logp_neg = None
-        if cfg.method == "gcpo" and not want_kl_stats:
-            # the negative-condition forward runs before the positive one, so its logits are freed before the
-            # graph of the gradient forward is built (peak memory stays that of GRPO)
-            with torch.no_grad():
-                logp_neg = policy.logprob(mb, condition="negative", **est).logp
-        if want_kl_stats:
-            scores = policy.logprob(mb, stats=("kl", *entropy), stats_against="negative", **est)
-        elif want_dgpo_now:
-            scores = policy.logprob(mb, stats=("h2", "entropy"), stats_against="reference", **est)
-        else:
-            scores = policy.logprob(mb, stats=entropy, **est)
-        logp = scores.logp  # [n, T]
-        if current and inner == 0:
-            for k in ("entropy", "h2"):
-                if k in scores.stats:
-                    if k not in buf.token_stats:
-                        buf.token_stats[k] = torch.zeros_like(buf.loss_mask, dtype=torch.float32)
-                    buf.token_stats[k][idx] = scores.stats[k].float()
-        adv = buf.advantages[idx]  # [n]
-        weights = None
-        if cfg.method == "gcpo":
-            if want_kl_stats:
-                weights = gcpo_weights_from_scores(scores.stats["kl"], mask, normalization=cfg.gcpo_normalization,
-                                                   top_fraction=cfg.gcpo_top_fraction, target_mass=cfg.gcpo_target_mass)
-            else:
-                weights = gcpo_token_weights(logp.detach(), logp_neg, mask, divergence=cfg.gcpo_divergence,
-                                             normalization=cfg.gcpo_normalization, top_fraction=cfg.gcpo_top_fraction,
-                                             target_mass=cfg.gcpo_target_mass)
-            m.update(_weight_metrics("gcpo", weights, mask))
-        elif cfg.method == "dgpo":
-            if want_dgpo_now:
-                weights = dgpo_token_weights(scores.stats["h2"], scores.stats["entropy"], mask, vocab_size=policy.vocab_size,
-                                             tau=cfg.dgpo_tau, kappa=cfg.dgpo_kappa)
-                if current:
-                    if buf.token_weights is None:
-                        buf.token_weights = torch.zeros_like(buf.loss_mask, dtype=torch.float32)
-                    buf.token_weights[idx] = weights.float()
-                else:
-                    m.update(_weight_metrics("dgpo", weights, mask))
-            else:
-                weights = buf.token_weights[idx]
-        token_adv = adv[:, None] * weights if weights is not None else adv  # [n, T] or [n]
-        if inner == 0 and buf.credit is None:
-            buf.credit = torch.zeros_like(buf.loss_mask, dtype=torch.float32)
-        if inner == 0:
-            buf.credit[idx] = (token_adv if token_adv.dim() == 2 else token_adv[:, None].expand_as(mask)).detach().float() * mask
-        old = logp.detach() if current else buf.old_logp[seed_k][idx]
-        ref = buf.ref_logp[seed_k][idx] if buf.ref_logp else (scores.other_logp if cfg.beta > 0 else None)
-        per_token, pm = policy_loss(logp, old, token_adv, mask, eps_low=cfg.epsilon, eps_high=cfg.eps_high,
-                                    dual_clip=cfg.dual_clip, ref_logp=ref, beta=cfg.beta)
-        n = float(len(idx))
-        if cfg.loss_type in ("dapo", "token_mean"):
-            loss = aggregate(per_token, mask, "token_mean", num_items=g_tokens)
-        elif cfg.loss_type in ("grpo", "seq_mean_token_mean"):
-            loss = aggregate(per_token, mask, "seq_mean_token_mean") * n / g_seqs
-        else:
-            loss = aggregate(per_token, mask, "seq_mean_token_sum_norm", max_len=cfg.max_completion_length) * n / g_seqs
-        if cfg.nll_coef:
-            loss = loss + cfg.nll_coef * aggregate(-logp, mask, "token_mean", num_items=g_tokens)
-        for k, v in pm.items():
-            m[k] = float(v)
-        with torch.no_grad():
-            if inner == 0 and not current:
-                dev = (logp.detach() - old).abs()
-                m["policy/first_inner_logp_max_diff"] = float(dev[mask].max()) if mask.any() else 0.0
-        return loss, m
-
-    def _dmpo_loss(self, buf: Buffer, idx: torch.Tensor, g_groups: float, g_seqs: float, *, step_in_buffer: int, micro: int):
-        """DMPO: WDCE (eq. 11) or WDDO on R masked copies of each response (fresh masks every micro-step)."""
-        cfg, policy = self.cfg, self.policy
-        mb = buf.rollout.select(idx)
-        gen = torch.Generator(device="cpu").manual_seed(derived_seed(cfg.seed, "noise", self.step, micro, self.rank))
-        noised: NoisedBatch = policy.forward_noise(mb, cfg.dmpo_num_copies, gen)
-        lp = policy.denoise_logprob(noised)  # [R, n, T]
-        masked_sum = lp.sum(-1)  # [R, n]
-        elbo_theta = _sequence_elbo(masked_sum, noised)  # [R', n]
-        m: dict[str, float] = {}
-        G = cfg.num_generations
-        if cfg.dmpo_loss == "wdce":
-            w = buf.dmpo_w[idx]
-            if cfg.dmpo_baseline == "model":
-                log_theta_minus_v = elbo_theta.detach().mean(0) - buf.dmpo_elbo_v[idx]
-                w_base = group_softmax(log_theta_minus_v, G)
-            else:
-                w_base = buf.dmpo_w_base[idx]
-            w_real = w - cfg.dmpo_baseline_strength * w_base
-            loss = wdce_loss(-masked_sum, noised.n_masked, w_real, num_groups=int(g_groups))
-            m["dmpo/w_real_pos_sum"] = float(w_real.clamp(min=0).sum() / max(1.0, len(idx) / G))
+    @staticmethod
+    def _store(buf: Buffer, idx: torch.Tensor, out) -> None:
+        """Write what a loss handed back into the buffer: the token credit, the per-token statistics."""
+        if out.credit is not None:
             if buf.credit is None:
                 buf.credit = torch.zeros_like(buf.loss_mask, dtype=torch.float32)
-            buf.credit[idx] = w_real.detach().float()[:, None] * buf.loss_mask[idx]
-        else:
-            R = elbo_theta.shape[0]
-            half = max(1, R // 2)
-            delta_real = elbo_theta[:half].mean(0) - buf.dmpo_elbo_v[idx]
-            delta_fake = (elbo_theta[half:] if R > 1 else elbo_theta).mean(0) - buf.dmpo_elbo_v[idx]
-            loss = wddo_loss(delta_real, delta_fake, buf.dmpo_w[idx], beta=cfg.wddo_beta, alpha_ddo=cfg.wddo_alpha) * len(idx) / g_seqs
-            m["dmpo/delta_mean"] = float(delta_real.detach().mean())
-        m["dmpo/masked_ce"] = float((-masked_sum.detach() / noised.n_masked.clamp(min=1)).mean())
-        return loss, m
+            buf.credit[idx] = out.credit
+        for k, v in out.token_stats.items():
+            if k not in buf.token_stats:
+                buf.token_stats[k] = torch.zeros_like(buf.loss_mask, dtype=torch.float32)
+            buf.token_stats[k][idx] = v
 
     # =================================================================================== 7: save / resume
 
@@ -687,46 +458,7 @@ class Trainer:
             self.buffer.rollout = self.buffer.rollout.to(self.accelerator.device)
         return True
 
-    # ============================================================================== signals, pictures
-
-    def _install_signal_handlers(self) -> dict:
-        """SIGTERM and Ctrl-C (SIGINT) ask for a stop at the end of the current step, with a checkpoint; a second
-        Ctrl-C stops at once (the last checkpoint stays intact: checkpoints are written atomically)."""
-        if os.name == "nt" or threading.current_thread() is not threading.main_thread():
-            return {}
-
-        def handler(signum, frame):
-            if signum == signal.SIGINT and self._stop_signal is not None:
-                raise KeyboardInterrupt("second Ctrl-C: stopped at once, without a checkpoint of the current step")
-            self._stop_signal = signum
-            # os.write, not print: a signal handler may interrupt a print to stderr (reentrant call)
-            os.write(2, f"\nmmrl: {signal.Signals(signum).name} received; stopping after the current step with a "
-                        f"checkpoint (Ctrl-C again stops at once)\n".encode())
-
-        old = {}
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            try:
-                old[sig] = signal.getsignal(sig)
-                signal.signal(sig, handler)
-            except (ValueError, OSError):  # pragma: no cover - not allowed here
-                old.pop(sig, None)
-        return old
-
-    def _restore_signal_handlers(self, old: dict) -> None:
-        for sig, h in (old or {}).items():
-            signal.signal(sig, h if h is not None else signal.SIG_DFL)
-
-    def _stop_requested(self) -> int:
-        """The signal that asked for a stop (0 if none), agreed by every process: if one process stopped alone, the
-        others would wait for it forever."""
-        signum = self._stop_signal or 0
-        if self.world > 1:
-            import torch.distributed as dist
-
-            t = torch.tensor([signum], device=self.accelerator.device)
-            dist.all_reduce(t, op=dist.ReduceOp.MAX)
-            signum = int(t.item())
-        return signum
+    # ========================================================================================= pictures
 
     def _write_credit_pictures(self, buf: Buffer) -> None:
         from mmrl.credit_viz import write_credit_pictures
@@ -745,55 +477,6 @@ def _fault_injection(point: str, step: int) -> None:
 
 def _completion_ids(rollout: Rollout) -> list[list[int]]:
     return [ids[m].tolist() for ids, m in zip(rollout.response_ids, rollout.response_mask)]
-
-
-def _soft_overlong_penalty(lengths: torch.Tensor, max_len: int, buffer_len: int | None) -> torch.Tensor:
-    """DAPO eq. 13 (soft overlong punishment): 0 up to L_max - L_cache, then linearly down to -1 at L_max."""
-    cache = buffer_len if buffer_len is not None else max(1, max_len // 5)
-    start = max_len - cache
-    over = (lengths.float() - start).clamp(min=0)
-    return -(over / cache).clamp(max=1.0)
-
-
-def behaviour_is_current(cfg: TrainConfig) -> bool:
-    """Whether the behaviour (old) log-probs are the detached log-probs of the gradient forward itself.
-
-    With one optimizer step per rollout (`num_iterations = 1`) the policy that sampled is the policy being updated,
-    and a separate no-grad forward would give the very numbers the gradient forward gives (same code, same
-    micro-batches, same mask seeds: the first step's ratio is exactly 1). So that forward is skipped, as TRL skips
-    it (`old_per_token_logps = None` when generation and optimizer steps are aligned), and the statistics taken at
-    buffer time (entropy; DGPO's Hellinger deviation against the reference, whose pass also gives the KL's
-    reference log-probs) are taken from the gradient forward's logits. DMPO has no behaviour log-probs."""
-    return cfg.num_iterations == 1 and cfg.method != "dmpo"
-
-
-def _token_metrics(buf: Buffer, entropy: torch.Tensor, h2: torch.Tensor | None) -> None:
-    """Buffer metrics of the per-token statistics: mean policy entropy; DGPO's weights and mean deviation."""
-    mask = buf.loss_mask
-    count = mask.sum().clamp(min=1)
-    buf.metrics["entropy"] = float((entropy * mask).sum() / count)
-    if h2 is not None and buf.token_weights is not None:
-        buf.metrics.update(_weight_metrics("dgpo", buf.token_weights, mask))
-        buf.metrics["dgpo/h2_mean"] = float((h2 * mask).sum() / count)
-
-
-def _weight_metrics(prefix: str, w: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
-    """Mean, std, max of token weights over valid tokens and the fraction above 2."""
-    v = w[mask]
-    if v.numel() == 0:
-        return {}
-    return {f"{prefix}/weight_mean": float(v.mean()), f"{prefix}/weight_std": float(v.std()) if v.numel() > 1 else 0.0,
-            f"{prefix}/weight_max": float(v.max()), f"{prefix}/frac_weight_gt_2": float((v > 2).float().mean())}
-
-
-def _sequence_elbo(masked_sum: torch.Tensor, noised: NoisedBatch) -> torch.Tensor:
-    """[R, n] per-copy sequence log-likelihood estimates: exact for AR adapters (R = 1, rates 1), else the ELBO
-    `sum_masked log p * |o| / m` (LLaDA's 1/t weighting)."""
-    if noised.num_copies == 1 and bool((noised.rates == 1).all()):
-        return masked_sum
-    n_tokens = noised.noise_mask.any(0).sum(-1).to(masked_sum.dtype)  # [n] maskable positions |o|
-    counts = noised.noise_mask.sum(-1).to(masked_sum.dtype).clamp(min=1)  # [R, n]
-    return masked_sum * n_tokens / counts
 
 
 def _peak_memory_gb(device: torch.device) -> float:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import importlib
 
-from mmrl.algorithms.registry import UnknownNameError
+from mmrl.registry import UnknownNameError
 
 FAMILIES: dict[str, str] = {
     "causal_lm": "mmrl.models.causal_lm:CausalLMAdapter",

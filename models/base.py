@@ -5,7 +5,7 @@ Adapters subclass `BaseAdapter` and implement the protocol of `mmrl.protocol.Pol
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 import torch
 
@@ -33,6 +33,22 @@ class BaseAdapter:
     """
 
     family: str = "base"
+    has_unused_parameters: bool = False
+    """Whether some trainable parameters get no gradient in a step (DDP's `find_unused_parameters`)."""
+    variable_length: bool = True
+    """Whether responses vary in length (length-based reward shaping such as DAPO's overlong penalty applies)."""
+    response_unit: str = "tokens"
+    """What throughput is counted in: `tokens` (perf/tokens_per_s) or `images` (perf/images_per_s)."""
+
+    @classmethod
+    def generation_options(cls, cfg) -> dict[str, Any]:
+        """The `sample()` options this family takes from a `TrainConfig` (before `cfg.generation_kwargs`)."""
+        return {}
+
+    @classmethod
+    def estimator_options(cls, cfg, mask_seed: int, *, kind: str | None = None) -> dict[str, Any]:
+        """The `logprob()` options this family takes from a `TrainConfig` (exact log-probs need none)."""
+        return {}
 
     def __init__(self, model: torch.nn.Module, *, ref_model: torch.nn.Module | None = None):
         self.model = model

@@ -14,7 +14,7 @@ Choices (each also stated where it is implemented):
 - String prompts are tokenized as they are (the tokenizer adds its special tokens, e.g. Llama's BOS); chat
   prompts (lists of `{"role", "content"}` messages) go through the tokenizer's chat template with
   `add_generation_prompt=True`, like TRL.
-- GCPO's negative condition (ALGORITHMS.md section 3; reference/gcpo_dgpo.md 1.6, authors' "wrong_answer"
+- GCPO's negative condition (docs/algorithms.md section 3; docs/sources.md "Negative conditions", authors' "wrong_answer"
   template): the prompt with `negative_instruction` appended on a new line; for chat prompts it is appended to
   the last user message.
 """
@@ -98,7 +98,7 @@ def append_to_last_user_message(messages: Sequence[dict], text: str, separator: 
 
 
 def negative_prompt(prompt: Any, instruction: str) -> Any:
-    """GCPO's negative condition for text (authors' "wrong_answer" template, reference/gcpo_dgpo.md 1.6): the
+    """GCPO's negative condition for text (authors' "wrong_answer" template, docs/sources.md "Negative conditions"): the
     prompt with `instruction` appended (string prompts on a new line; chat prompts in the last user message)."""
     if isinstance(prompt, str):
         return prompt + NEGATIVE_SEPARATOR + instruction
@@ -187,6 +187,11 @@ class CausalLMAdapter(BaseAdapter):
     """
 
     family = "causal_lm"
+
+    @classmethod
+    def generation_options(cls, cfg) -> dict[str, Any]:
+        return {"max_new_tokens": cfg.max_completion_length, "temperature": cfg.temperature, "top_p": cfg.top_p,
+                "top_k": cfg.top_k, "negative_instruction": cfg.negative_instruction}
 
     def __init__(self, model: torch.nn.Module, tokenizer, *, ref_model: torch.nn.Module | None = None, **generation_defaults: Any):
         super().__init__(model, ref_model=ref_model)

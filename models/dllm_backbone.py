@@ -4,7 +4,7 @@ Three kinds of backbones:
 
 - `"native"`: a transformers decoder class (Llama, Qwen2, ...) with `config.is_causal = False`, which makes
   transformers build a bidirectional attention mask for both the `sdpa` and `eager` backends (checked in
-  transformers 5.24, reference/tiny_world_measurements.md). Takes a 2-D padding mask, position ids,
+  transformers 5.24, docs/sources.md, "CPU measurements behind defaults"). Takes a 2-D padding mask, position ids,
   `logits_to_keep` and a `DynamicCache`, so it gets the LM head on the needed positions only and Fast-dLLM's
   prefix cache.
 - `"llada"`: LLaDA's remote code (`LLaDAModelLM`): `model(input_ids, attention_mask=...)`, logits aligned with

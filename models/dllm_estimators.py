@@ -1,4 +1,4 @@
-"""Masks and per-token bookkeeping of the masked-diffusion log-prob estimators (ALGORITHMS.md sections 5-6).
+"""Masks and per-token bookkeeping of the masked-diffusion log-prob estimators (docs/algorithms.md sections 5 and 7).
 
 - d1's one-step mean-field estimate: every response token masked, each real prompt token masked with
   probability `p_mask_prompt`; one forward gives `log pi(o_d | masked input)` for every response position.

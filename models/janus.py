@@ -17,7 +17,7 @@ the KV cache because `generate` runs under `no_grad` and returns no per-step sco
 
 `logprob` recomputes the same quantities teacher-forced in one forward (prompt embeddings followed by the image
 embeddings of the sampled tokens), so the importance ratio is exactly 1 up to float rounding. The negative
-condition of GCPO is the same CFG null prompt (ALGORITHMS.md section 3).
+condition of GCPO is the same CFG null prompt (docs/algorithms.md section 3).
 
 Image-token count, codebook size and the pad / BOS / begin-of-image ids come from the model config (and its
 generation config), never from constants; a missing one is a clear error. Images are decoded through a pluggable
@@ -295,6 +295,13 @@ class JanusAdapter(BaseAdapter):
     """
 
     family = "janus"
+    has_unused_parameters = True  # the understanding (vision encoder) path is not used by generation
+    variable_length = False  # an image is always the same number of tokens
+    response_unit = "images"
+
+    @classmethod
+    def generation_options(cls, cfg) -> dict[str, Any]:
+        return {"cfg_scale": cfg.cfg_scale, "temperature": cfg.temperature, "score": cfg.score_logits}
 
     def __init__(
         self,
@@ -762,7 +769,7 @@ class JanusAdapter(BaseAdapter):
             model_type = json.load(f).get("model_type")
         if model_type != "janus":
             hint = (" (the original deepseek-ai checkpoint: convert it with transformers' "
-                    "models/janus/convert_janus_weights_to_hf.py)" if model_type == "multi_modality" else "")
+                    "src/transformers/models/janus/convert_janus_weights_to_hf.py)" if model_type == "multi_modality" else "")
             raise ValueError(f"{path!r} holds model_type={model_type!r}, the Janus adapter needs 'janus'{hint}")
         if trust_remote_code:
             from mmrl.remote_code import warn_remote_code

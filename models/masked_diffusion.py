@@ -25,7 +25,7 @@ Options: `gen_length`, `block_length` (None or >= `gen_length` = one block over 
 The rollout's `response_ids` [N, T] are the whole generated span (T = gen_length); `response_mask` runs up to and
 including the first EOS (TRL's completion mask).
 
-Log-probs (`logprob(..., estimator=...)`, ALGORITHMS.md sections 5-6):
+Log-probs (`logprob(..., estimator=...)`, docs/algorithms.md sections 5 and 7):
 
 - `"mean_field"` (d1 / diffu-GRPO): all response tokens masked, each real prompt token masked with
   `p_mask_prompt` (0.15), one forward. Post-EOS positions are 0 (`padding="drop"`).
@@ -146,6 +146,28 @@ class MaskedDiffusionAdapter(BaseAdapter):
     """
 
     family = "masked_diffusion"
+
+    @classmethod
+    def generation_options(cls, cfg) -> dict[str, Any]:
+        steps = cfg.diffusion_steps or max(1, cfg.max_completion_length // 2)
+        opts = {"gen_length": cfg.max_completion_length, "block_length": cfg.block_length, "steps": steps,
+                "temperature": cfg.temperature, "threshold": cfg.threshold, "negative_instruction": cfg.negative_instruction}
+        if cfg.sampler is not None:
+            opts["sampler"] = cfg.sampler
+        if cfg.diffusion_cache is not None:
+            opts["cache"] = cfg.diffusion_cache
+        return opts
+
+    @classmethod
+    def estimator_options(cls, cfg, mask_seed: int, *, kind: str | None = None) -> dict[str, Any]:
+        """Masked-diffusion log-probs are estimates: the estimator kind, its mask seed and its options."""
+        kind = kind or cfg.logprob_estimator
+        opts: dict[str, Any] = {"estimator": kind, "mask_seed": int(mask_seed)}
+        if kind == "mean_field":
+            opts["p_mask_prompt"] = cfg.p_mask_prompt
+        elif kind == "elbo":
+            opts["num_copies"] = cfg.dmpo_elbo_copies
+        return opts
 
     def __init__(
         self,

@@ -43,7 +43,7 @@ from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 import torch
 
-from mmrl.algorithms.registry import REWARDS
+from mmrl.registry import REWARDS
 
 
 class RewardError(ValueError):

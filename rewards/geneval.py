@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from typing import Any, Mapping
 
-from mmrl.algorithms.registry import REWARDS
+from mmrl.registry import REWARDS
 from mmrl.rewards.lazy import load_once
 
 VARIANTS = ("correct", "strict", "partial")

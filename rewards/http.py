@@ -42,7 +42,7 @@ import urllib.parse
 import urllib.request
 from typing import Any, Mapping, Sequence
 
-from mmrl.algorithms.registry import REWARDS
+from mmrl.registry import REWARDS
 from mmrl.rewards.combine import RewardError, RewardUnavailable
 
 RETRY_STATUS = (408, 429, 500, 502, 503, 504)

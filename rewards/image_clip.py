@@ -12,7 +12,7 @@ from typing import Any, Sequence
 
 import torch
 
-from mmrl.algorithms.registry import REWARDS
+from mmrl.registry import REWARDS
 from mmrl.rewards.completions import prompt_text
 from mmrl.rewards.lazy import load_once
 

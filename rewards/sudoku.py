@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from mmrl.algorithms.registry import REWARDS
+from mmrl.registry import REWARDS
 from mmrl.rewards.completions import completion_text
 
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)

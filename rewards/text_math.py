@@ -13,7 +13,7 @@ import functools
 import re
 import threading
 
-from mmrl.algorithms.registry import REWARDS
+from mmrl.registry import REWARDS
 from mmrl.rewards.completions import completion_text
 
 MAX_ANSWER_CHARS = 256

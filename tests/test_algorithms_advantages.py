@@ -1,4 +1,4 @@
-"""group_advantages against a loop reference, hand-computed cases, edge cases (ALGORITHMS.md section 1)."""
+"""group_advantages against a loop reference, hand-computed cases, edge cases (docs/algorithms.md section 1)."""
 import math
 
 import pytest

@@ -1,4 +1,4 @@
-"""DGPO: hellinger_entropy and dgpo_token_weights against loops over the vocabulary (ALGORITHMS.md section 4)."""
+"""DGPO: hellinger_entropy and dgpo_token_weights against loops over the vocabulary (docs/algorithms.md section 4)."""
 import math
 
 import pytest

@@ -1,4 +1,4 @@
-"""DMPO weights, baselines, WDCE / WDDO losses, masks and ELBO helper (ALGORITHMS.md section 5)."""
+"""DMPO weights, baselines, WDCE / WDDO losses, masks and ELBO helper (docs/algorithms.md section 5)."""
 import math
 
 import pytest

@@ -1,4 +1,4 @@
-"""GCPO token weights: loop reference, hand-computed values and the properties of ALGORITHMS.md section 3."""
+"""GCPO token weights: loop reference, hand-computed values and the properties of docs/algorithms.md section 3."""
 import math
 
 import pytest

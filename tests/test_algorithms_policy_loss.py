@@ -1,4 +1,4 @@
-"""policy_loss + aggregate: loop reference, hand-computed values, TRL's loss formulas (ALGORITHMS.md section 2)."""
+"""policy_loss + aggregate: loop reference, hand-computed values, TRL's loss formulas (docs/algorithms.md section 2)."""
 import math
 
 import pytest

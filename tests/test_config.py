@@ -28,7 +28,10 @@ def test_yaml_overrides_and_method_defaults(tmp_path):
     assert cfg.dynamic_sampling is False  # explicit beats the method default True
     assert cfg.loss_type == "dapo" and cfg.overlong_penalty is True  # method defaults fill the rest
     assert load_config(None, ["method=dr_grpo"]).scale_rewards == "none"
-    assert set(METHOD_DEFAULTS) == {"grpo", "dapo", "dr_grpo", "diffu_grpo", "gcpo", "dgpo", "dmpo"}
+    from mmrl.methods import METHODS
+
+    # every registered method has its defaults, and no defaults name a method that does not exist
+    assert set(METHOD_DEFAULTS) == set(METHODS) == {"grpo", "dapo", "dr_grpo", "diffu_grpo", "gcpo", "dgpo", "dmpo", "gspo"}
 
 
 def test_base_preset_inheritance(tmp_path):
@@ -45,7 +48,7 @@ def test_every_preset_validates(path):
 
 
 @pytest.mark.parametrize("override,needle", [
-    ("method=ppo", "method='ppo' is not allowed; choose one of ['grpo', 'dapo', 'dr_grpo', 'diffu_grpo', 'gcpo', 'dgpo', 'dmpo']"),
+    ("method=ppo", "method='ppo' is not allowed; choose one of ['grpo', 'dapo', 'dr_grpo', 'diffu_grpo', 'gcpo', 'dgpo', 'dmpo', 'gspo']"),
     ("family=rnn", "family='rnn' is not allowed; choose one of ['causal_lm', 'vlm', 'janus', 'masked_diffusion']"),
     ("learning_rate=-1e-5", "learning_rate=-1e-05 must be > 0"),
     ("num_generations=1", "num_generations=1: a group needs at least 2 responses"),

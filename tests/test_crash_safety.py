@@ -3,7 +3,7 @@ optimizer step, between checkpoint files, during checkpoint rotation, and timers
 loadable latest checkpoint that lost at most the steps since it; resuming (and being killed again) ends with the
 same metrics, weights and optimizer state, bitwise, as an uninterrupted run.
 
-The jobs run in forked children of `crash_runner.py` (one interpreter start for all of them). The kill plan is
+The jobs run in forked children of `tests/helpers/crash_runner.py` (one interpreter start for all of them). The kill plan is
 random; its seed is printed in every failure message and can be replayed with `MMRL_CRASH_SEED=<seed>`.
 """
 import json
@@ -37,7 +37,7 @@ class Runner:
     def __init__(self, log: Path):
         self.err = open(log, "w")
         env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE"}
-        self.proc = subprocess.Popen([sys.executable, str(HERE / "crash_runner.py")], stdin=subprocess.PIPE,
+        self.proc = subprocess.Popen([sys.executable, str(HERE / "helpers" / "crash_runner.py")], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=self.err, text=True, env=env)
         assert json.loads(self.proc.stdout.readline()) == {"ready": True}
 

@@ -29,6 +29,7 @@ from PIL import Image
 
 from mmrl.credit_viz import text_heatmap_html
 from mmrl.geneval.detectors import read_detections
+from mmrl.data.shapes import COLORS, SHAPE_NAMES
 from mmrl.geneval.prompts import generate_suite, vocabulary
 from mmrl.geneval.rules import validate_metadata
 from mmrl.rewards import RewardError, RewardSet
@@ -244,7 +245,7 @@ def test_reward_set_reports_every_unusable_return(values, n, on_error):
 
 # ------------------------------------------------------------------------------- images
 
-_VOCAB = vocabulary("shapes")
+_VOCAB = vocabulary("shapes", {"shapes": (SHAPE_NAMES, COLORS)})
 _RECORDS = generate_suite(seed=0, n=12, classnames=_VOCAB[0], colors=_VOCAB[1])
 MODES = ["1", "L", "P", "RGB", "RGBA", "I", "F", "LA", "CMYK", "YCbCr", "HSV", "RGBX", "PA"]
 

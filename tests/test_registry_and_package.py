@@ -1,4 +1,4 @@
-"""Registries (ALGORITHMS.md section 7), the public import surface, and packaging."""
+"""Registries (docs/algorithms.md, "Registries"), the public import surface, and packaging."""
 import pathlib
 import subprocess
 import sys
@@ -14,7 +14,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 CONTRACT = [
     "group_advantages", "policy_loss", "aggregate", "gcpo_token_weights", "gcpo_weights_from_scores",
     "hellinger_entropy", "dgpo_token_weights", "dmpo_weights", "dmpo_baseline", "wdce_loss", "wddo_loss",
-    "ADVANTAGES", "TOKEN_WEIGHTS", "POLICY_LOSSES", "AGGREGATIONS", "REWARDS",
+    "copy_elbos", "dmpo_real_weights", "wddo_deltas", "soft_overlong_penalty", "accumulated_loss",
+    "ADVANTAGES", "TOKEN_WEIGHTS", "AGGREGATIONS", "DMPO_BASELINES", "GCPO_DIVERGENCES",
 ]
 
 
@@ -49,7 +50,10 @@ def test_registry_errors_list_valid_names():
     with pytest.raises(ValueError, match="already registered"):
         reg.register("a")(max)
     assert reg["a"] is abs and "c" not in reg and reg.get("c") is None  # plain dict semantics otherwise
-    for r in (alg.ADVANTAGES, alg.TOKEN_WEIGHTS, alg.POLICY_LOSSES, alg.AGGREGATIONS, alg.DMPO_BASELINES):
+    import mmrl.registry as engine
+
+    for r in (alg.ADVANTAGES, alg.TOKEN_WEIGHTS, alg.AGGREGATIONS, alg.DMPO_BASELINES, engine.METHODS, engine.REWARDS,
+              engine.TASKS, engine.MODEL_SOURCES):
         with pytest.raises(UnknownNameError, match="valid names"):
             r["no-such-name"]
 

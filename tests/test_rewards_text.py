@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from mmrl.algorithms.registry import Registry, UnknownNameError
+from mmrl.registry import Registry, UnknownNameError
 from mmrl.rewards import REWARDS, RewardError, RewardSet
 from mmrl.rewards.countdown import countdown_score, evaluate_arithmetic
 from mmrl.rewards.sudoku import sudoku_score

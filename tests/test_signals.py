@@ -102,7 +102,7 @@ def test_a_signal_to_one_process_stops_every_process_at_the_same_step(tmp_path):
                   max_completion_length=8, save_steps=0, progress_bar=False, report_to=["jsonl"], output_dir=str(tmp_path),
                   signal_rank=1)
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(here.parent / "configs/accelerate/cpu_ddp.yaml"),
-           "--main_process_port", str(29600 + os.getpid() % 1000), str(here / "run_rank_signal.py"), json.dumps(values)]
+           "--main_process_port", str(29600 + os.getpid() % 1000), str(here / "helpers" / "run_rank_signal.py"), json.dumps(values)]
     # a process that stopped alone would leave the other waiting in a collective: the timeout turns that into a failure
     r = subprocess.run(cmd, env={**os.environ, "OMP_WAIT_POLICY": "PASSIVE", "OMP_NUM_THREADS": "1"}, capture_output=True,
                        text=True, timeout=240)

@@ -32,11 +32,11 @@ def test_two_processes_equal_one(method, loss_type, tmp_path):
     extra = {"loss_type": loss_type} if loss_type else {}
     one = {**BASE, **extra, "method": method, "per_device_train_batch_size": 16, "output_dir": str(tmp_path / "one")}
     two = {**BASE, **extra, "method": method, "per_device_train_batch_size": 8, "output_dir": str(tmp_path / "two")}
-    r = subprocess.run([sys.executable, str(HERE / "run_tiny_training.py"), json.dumps(one)], env=env, capture_output=True, text=True, timeout=600)
+    r = subprocess.run([sys.executable, str(HERE / "helpers" / "run_tiny_training.py"), json.dumps(one)], env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(HERE.parent / "configs/accelerate/cpu_ddp.yaml"),
            "--main_process_port", str(29500 + os.getpid() % 1000),
-           str(HERE / "run_tiny_training.py"), json.dumps(two)]
+           str(HERE / "helpers" / "run_tiny_training.py"), json.dumps(two)]
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-5000:]
     w1, w2 = weights(tmp_path / "one"), weights(tmp_path / "two")

@@ -14,7 +14,7 @@ HERE = Path(__file__).resolve().parent
 
 def run(values: dict, env_extra: dict | None = None) -> subprocess.CompletedProcess:
     env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE", **(env_extra or {})}
-    return subprocess.run([sys.executable, str(HERE / "run_tiny_training.py"), json.dumps(values)], env=env, capture_output=True, text=True, timeout=600)
+    return subprocess.run([sys.executable, str(HERE / "helpers" / "run_tiny_training.py"), json.dumps(values)], env=env, capture_output=True, text=True, timeout=600)
 
 
 def losses(run_dir: Path) -> dict[int, float]:

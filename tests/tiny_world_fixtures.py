@@ -4,7 +4,7 @@ from __future__ import annotations
 from PIL import Image
 
 FAMILIES = ["causal_lm", "vlm", "janus", "masked_diffusion"]
-METHODS = ["grpo", "dapo", "dr_grpo", "diffu_grpo", "gcpo", "dgpo", "dmpo"]
+METHODS = ["grpo", "dapo", "dr_grpo", "diffu_grpo", "gcpo", "dgpo", "dmpo", "gspo"]
 
 
 def vowel_reward(prompts, completions, **kwargs):

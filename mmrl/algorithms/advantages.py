@@ -1,4 +1,4 @@
-"""Group-relative advantages: GRPO, TRL's batch scaling, Dr.GRPO / d1 (ALGORITHMS.md section 1).
+"""Group-relative advantages: GRPO, TRL's batch scaling, Dr.GRPO / d1 (docs/algorithms.md section 1).
 
 Sources:
 - GRPO: Shao et al. 2024, "DeepSeekMath", section 4.1.2 (outcome supervision): A_i = (r_i - mean(r)) / std(r).

@@ -1,9 +1,9 @@
-"""DGPO: Hellinger deviation from a reference, entropy gate, softmax redistribution (ALGORITHMS.md section 4).
+"""DGPO: Hellinger deviation from a reference, entropy gate, softmax redistribution (docs/algorithms.md section 4).
 
 Paper: Jin et al., "DGPO: Distribution-Guided Policy Optimization", arXiv 2605.03327, section 3 (Hellinger
 deviation, entropy gate, advantage redistribution 3.2, objective 3.3). No official code was found; the
 formulas follow the abstract and two independent secondary reconstructions that agree on every step
-(`reference/gcpo_dgpo.md` section 2.3): `d = H^2(pi_theta, pi_ref)` over the full vocabulary,
+(docs/sources.md, "DGPO"): `d = H^2(pi_theta, pi_ref)` over the full vocabulary,
 `H~ = H(pi_theta) / ln|V|`, `s = d * H~^kappa`, `w = n * softmax(s / tau)`, `A_it = A_i * w_it`, PPO-clip loss
 without a KL term.
 """

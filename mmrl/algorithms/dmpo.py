@@ -1,4 +1,4 @@
-"""DMPO: importance weights, weight baselines, WDCE and WDDO losses (ALGORITHMS.md section 5).
+"""DMPO: importance weights, weight baselines, WDCE and WDDO losses (docs/algorithms.md section 5).
 
 Paper: Zhu, Guo, Choi, Molodyk, Yuan, Tao, Chen, "Enhancing Reasoning for Diffusion LLMs via Distribution
 Matching Policy Optimization", arXiv 2510.08233v3 (DMPO). Code: github.com/yuchen-zhu-zyc/DMPO
@@ -142,14 +142,37 @@ def antithetic_masks(
     return masked, rates
 
 
-def elbo_from_masked_logp(masked_logp_sum: torch.Tensor, n_masked: torch.Tensor, n_tokens: torch.Tensor) -> torch.Tensor:
-    """Sequence ELBO estimate [N] from R masked copies: `mean_r(sum_masked log p * |o| / m)`.
+def copy_elbos(masked_logp_sum: torch.Tensor, n_masked: torch.Tensor, n_tokens: torch.Tensor) -> torch.Tensor:
+    """Per-copy sequence ELBO estimates [R, N]: `sum_masked log p * |o| / m` for each of the R masked copies.
 
     DMPO code `compute_log_prob_elbo` (LLaDA's likelihood estimator with the 1/t weight, t = m/|o|):
     `masked_logp_sum` [R, N] sums log p_theta(o_d | masked input) over the masked positions of each copy,
     `n_masked` [R, N] counts them (clamped >= 1), `n_tokens` [N] is the response length |o|.
     """
-    return (masked_logp_sum * n_tokens.to(masked_logp_sum.dtype) / n_masked.clamp(min=1)).mean(0)  # [N]
+    return masked_logp_sum * n_tokens.to(masked_logp_sum.dtype) / n_masked.clamp(min=1)  # [R, N]
+
+
+def elbo_from_masked_logp(masked_logp_sum: torch.Tensor, n_masked: torch.Tensor, n_tokens: torch.Tensor) -> torch.Tensor:
+    """Sequence ELBO estimate [N] from R masked copies: the mean over copies of `copy_elbos`."""
+    return copy_elbos(masked_logp_sum, n_masked, n_tokens).mean(0)  # [N]
+
+
+def dmpo_real_weights(w: torch.Tensor, w_base: torch.Tensor, strength: float) -> torch.Tensor:
+    """The weights WDCE uses, `w_real = w - strength * w_base` [N] (DMPO section 3.3, negative gradient insertion):
+    responses weighted below their baseline get a negative weight, i.e. their likelihood is pushed down."""
+    return w - strength * w_base  # [N]
+
+
+def wddo_deltas(elbo_theta: torch.Tensor, elbo_v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(Delta [N], Delta' [N]) of WDDO from per-copy ELBOs `elbo_theta` [R, N] and the stored `elbo_v` [N].
+
+    DMPO section 3.4 / the authors' `ddo` loss: `Delta` averages the first half of the (antithetic) copies and
+    `Delta'` the complementary half, so the two terms use independent masks; with one copy both use it."""
+    R = elbo_theta.shape[0]
+    half = max(1, R // 2)
+    delta_real = elbo_theta[:half].mean(0) - elbo_v  # [N]
+    delta_fake = (elbo_theta[half:] if R > 1 else elbo_theta).mean(0) - elbo_v  # [N]
+    return delta_real, delta_fake
 
 
 def wdce_loss(masked_ce_sum: torch.Tensor, n_masked: torch.Tensor, w_real: torch.Tensor, num_groups: int) -> torch.Tensor:

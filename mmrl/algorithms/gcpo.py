@@ -1,4 +1,4 @@
-"""GCPO: guidance-contrastive token weights (ALGORITHMS.md section 3).
+"""GCPO: guidance-contrastive token weights (docs/algorithms.md section 3).
 
 Paper: Li, Kallidromitis, Gokul, Kyuragi, Grover, "Guidance Contrastive Token Credit Assignment for Discrete
 Policy Optimization", arXiv 2605.29198 (GCPO). Code: github.com/jacklishufan/gcpo (`dp_actor.py` and

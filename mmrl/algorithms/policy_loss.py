@@ -1,4 +1,4 @@
-"""Clipped policy-gradient loss and loss aggregation: GRPO / DAPO / Dr.GRPO base (ALGORITHMS.md section 2).
+"""Clipped policy-gradient loss and loss aggregation: GRPO / DAPO / Dr.GRPO base (docs/algorithms.md section 2).
 
 Sources:
 - PPO clipped surrogate: Schulman et al. 2017, eq. 7. DAPO clip-higher (decoupled eps_low / eps_high):
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from mmrl.algorithms.registry import AGGREGATIONS, POLICY_LOSSES, UnknownNameError
+from mmrl.algorithms.registry import AGGREGATIONS, UnknownNameError
 
 
 def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -27,7 +27,6 @@ def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     return torch.exp(d) - d - 1  # [N, T]
 
 
-@POLICY_LOSSES.register("clip")
 def policy_loss(
     logp: torch.Tensor,
     old_logp: torch.Tensor,
@@ -141,3 +140,27 @@ def aggregate(
         )
     fn = AGGREGATIONS[LOSS_TYPES.get(mode, mode)]
     return fn(per_token_loss, mask.to(per_token_loss.dtype), num_items=num_items, max_len=max_len)
+
+
+def accumulated_loss(
+    per_token_loss: torch.Tensor,
+    mask: torch.Tensor,
+    loss_type: str,
+    *,
+    global_tokens: float,
+    global_seqs: float,
+    max_len: int,
+) -> torch.Tensor:
+    """The share of one micro-batch [n, T] in the loss of the whole (global, accumulated) batch, a scalar.
+
+    Summed over the micro-batches of every process, the shares equal `aggregate` over the global batch (TRL's
+    gradient accumulation): `token_mean` divides by the global token count; the per-sequence modes take this
+    micro-batch's mean and weight it by `n / global_seqs`. `loss_type` is a TRL name or an aggregation mode.
+    """
+    n = float(per_token_loss.shape[0])
+    mode = LOSS_TYPES.get(loss_type, loss_type)
+    if mode == "token_mean":
+        return aggregate(per_token_loss, mask, "token_mean", num_items=global_tokens)
+    if mode == "seq_mean_token_mean":
+        return aggregate(per_token_loss, mask, "seq_mean_token_mean") * n / global_seqs
+    return aggregate(per_token_loss, mask, "seq_mean_token_sum_norm", max_len=max_len) * n / global_seqs

@@ -83,7 +83,7 @@ def softmax_weights(scores: torch.Tensor, mask: torch.Tensor, *, tau: float = 0.
     """DGPO redistribution: `w_t = n * softmax_t(s_t / tau)` over each row's valid tokens (mean 1, padding 0).
 
     Source: DGPO (arXiv 2605.03327) section 3.2 as reconstructed by two secondary sources (see
-    `reference/gcpo_dgpo.md` section 2.3). Computed as `e / mean(e)` with `e = exp(s/tau - max)`, which is the
+    docs/sources.md, "DGPO"). Computed as `e / mean(e)` with `e = exp(s/tau - max)`, which is the
     same number and gives exactly 1 when all scores of a row are equal.
     """
     if tau <= 0:

@@ -19,7 +19,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Callable
 
-from mmrl.algorithms.registry import Registry
+from mmrl.registry import TASKS
 
 FORMAT_INSTRUCTION = "Respond in the following format:\n<reasoning>\n...\n</reasoning>\n<answer>\n...\n</answer>\n"
 """d1's answer format (the GSM8K, MATH, Countdown and Sudoku rewards read the `<answer>` tag)."""
@@ -45,21 +45,10 @@ class Task:
     """Free-form facts about the split (sizes, sources)."""
 
 
-TASKS = Registry("task")
-"""name -> loader(dataset_path: str | None, seed: int) -> Task."""
-
-
 def load_task(name: str, dataset_path: str | None = None, *, seed: int = 0) -> Task:
-    """The task `name` (unknown names raise and list the valid ones)."""
-    _register_tiny_world()
+    """The task `name` from `mmrl.registry.TASKS` (unknown names raise and list the valid ones; the tiny world's
+    tasks are there after `mmrl.tiny_world.register()`)."""
     return TASKS[name](dataset_path, seed)
-
-
-def _register_tiny_world() -> None:
-    try:  # the tiny world registers sudoku4 / countdown3 / shapes when it is importable
-        import mmrl.tiny_world.tasks  # noqa: F401
-    except ImportError:
-        pass
 
 
 def bundled(relpath: str) -> Path:
@@ -263,7 +252,6 @@ def _jsonl(dataset_path: str | None, seed: int) -> Task:
 
 
 def task_names() -> list[str]:
-    _register_tiny_world()
     return sorted(TASKS)
 
 

@@ -87,7 +87,7 @@ def _prompts(args) -> int:
             raise ValueError("--colors applies to a generated suite: give --vocabulary too")
         records = prompts.official_metadata()
     else:
-        names, colors = prompts.vocabulary(args.vocabulary)
+        names, colors = prompts.vocabulary(args.vocabulary, _worlds())
         if args.colors:
             colors = [c.strip() for c in args.colors.split(",") if c.strip()]
         records = prompts.generate_suite(args.seed, args.num_prompts, names, colors, args.max_count)
@@ -185,7 +185,7 @@ def _evaluate(args) -> int:
     if args.vocabulary:
         from mmrl.geneval.prompts import vocabulary as named_vocabulary
 
-        vocabulary = named_vocabulary(args.vocabulary)[0]
+        vocabulary = named_vocabulary(args.vocabulary, _worlds())[0]
     detector = build_detector(
         args.detector, detections=args.detections, model_path=args.model_path, model_config=args.model_config,
         model=options.model, device=args.device, grid=args.grid, vocabulary=vocabulary,
@@ -213,3 +213,10 @@ def _summary(args) -> int:
     s = summarize(read_results(args.results))
     print(json.dumps(s, indent=2) if args.json else format_summary(s))
     return 0
+
+
+def _worlds() -> dict:
+    """The vocabularies of the worlds this command knows besides COCO: the tiny world's shapes."""
+    from mmrl.data.shapes import COLORS, SHAPE_NAMES
+
+    return {"shapes": (SHAPE_NAMES, COLORS)}

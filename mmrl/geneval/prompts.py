@@ -52,18 +52,18 @@ def read_metadata(path: str | Path) -> list[dict]:
     return records
 
 
-def vocabulary(name: str) -> tuple[list[str], list[str]]:
-    """(class names, colour names) of a named vocabulary: "coco" (GenEval's), "shapes" (the tiny world's), or a
-    path to a text file with one class name per line (GenEval's colours)."""
+def vocabulary(name: str, known: dict[str, tuple[Sequence[str], Sequence[str]]] | None = None) -> tuple[list[str], list[str]]:
+    """(class names, colour names) of a named vocabulary: "coco" (GenEval's), one of `known` (name -> (classes,
+    colours), e.g. the tiny world's "shapes", which the `mmrl geneval` command passes), or a path to a text file
+    with one class name per line (GenEval's colours). GenEval itself knows no other world."""
     if name == "coco":
         return coco_names(), list(GENEVAL_COLORS)
-    if name == "shapes":
-        from mmrl.data.shapes import COLORS, SHAPE_NAMES
-
-        return list(SHAPE_NAMES), list(COLORS)
+    if known and name in known:
+        names, colors = known[name]
+        return list(names), list(colors)
     path = Path(name)
     if not path.is_file():
-        raise ValueError(f"unknown vocabulary {name!r}: not 'coco', 'shapes' or an existing file of class names")
+        raise ValueError(f"unknown vocabulary {name!r}: not 'coco', {sorted(known or {})} or an existing file of class names")
     names = [line.strip() for line in path.read_text().splitlines() if line.strip()]
     if len(names) < 2 or len(set(names)) != len(names):
         raise ValueError(f"vocabulary file {name!r} must list at least 2 distinct class names, one per line")

@@ -155,6 +155,7 @@ def build_untrained(spec: TinySpec):
 
 def _training_pairs(spec: TinySpec) -> tuple[list, list]:
     from mmrl.data.tasks import load_task
+    import mmrl.tiny_world.tasks  # noqa: F401  (the tiny world's own tasks, registered by their module)
 
     task = load_task(spec.task)
     rows = task.train

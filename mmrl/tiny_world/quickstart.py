@@ -61,6 +61,7 @@ def run_quickstart(out: str | Path = "runs/quickstart", *, seeds: int = 1, smoke
     """Run the quickstart; returns the results dict also written to `<out>/results.json`."""
     from mmrl.config import load_config
     from mmrl.data.tasks import load_task
+    from mmrl.tiny_world import register
     from mmrl.metrics_log import read_metrics
     from mmrl.tiny_world.models import ensure_built, load_base_policy
     from mmrl.tiny_world.report import curve, fmt, markdown_table, mean_std, plot_curves
@@ -76,6 +77,7 @@ def run_quickstart(out: str | Path = "runs/quickstart", *, seeds: int = 1, smoke
     t0 = time.perf_counter()
     path = ensure_built("sudoku4", progress=progress)
     build_s = time.perf_counter() - t0
+    register()  # the tiny world's tasks and rewards
     task = load_task("sudoku4")
     d1_task = load_task("sudoku4_d1")
     recipe = dict(QUICKSTART_RECIPE)

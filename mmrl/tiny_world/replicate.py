@@ -68,6 +68,7 @@ def run_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int 
                    smoke: bool = False, progress: bool = True) -> dict[str, Any]:
     from mmrl.config import load_config
     from mmrl.data.tasks import load_task
+    from mmrl.tiny_world import register
     from mmrl.metrics_log import read_metrics
     from mmrl.tiny_world.models import load_base_policy
     from mmrl.tiny_world.quickstart import evaluate_base
@@ -81,6 +82,7 @@ def run_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int 
     if root.exists():
         shutil.rmtree(root)
     root.mkdir(parents=True)
+    register()  # the tiny world's tasks and rewards
     task = load_task("sudoku4")
     test = task.test[: 16 if smoke else QUICKSTART_RECIPE["eval_limit"]]
     base = evaluate_base(load_base_policy("sudoku4", progress=progress), test, task.metric)

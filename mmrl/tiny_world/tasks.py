@@ -20,7 +20,7 @@ import itertools
 import random
 from functools import lru_cache
 
-from mmrl.algorithms.registry import REWARDS
+from mmrl.registry import REWARDS
 from mmrl.data.tasks import TASKS, Task, d1_countdown_test, d1_sudoku_test
 from mmrl.rewards.completions import completion_text
 from mmrl.rewards.countdown import countdown_score

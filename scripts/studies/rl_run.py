@@ -11,10 +11,13 @@ import torch
 
 from mmrl.config import load_config
 from mmrl.data.tasks import load_task
+from mmrl.tiny_world import register as register_tiny_world
 from mmrl.metrics_log import read_metrics
 from mmrl.models import adapter_class
 from mmrl.tiny_world.models import load_base_policy
 from mmrl.trainer import Trainer
+
+register_tiny_world()  # the tiny world's tasks and rewards (the engine does not import it)
 
 torch.set_num_threads(int(os.environ.get("THREADS", "1")))
 out = sys.argv[1]

@@ -9,11 +9,14 @@ import sys
 
 import torch
 
-from mmrl.algorithms.registry import REWARDS
+from mmrl.registry import REWARDS
 from mmrl.data.tasks import load_task
+from mmrl.tiny_world import register as register_tiny_world
 from mmrl.evaluate import d1_generation, evaluate
 from mmrl.models import adapter_class
 from mmrl.tiny_world.pretrain import masked_sft_loss
+
+register_tiny_world()  # the tiny world's tasks and rewards (the engine does not import it)
 
 torch.set_num_threads(1)
 torch.manual_seed(0)

@@ -7,8 +7,11 @@ import sys, os, torch
 torch.set_num_threads(1)
 from mmrl.models import adapter_class
 from mmrl.data.tasks import load_task
+from mmrl.tiny_world import register as register_tiny_world
 from mmrl.evaluate import evaluate, d1_generation
 from mmrl.tiny_world.pretrain import masked_diffusion_sft
+
+register_tiny_world()  # the tiny world's tasks and rewards (the engine does not import it)
 task = load_task("sudoku4"); gen = d1_generation("masked_diffusion", 16, 16, 16)
 for lr in [float(x) for x in sys.argv[2].split(",")]:
     pol = adapter_class("masked_diffusion").from_pretrained(sys.argv[1])

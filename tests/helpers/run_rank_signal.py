@@ -1,7 +1,7 @@
 """A tiny distributed training job (as `run_tiny_training.py`) in which only the process of rank `signal_rank` gets
 SIGTERM, from its own reward function during the rollout of step 2. Every process prints what stopped it.
 
-    accelerate launch --config_file configs/accelerate/cpu_ddp.yaml tests/run_rank_signal.py '{"signal_rank": 1, ...}'
+    accelerate launch --config_file configs/accelerate/cpu_ddp.yaml tests/helpers/run_rank_signal.py '{"signal_rank": 1, ...}'
 """
 import json
 import os
@@ -10,7 +10,7 @@ import sys
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ["HF_HUB_OFFLINE"] = "1"
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/ (the fixtures)
 
 import torch  # noqa: E402
 

@@ -5,7 +5,7 @@ spend ~5 s importing; a fork starts in milliseconds, so tens of killed and resum
 Protocol, one JSON object per line:
     stdin:  {"values": {config}, "env": {"MMRL_KILL_AT": "..."}, "kill_after": seconds or null}
     stdout: {"rc": exit status (-9: killed by SIGKILL), "wall": seconds the job ran}
-The jobs' own output goes to stderr. The job is `tests/run_tiny_training.py`'s: a tiny causal LM on
+The jobs' own output goes to stderr. The job is `tests/helpers/run_tiny_training.py`'s: a tiny causal LM on
 `tiny_world_fixtures` prompts and reward.
 """
 import json
@@ -19,7 +19,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ.setdefault("MKL_CBWR", "AUTO,STRICT")  # bitwise-repeatable MKL results (see run_tiny_training.py)
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/ (the fixtures)
 
 import torch  # noqa: E402
 

@@ -1,6 +1,6 @@
 """Runs a tiny training job from a JSON config (used by the resume, crash and distributed tests as a subprocess).
 
-    python tests/run_tiny_training.py '{"method": "grpo", "family": "causal_lm", ...}'
+    python tests/helpers/run_tiny_training.py '{"method": "grpo", "family": "causal_lm", ...}'
 """
 import json
 import os
@@ -11,7 +11,7 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 # MKL's results may depend on memory alignment, which differs between a fresh and a resumed process; strict
 # conditional numerical reproducibility makes them bitwise repeatable (Intel MKL developer guide, "CNR")
 os.environ.setdefault("MKL_CBWR", "AUTO,STRICT")
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/ (the fixtures)
 
 import torch  # noqa: E402
 

@@ -1,0 +1,124 @@
+"""What a training method is to the trainer: the `Method` interface, the `METHODS` registry and the two small
+records a loss receives and returns (docs/design.md, "Methods").
+
+The trainer runs one loop for every method. At each buffer refresh it calls `method.prepare(buffer, ...)` (no
+gradient: behaviour and reference log-probs, token weights, importance weights), and for every micro-batch of an
+optimizer step `method.loss(buffer, micro_batch)`. What a method needs (a reference model, behaviour log-probs,
+mask seeds) it declares through the class methods below, so the trainer and the policy factory never test a
+method's name.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import torch
+
+from mmrl.registry import METHODS
+
+
+@dataclass(frozen=True)
+class MicroBatch:
+    """One micro-batch of one optimizer step, with the global normalisers of that step."""
+
+    idx: torch.Tensor
+    """[n] buffer rows of this micro-batch."""
+    inner: int
+    """Optimizer step within the buffer, 0 .. num_iterations - 1."""
+    micro: int
+    """Index of the micro-batch within the optimizer step."""
+    step: int
+    """Optimizer steps taken before this one (seeds the DMPO noise)."""
+    rank: int
+    """Process index (seeds the DMPO noise)."""
+    g_tokens: float
+    """Valid loss tokens of the global batch (all processes, all micro-batches)."""
+    g_seqs: float
+    """Responses of the global batch."""
+    g_groups: float
+    """Groups (prompts) of the global batch."""
+
+
+@dataclass
+class LossOutput:
+    """What `Method.loss` returns; the trainer, not the method, writes the buffer."""
+
+    loss: torch.Tensor
+    """Scalar loss of this micro-batch, already scaled by the global normalisers."""
+    metrics: dict[str, float] = field(default_factory=dict)
+    """Per-micro-batch metrics (averaged over the step weighted by micro-batch size)."""
+    credit: torch.Tensor | None = None
+    """[n, T] effective per-token credit of these rows for the token-credit pictures, or None (no update)."""
+    token_stats: dict[str, torch.Tensor] = field(default_factory=dict)
+    """[n, T] per-token statistics taken from the gradient forward when no behaviour forward ran (one step per
+    rollout); gathered over the step and turned into buffer metrics by `Method.token_stat_metrics`."""
+
+
+class Method:
+    """A training method: what it needs, `prepare` at buffer time and `loss` per micro-batch.
+
+    Subclasses register themselves with `@METHODS.register(name)` for every method name they implement (GRPO,
+    DAPO and Dr.GRPO share one class: their differences are config defaults, `mmrl.config.METHOD_DEFAULTS`).
+    """
+
+    uses_behaviour_logprobs: ClassVar[bool] = True
+    """Whether the loss uses behaviour log-probs (a PPO-style ratio); False for weight-based losses (DMPO)."""
+
+    def __init__(self, cfg, policy, estimator_options):
+        self.cfg, self.policy = cfg, policy
+        self.estimator_options = estimator_options
+        """fn(mask_seed, kind=None) -> the `logprob()` options of the policy's family."""
+
+    @classmethod
+    def needs_reference(cls, cfg) -> bool:
+        """Whether a frozen reference model must be built (a KL term by default)."""
+        return cfg.beta > 0
+
+    @classmethod
+    def num_mask_seeds(cls, cfg) -> int:
+        """How many estimator mask seeds one buffer draws (one per inner step with `random_masking`)."""
+        return cfg.num_iterations if cfg.random_masking else 1
+
+    def prepare(self, buf, micro_batches: list[torch.Tensor], *, current: bool) -> None:
+        """Fill the buffer's per-response quantities (runs under `torch.no_grad()`).
+
+        `current`: the behaviour policy is the policy being updated (see `behaviour_is_current`)."""
+        raise NotImplementedError
+
+    def loss(self, buf, mb: MicroBatch) -> LossOutput:
+        """The loss of one micro-batch (carries the gradient)."""
+        raise NotImplementedError
+
+    def token_stat_metrics(self, buf, stats: dict[str, torch.Tensor]) -> dict[str, float]:
+        """Buffer metrics of [N, T] per-token statistics: the mean policy entropy."""
+        mask = buf.loss_mask
+        count = mask.sum().clamp(min=1)
+        return {"entropy": float((stats["entropy"] * mask).sum() / count)}
+
+
+def behaviour_is_current(cfg) -> bool:
+    """Whether the behaviour (old) log-probs are the detached log-probs of the gradient forward itself.
+
+    With one optimizer step per rollout (`num_iterations = 1`) the policy that sampled is the policy being updated,
+    and a separate no-grad forward would give the very numbers the gradient forward gives (same code, same
+    micro-batches, same mask seeds: the first step's ratio is exactly 1). So that forward is skipped, as TRL skips
+    it (`old_per_token_logps = None` when generation and optimizer steps are aligned), and the statistics taken at
+    buffer time (entropy; DGPO's Hellinger deviation against the reference, whose pass also gives the KL's
+    reference log-probs) are taken from the gradient forward's logits. Methods without behaviour log-probs (DMPO)
+    never take this path."""
+    return cfg.num_iterations == 1 and METHODS[cfg.method].uses_behaviour_logprobs
+
+
+def weight_metrics(prefix: str, w: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
+    """Mean, std, max of token weights over valid tokens and the fraction above 2."""
+    v = w[mask]
+    if v.numel() == 0:
+        return {}
+    return {f"{prefix}/weight_mean": float(v.mean()), f"{prefix}/weight_std": float(v.std()) if v.numel() > 1 else 0.0,
+            f"{prefix}/weight_max": float(v.max()), f"{prefix}/frac_weight_gt_2": float((v > 2).float().mean())}
+
+
+def zeros_like_tokens(buf) -> torch.Tensor:
+    """[N, T] float32 zeros shaped like the buffer's loss mask."""
+    return torch.zeros_like(buf.loss_mask, dtype=torch.float32)
+

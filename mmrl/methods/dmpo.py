@@ -1,0 +1,112 @@
+"""DMPO: distribution matching with importance weights and a weighted denoising loss (docs/algorithms.md
+section 5).
+
+At buffer time: the sequence log-likelihood ratio of the reference to the behaviour policy (ELBO estimates with
+shared masks for masked-diffusion models, exact for autoregressive ones), the self-normalised importance weights of
+eq. 10 and the weight baseline. Per micro-step: R freshly masked copies of each response and WDCE (eq. 11) or WDDO
+(section 3.4). No behaviour log-probs, no ratio.
+"""
+from __future__ import annotations
+
+import torch
+
+from mmrl.algorithms import (
+    copy_elbos,
+    dmpo_baseline,
+    dmpo_real_weights,
+    dmpo_weights,
+    effective_sample_size,
+    wdce_loss,
+    wddo_deltas,
+    wddo_loss,
+)
+from mmrl.methods.base import METHODS, LossOutput, Method, MicroBatch
+from mmrl.protocol import NoisedBatch
+from mmrl.seeds import derived_seed
+
+
+@METHODS.register("dmpo")
+class DMPO(Method):
+    """WDCE / WDDO on the reward-tilted target `p* ∝ p_ref exp(r / alpha)`."""
+
+    uses_behaviour_logprobs = False
+
+    @classmethod
+    def needs_reference(cls, cfg) -> bool:
+        return True  # the target is tilted from the reference
+
+    @classmethod
+    def num_mask_seeds(cls, cfg) -> int:
+        return 1  # fresh noise every micro-step; the buffer's ELBOs use one set of shared masks
+
+    def prepare(self, buf, micro_batches, *, current: bool) -> None:
+        """DMPO eq. 10: ELBO (or exact) log p_ref - log p_v with shared masks, importance weights, baseline.
+
+        With `dmpo_target=behaviour` (App. B.2's proximal limit) the log-ratio term is 0 and no likelihood is
+        estimated unless the model baseline or WDDO needs log p_v."""
+        cfg, policy = self.cfg, self.policy
+        N = buf.rollout.num_responses
+        dev = buf.rewards.device
+        need_v = cfg.dmpo_target == "reference" or cfg.dmpo_loss == "wddo" or cfg.dmpo_baseline == "model"
+        est = self.estimator_options(buf.mask_seeds[0], kind="elbo")
+        elbo_v, elbo_ref = torch.zeros(N, device=dev), torch.zeros(N, device=dev)
+        for idx in micro_batches if need_v else []:
+            rows = buf.rollout.select(idx)
+            elbo_v[idx] = policy.logprob(rows, **est).logp.sum(-1).to(dev)
+            if cfg.dmpo_target == "reference":
+                elbo_ref[idx] = policy.logprob(rows, use_reference=True, **est).logp.sum(-1).to(dev)
+        log_ratio = elbo_ref - elbo_v if cfg.dmpo_target == "reference" else torch.zeros(N, device=dev)  # [N]
+        G = cfg.num_generations
+        buf.dmpo_w = dmpo_weights(buf.rewards, log_ratio, G, alpha=cfg.dmpo_alpha, coeff=cfg.dmpo_coeff)
+        if cfg.dmpo_loss == "wdce" and cfg.dmpo_baseline != "model":
+            buf.dmpo_w_base = dmpo_baseline(cfg.dmpo_baseline, rewards=buf.rewards, log_ref_minus_v=log_ratio, group_size=G,
+                                            alpha=cfg.dmpo_alpha, coeff=cfg.dmpo_coeff)
+        buf.dmpo_elbo_v = elbo_v
+        buf.old_logp = [torch.zeros_like(buf.loss_mask, dtype=torch.float32)]  # unused by DMPO
+        ess = effective_sample_size(buf.dmpo_w, G)
+        buf.metrics.update({"dmpo/ess": float(ess.mean()), "dmpo/weight_max": float(buf.dmpo_w.max())})
+        if cfg.dmpo_target == "reference":
+            buf.metrics.update({"dmpo/log_ref_minus_v_mean": float(log_ratio.mean()),
+                                "dmpo/log_ref_minus_v_std": float(log_ratio.std()) if N > 1 else 0.0})
+
+    def loss(self, buf, mb: MicroBatch) -> LossOutput:
+        """WDCE (eq. 11) or WDDO on R masked copies of each response (fresh masks every micro-step)."""
+        cfg, policy = self.cfg, self.policy
+        idx = mb.idx
+        rows = buf.rollout.select(idx)
+        gen = torch.Generator(device="cpu").manual_seed(derived_seed(cfg.seed, "noise", mb.step, mb.micro, mb.rank))
+        noised: NoisedBatch = policy.forward_noise(rows, cfg.dmpo_num_copies, gen)
+        lp = policy.denoise_logprob(noised)  # [R, n, T]
+        masked_sum = lp.sum(-1)  # [R, n]
+        elbo_theta = _copy_elbos(masked_sum, noised)  # [R, n]
+        m: dict[str, float] = {}
+        credit = None
+        G = cfg.num_generations
+        if cfg.dmpo_loss == "wdce":
+            w = buf.dmpo_w[idx]  # [n]
+            if cfg.dmpo_baseline == "model":
+                log_theta_minus_v = elbo_theta.detach().mean(0) - buf.dmpo_elbo_v[idx]  # [n]
+                w_base = dmpo_baseline("model", rewards=buf.rewards[idx], log_ref_minus_v=torch.zeros_like(w), group_size=G,
+                                       log_theta_minus_v=log_theta_minus_v)
+            else:
+                w_base = buf.dmpo_w_base[idx]
+            w_real = dmpo_real_weights(w, w_base, cfg.dmpo_baseline_strength)  # [n]
+            loss = wdce_loss(-masked_sum, noised.n_masked, w_real, num_groups=int(mb.g_groups))
+            m["dmpo/w_real_pos_sum"] = float(w_real.clamp(min=0).sum() / max(1.0, len(idx) / G))
+            credit = w_real.detach().float()[:, None] * buf.loss_mask[idx]
+        else:
+            delta_real, delta_fake = wddo_deltas(elbo_theta, buf.dmpo_elbo_v[idx])
+            loss = wddo_loss(delta_real, delta_fake, buf.dmpo_w[idx], beta=cfg.wddo_beta, alpha_ddo=cfg.wddo_alpha) * len(idx) / mb.g_seqs
+            m["dmpo/delta_mean"] = float(delta_real.detach().mean())
+        m["dmpo/masked_ce"] = float((-masked_sum.detach() / noised.n_masked.clamp(min=1)).mean())
+        return LossOutput(loss, m, credit=credit)
+
+
+def _copy_elbos(masked_sum: torch.Tensor, noised: NoisedBatch) -> torch.Tensor:
+    """[R, n] per-copy sequence log-likelihood estimates: exact for AR adapters (one copy, every token at rate 1),
+    else `copy_elbos` with |o| the positions any copy may mask."""
+    if noised.num_copies == 1 and bool((noised.rates == 1).all()):
+        return masked_sum
+    n_tokens = noised.noise_mask.any(0).sum(-1).to(masked_sum.dtype)  # [n] maskable positions |o|
+    counts = noised.noise_mask.sum(-1).to(masked_sum.dtype).clamp(min=1)  # [R, n]
+    return copy_elbos(masked_sum, counts, n_tokens)

@@ -1,0 +1,39 @@
+"""GCPO: the policy-gradient family with guidance-contrastive token weights (docs/algorithms.md section 3).
+
+The same current policy scores each response under the positive prompt and under a negative condition; the
+contrast gives a weight per token, `A_it = A_i * w_it` (`mmrl.algorithms.gcpo`). Weights are recomputed at every
+micro-step from the current policy (the authors' code), so nothing is fixed at buffer time.
+"""
+from __future__ import annotations
+
+import torch
+
+from mmrl.algorithms import gcpo_token_weights, gcpo_weights_from_scores
+from mmrl.methods.base import METHODS, MicroBatch, weight_metrics
+from mmrl.methods.policy_gradient import PolicyGradient
+
+
+@METHODS.register("gcpo")
+class GCPO(PolicyGradient):
+    """Clipped surrogate with `w = gcpo_token_weights(logp(o | positive), logp(o | negative))`."""
+
+    def scores_and_weights(self, buf, rows, mb: MicroBatch, est: dict, current: bool, metrics: dict):
+        cfg, policy = self.cfg, self.policy
+        mask = buf.loss_mask[mb.idx]  # [n, T]
+        entropy = ("entropy",) if current else ()
+        if cfg.gcpo_divergence == "full_kl":
+            # the exact KL(pi(.|positive) || pi(.|negative)) over the vocabulary, from the adapter's chunked pass
+            scores = policy.logprob(rows, stats=("kl", *entropy), stats_against="negative", **est)
+            weights = gcpo_weights_from_scores(scores.stats["kl"], mask, normalization=cfg.gcpo_normalization,
+                                               top_fraction=cfg.gcpo_top_fraction, target_mass=cfg.gcpo_target_mass)
+        else:
+            # the negative-condition forward runs before the positive one, so its logits are freed before the
+            # graph of the gradient forward is built (peak memory stays that of GRPO)
+            with torch.no_grad():
+                logp_neg = policy.logprob(rows, condition="negative", **est).logp  # [n, T]
+            scores = policy.logprob(rows, stats=entropy, **est)
+            weights = gcpo_token_weights(scores.logp.detach(), logp_neg, mask, divergence=cfg.gcpo_divergence,
+                                         normalization=cfg.gcpo_normalization, top_fraction=cfg.gcpo_top_fraction,
+                                         target_mass=cfg.gcpo_target_mass)
+        metrics.update(weight_metrics("gcpo", weights, mask))
+        return scores, weights, {}

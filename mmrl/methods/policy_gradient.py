@@ -1,0 +1,123 @@
+"""The policy-gradient family: GRPO, DAPO, Dr.GRPO and diffu-GRPO (d1), the base of GCPO and DGPO.
+
+One clipped surrogate (`mmrl.algorithms.policy_loss`, docs/algorithms.md section 2) on group advantages; the four
+methods differ only in config defaults (`mmrl.config.METHOD_DEFAULTS`: clip range, aggregation, reward scaling,
+KL, estimator). Subclasses give the advantage a per-token weight through two hooks: `buffer_scores` (the no-grad
+forward at buffer time) and `scores_and_weights` (the gradient forward of a micro-batch).
+"""
+from __future__ import annotations
+
+import torch
+
+from mmrl.algorithms import accumulated_loss, aggregate, policy_loss
+from mmrl.methods.base import METHODS, LossOutput, Method, MicroBatch
+
+TOKEN_STATS = ("entropy", "h2")
+"""Per-token statistics the first gradient forward of a buffer hands back for the buffer metrics."""
+
+
+class PolicyGradient(Method):
+    """Clipped surrogate with sequence advantages (broadcast over tokens), optional k3 KL and NLL terms."""
+
+    buffer_stats: tuple[str, ...] = ("entropy",)
+    """Statistics the behaviour forward of the first mask seed takes (the buffer's entropy metric)."""
+
+    # ------------------------------------------------------------------------------------------- buffer time
+
+    def buffer_scores(self, rows, est: dict, first_seed: bool):
+        """The behaviour forward of one micro-batch: (TokenScores, reference log-probs or None to compute them)."""
+        return self.policy.logprob(rows, stats=self.buffer_stats if first_seed else (), **est), None
+
+    def reference_from_current_forward(self) -> bool:
+        """Whether the gradient forward also gives the reference log-probs (then no separate pass is needed)."""
+        return False
+
+    def after_behaviour(self, buf, stats: dict[str, torch.Tensor]) -> None:
+        """Hook after the behaviour forwards (e.g. token weights fixed at buffer time)."""
+
+    def prepare(self, buf, micro_batches, *, current: bool) -> None:
+        """Behaviour log-probs (and reference log-probs, statistics) per mask seed and micro-batch.
+
+        With one optimizer step per rollout (`current`) the behaviour policy is the policy being updated: its
+        log-probs and statistics come from the gradient forward itself, so only the reference log-probs of a KL
+        term are computed here (unless the gradient forward gives those too)."""
+        cfg, policy = self.cfg, self.policy
+        N, T = buf.rollout.response_ids.shape
+        dev = buf.rollout.response_ids.device
+        if current:
+            if cfg.beta > 0 and not self.reference_from_current_forward():
+                est = self.estimator_options(buf.mask_seeds[0])
+                ref = torch.zeros(N, T, device=dev)
+                for idx in micro_batches:
+                    ref[idx] = policy.logprob(buf.rollout.select(idx), use_reference=True, **est).logp
+                buf.ref_logp = [ref]
+            return
+        stats = {name: torch.zeros(N, T, device=dev) for name in ("entropy", *self.buffer_stats)}
+        buf.ref_logp = [] if cfg.beta > 0 else None
+        for k, seed in enumerate(buf.mask_seeds):
+            old = torch.zeros(N, T, device=dev)
+            ref = torch.zeros(N, T, device=dev) if cfg.beta > 0 else None
+            est = self.estimator_options(seed)
+            for idx in micro_batches:
+                rows = buf.rollout.select(idx)
+                s, ref_logp = self.buffer_scores(rows, est, k == 0)
+                if k == 0:
+                    for name in self.buffer_stats:
+                        stats[name][idx] = s.stats[name]
+                if ref is not None:
+                    ref[idx] = ref_logp if ref_logp is not None else policy.logprob(rows, use_reference=True, **est).logp
+                old[idx] = s.logp
+            buf.old_logp.append(old)
+            if ref is not None:
+                buf.ref_logp.append(ref)
+        self.after_behaviour(buf, stats)
+        buf.metrics.update(self.token_stat_metrics(buf, stats))
+
+    # ---------------------------------------------------------------------------------------------- update
+
+    def scores_and_weights(self, buf, rows, mb: MicroBatch, est: dict, current: bool, metrics: dict):
+        """The gradient forward of a micro-batch: (TokenScores, token weights [n, T] or None, extra token stats)."""
+        entropy = ("entropy",) if current else ()  # the buffer's entropy metric, from the same logits
+        return self.policy.logprob(rows, stats=entropy, **est), None, {}
+
+    def loss(self, buf, mb: MicroBatch) -> LossOutput:
+        """Clipped surrogate of one micro-batch with token advantages `A_i * w_it` (`w = 1` here)."""
+        cfg = self.cfg
+        idx, inner = mb.idx, mb.inner
+        rows = buf.rollout.select(idx)
+        mask = buf.loss_mask[idx]  # [n, T]
+        seed_k = inner % len(buf.mask_seeds)
+        est = self.estimator_options(buf.mask_seeds[seed_k])
+        m: dict[str, float] = {}
+        # no stored behaviour log-probs: one step per rollout, this forward's detached scores are the behaviour's
+        current = not buf.old_logp
+        scores, weights, token_stats = self.scores_and_weights(buf, rows, mb, est, current, m)
+        logp = scores.logp  # [n, T]
+        if current and inner == 0:
+            token_stats = {**{k: scores.stats[k].float() for k in TOKEN_STATS if k in scores.stats}, **token_stats}
+        else:
+            token_stats = {}
+        adv = buf.advantages[idx]  # [n]
+        token_adv = adv[:, None] * weights if weights is not None else adv  # [n, T] or [n]
+        credit = None
+        if inner == 0:
+            credit = (token_adv if token_adv.dim() == 2 else token_adv[:, None].expand_as(mask)).detach().float() * mask
+        old = logp.detach() if current else buf.old_logp[seed_k][idx]
+        ref = buf.ref_logp[seed_k][idx] if buf.ref_logp else (scores.other_logp if cfg.beta > 0 else None)
+        per_token, pm = policy_loss(logp, old, token_adv, mask, eps_low=cfg.epsilon, eps_high=cfg.eps_high,
+                                    dual_clip=cfg.dual_clip, ref_logp=ref, beta=cfg.beta)
+        loss = accumulated_loss(per_token, mask, cfg.loss_type, global_tokens=mb.g_tokens, global_seqs=mb.g_seqs,
+                                max_len=cfg.max_completion_length)
+        if cfg.nll_coef:
+            loss = loss + cfg.nll_coef * aggregate(-logp, mask, "token_mean", num_items=mb.g_tokens)
+        for k, v in pm.items():
+            m[k] = float(v)
+        with torch.no_grad():
+            if inner == 0 and not current:
+                dev = (logp.detach() - old).abs()
+                m["policy/first_inner_logp_max_diff"] = float(dev[mask].max()) if mask.any() else 0.0
+        return LossOutput(loss, m, credit=credit, token_stats=token_stats)
+
+
+for _name in ("grpo", "dapo", "dr_grpo", "diffu_grpo"):  # one class, four presets (in this order in error messages)
+    METHODS.register(_name)(PolicyGradient)
