@@ -139,6 +139,7 @@ def build_untrained(spec: TinySpec):
     if spec.family == "janus":
         arch = dict(spec.arch)
         if arch.pop("codec", "palette") == "slots":
+            import mmrl.tiny_world.tasks  # noqa: F401  (the tiny world's own tasks, registered by their module)
             from mmrl.data import shape_slots
             from mmrl.data.tasks import load_task
             from mmrl.models.image_codecs import PatchCodec
@@ -245,6 +246,7 @@ def load_base_policy(name: str, family: str | None = None, *, progress: bool = T
 def held_out_accuracy(name: str) -> dict[str, Any]:
     """Held-out accuracy of the cached base model `name` on its task's test rows: GenEval per task and overall for
     `shapes` (`mmrl.tiny_world.shapes_eval`), the task metric under d1's greedy decoding for the text tasks."""
+    import mmrl.tiny_world.tasks  # noqa: F401  (the tiny world's own tasks, registered by their module)
     from mmrl.data.tasks import load_task
     from mmrl.evaluate import d1_generation, evaluate
 

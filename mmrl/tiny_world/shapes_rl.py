@@ -107,6 +107,7 @@ def run_shapes_rl(root: str | Path, arms: list[str], *, seeds: int = 3, smoke: b
     from mmrl.data.tasks import load_task
     from mmrl.geneval.rules import TASKS
     from mmrl.metrics_log import read_metrics
+    from mmrl.tiny_world import register
     from mmrl.tiny_world.models import ensure_built, load_base_policy
     from mmrl.tiny_world.report import curve, fmt, image_grid, markdown_table, mean_std, plot_curves
     from mmrl.tiny_world.shapes_eval import PER_TASK, balanced_rows, geneval_accuracy
@@ -123,6 +124,7 @@ def run_shapes_rl(root: str | Path, arms: list[str], *, seeds: int = 3, smoke: b
         shutil.rmtree(root)
     root.mkdir(parents=True)
     t_all = time.perf_counter()
+    register()  # the tiny world's tasks and rewards
     base_steps = BASE_SMOKE_STEPS if smoke else None
     t0 = time.perf_counter()
     base_dir = ensure_built("shapes", progress=progress, steps=base_steps)
