@@ -19,13 +19,14 @@ def generation_options(cfg: TrainConfig) -> dict[str, Any]:
     """The `sample()` options of the configured family."""
     if cfg.family in ("causal_lm", "vlm"):
         opts = {"max_new_tokens": cfg.max_completion_length, "temperature": cfg.temperature, "top_p": cfg.top_p, "top_k": cfg.top_k,
-                "negative_instruction": cfg.negative_instruction}
+                "negative_instruction": cfg.negative_instruction, "max_prompt_length": cfg.max_prompt_length}
     elif cfg.family == "janus":
         opts = {"cfg_scale": cfg.cfg_scale, "temperature": cfg.temperature, "score": cfg.score_logits}
     else:
         steps = cfg.diffusion_steps or max(1, cfg.max_completion_length // 2)
         opts = {"gen_length": cfg.max_completion_length, "block_length": cfg.block_length, "steps": steps,
-                "temperature": cfg.temperature, "threshold": cfg.threshold, "negative_instruction": cfg.negative_instruction}
+                "temperature": cfg.temperature, "threshold": cfg.threshold, "negative_instruction": cfg.negative_instruction,
+                "max_prompt_length": cfg.max_prompt_length}
         if cfg.sampler is not None:
             opts["sampler"] = cfg.sampler
         if cfg.diffusion_cache is not None:

@@ -604,7 +604,7 @@ class Trainer:
         cfg, policy = self.cfg, self.policy
         mb = buf.rollout.select(idx)
         gen = torch.Generator(device="cpu").manual_seed(derived_seed(cfg.seed, "noise", self.step, micro, self.rank))
-        noised: NoisedBatch = policy.forward_noise(mb, cfg.dmpo_num_copies, gen)
+        noised: NoisedBatch = policy.forward_noise(mb, cfg.dmpo_num_copies, gen, min_rate=cfg.dmpo_min_mask_rate)
         lp = policy.denoise_logprob(noised)  # [R, n, T]
         masked_sum = lp.sum(-1)  # [R, n]
         elbo_theta = _sequence_elbo(masked_sum, noised)  # [R', n]

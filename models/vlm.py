@@ -167,6 +167,11 @@ class VLMAdapter(CausalLMAdapter):
             counts.append(len(imgs))
         batch = self.processor(text=texts, images=images or None, return_tensors="pt", padding=True, padding_side="left")
         ids = [row[m.bool()].tolist() for row, m in zip(batch["input_ids"], batch["attention_mask"])]
+        limit = opts["max_prompt_length"]
+        too_long = [(b, len(x)) for b, x in enumerate(ids) if limit is not None and len(x) > limit]
+        if too_long:  # cutting from the left would cut image placeholders away from their pixels
+            raise ValueError(f"prompts (index, tokens) {too_long[:5]} are longer than max_prompt_length={limit} with their "
+                             "image tokens; a multimodal prompt cannot be truncated, raise max_prompt_length or drop them")
         pixel_values: list = [None] * len(prompts)
         grids: list = [None] * len(prompts)
         if images:

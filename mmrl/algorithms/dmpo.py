@@ -107,12 +107,16 @@ def effective_sample_size(w: torch.Tensor, group_size: int) -> torch.Tensor:
     return 1.0 / (group_size * wg.square().sum(-1)).clamp(min=1e-12)  # [B]
 
 
+DEFAULT_MIN_MASK_RATE = 0.1
+"""Lower end of the WDCE mask rate (authors' code `loss_mask_prob_clamp`; the config's `dmpo_min_mask_rate`)."""
+
+
 def antithetic_masks(
     maskable: torch.Tensor,
     num_copies: int,
     generator: torch.Generator | None = None,
     *,
-    min_rate: float = 0.1,
+    min_rate: float = DEFAULT_MIN_MASK_RATE,
     antithetic: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Random masks for the R noised copies of each response: (masked [R, N, T] bool, rates [R, N]).

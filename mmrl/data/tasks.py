@@ -38,7 +38,9 @@ class Task:
     reward_funcs: list[str]
     """Default training rewards (names in `mmrl.rewards.REWARDS`)."""
     metric: str
-    """The reward whose mean over the test rows is the task's accuracy (`mmrl eval`)."""
+    """The reward whose mean over the test rows is the task's accuracy (`mmrl eval`): 1 for a correct answer and 0
+    otherwise, as the authors' `parse_and_get_acc` (Sudoku: the fraction of blank cells filled correctly, which
+    `evaluate` aggregates over all cells); training rewards keep their own scales."""
     family: str = "causal_lm"
     """The family the prompts are written for (text tasks fit causal_lm, vlm and masked_diffusion)."""
     info: dict = field(default_factory=dict)
@@ -147,7 +149,7 @@ def _math500(dataset_path: str | None, seed: int) -> Task:
     def conv(r):
         return {"prompt": math_prompt(r["problem"]), "answer": r.get("solution") or r["answer"]}
 
-    return Task("math500", [conv(r) for r in train], [conv(r) for r in test], ["math500"], "math500_correctness")
+    return Task("math500", [conv(r) for r in train], [conv(r) for r in test], ["math500"], "math500_accuracy")
 
 
 # --------------------------------------------------------------------------------------------- Countdown, Sudoku
@@ -181,7 +183,7 @@ def _countdown(dataset_path: str | None, seed: int) -> Task:
         train = [countdown_row(r["nums"], r["target"]) for r in rows[:-500]]  # d1 holds out the last 500
     test_keys = {(tuple(sorted(r["numbers"])), r["target"]) for r in test}
     train = [r for r in train if (tuple(sorted(r["numbers"])), r["target"]) not in test_keys]
-    return Task("countdown", train, test, ["countdown"], "countdown")
+    return Task("countdown", train, test, ["countdown"], "countdown_accuracy")
 
 
 SUDOKU_RULES = ("Solve this 4x4 Sudoku. The puzzle is given as 16 digits read row by row, 0 marks an empty cell. Fill the "
