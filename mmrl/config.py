@@ -157,8 +157,9 @@ class TrainConfig:
     dual_clip: float | None = None
     """Dual-clip bound c > 1 for negative advantages (verl `clip_ratio_c`); None = off."""
     loss_type: str = "dapo"
-    """Loss aggregation (TRL names): dapo (token mean), grpo (sequence mean of token means), dr_grpo (sum over
-    tokens / (N * max_completion_length))."""
+    """Loss aggregation (TRL names): dapo (token mean over the whole accumulated batch), bnpo (token mean of each
+    micro-batch, averaged over micro-batches: d1's diffu-GRPO), grpo (sequence mean of token means), dr_grpo (sum
+    over tokens / (N * max_completion_length))."""
     scale_rewards: str = "group"
     """Advantage scaling (TRL): group, batch or none."""
     mask_truncated_completions: bool = False
@@ -254,7 +255,8 @@ class TrainConfig:
     eval_limit: int | None = 256
     """Test rows used by the periodic evaluation (None = all)."""
     eval_generation: dict = field(default_factory=dict)
-    """Sampling options of the periodic evaluation; empty = d1's greedy settings for the family."""
+    """Sampling options of the periodic evaluation; empty = DMPO's greedy evaluation decoding for the family
+    (`mmrl.evaluate.dmpo_generation`: masked diffusion steps = max_completion_length)."""
     credit_steps: int = 0
     """Write token-credit pictures (HTML heatmaps, image overlays) every this many steps (0 = off)."""
     progress_bar: bool = True
@@ -299,8 +301,9 @@ METHOD_DEFAULTS: dict[str, dict[str, Any]] = {
     "dapo": {"loss_type": "dapo", "epsilon_high": 0.28, "dynamic_sampling": True, "overlong_penalty": True, "scale_rewards": "group"},
     # Dr.GRPO (Liu et al. 2025): no std scaling, sum over tokens / (N * T_max).
     "dr_grpo": {"loss_type": "dr_grpo", "scale_rewards": "none"},
-    # d1 / diffu-GRPO (Zhao et al. 2025): no std, clip 0.5, beta 0.04, mean-field log-probs with random masking.
-    "diffu_grpo": {"loss_type": "grpo", "scale_rewards": "none", "epsilon": 0.5, "beta": 0.04, "logprob_estimator": "mean_field"},
+    # d1 / diffu-GRPO (Zhao et al. 2025; d1's trainer on its pinned TRL): no std, clip 0.5, beta 0.04, mean-field
+    # log-probs with random masking, token mean of each micro-batch (d1's optimizer settings: the d1 preset).
+    "diffu_grpo": {"loss_type": "bnpo", "scale_rewards": "none", "epsilon": 0.5, "beta": 0.04, "logprob_estimator": "mean_field"},
     # GCPO (authors' VLM recipe on EasyR1): DAPO-style clip 0.2/0.28, dual clip 3, token mean, online filtering, no KL.
     "gcpo": {"loss_type": "dapo", "epsilon_high": 0.28, "dual_clip": 3.0, "dynamic_sampling": True, "beta": 0.0},
     # DGPO: PPO-clip on a DAPO base, no KL term.

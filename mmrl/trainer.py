@@ -240,10 +240,10 @@ class Trainer:
 
     def evaluate(self) -> dict[str, float]:
         """Accuracy on the evaluation rows (each process scores its share; the mean is over all of them)."""
-        from mmrl.evaluate import d1_generation, evaluate
+        from mmrl.evaluate import dmpo_generation, evaluate
 
         cfg = self.cfg
-        gen = dict(cfg.eval_generation) or d1_generation(cfg.family, cfg.max_completion_length, cfg.block_length, None)
+        gen = dict(cfg.eval_generation) or dmpo_generation(cfg.family, cfg.max_completion_length, cfg.block_length, None)
         known = getattr(self.policy, "generation_defaults", {})
         gen = {k: v for k, v in gen.items() if k in known}
         rows = self.eval_dataset[self.rank :: self.world]
@@ -585,6 +585,8 @@ class Trainer:
         n = float(len(idx))
         if cfg.loss_type in ("dapo", "token_mean"):
             loss = aggregate(per_token, mask, "token_mean", num_items=g_tokens)
+        elif cfg.loss_type == "bnpo":  # each micro-batch's own token mean, averaged over micro-batches (d1's TRL)
+            loss = aggregate(per_token, mask, "token_mean") * n / g_seqs
         elif cfg.loss_type in ("grpo", "seq_mean_token_mean"):
             loss = aggregate(per_token, mask, "seq_mean_token_mean") * n / g_seqs
         else:

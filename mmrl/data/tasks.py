@@ -7,7 +7,9 @@ for public prompt sets when no local path is given (never model weights).
 
 Prompt wording follows d1's format (a system instruction asking for `<reasoning>...</reasoning>` then
 `<answer>...</answer>`, dllm-reasoning/d1 `data_utils.py`; reference notes `dmpo_dllm.md` 2.7), written here in
-our own words; the rewards parse the same tags.
+our own words; the rewards parse the same tags. Prompts are conversational, as d1's and DMPO's: one user message in
+TRL's format (`[{"role": "user", "content": ...}]`), so every family renders them with the model's chat template
+(`mmrl.models.prompts.render_chat`). `d1_eval_prompt` adds d1's pre-filled `<reasoning>` assistant turn.
 """
 from __future__ import annotations
 
@@ -23,6 +25,24 @@ from mmrl.algorithms.registry import Registry
 
 FORMAT_INSTRUCTION = "Respond in the following format:\n<reasoning>\n...\n</reasoning>\n<answer>\n...\n</answer>\n"
 """d1's answer format (the GSM8K, MATH, Countdown and Sudoku rewards read the `<answer>` tag)."""
+
+
+REASONING_PREFILL = "<reasoning>"
+"""d1's and DMPO's evaluation pre-fill the assistant turn with this after the chat template (`add_reasoning=True`;
+authors' code: dllm-reasoning/d1 eval/gsm8k.py)."""
+
+
+def user_message(text: str) -> list[dict]:
+    """A conversational prompt of one user message (TRL's format)."""
+    return [{"role": "user", "content": text}]
+
+
+def d1_eval_prompt(prompt):
+    """d1's evaluation prompt: a conversational prompt followed by the pre-filled assistant text `<reasoning>`
+    (the adapters continue a final assistant message); other prompts are returned unchanged."""
+    if isinstance(prompt, list) and prompt and all(isinstance(m, dict) for m in prompt) and prompt[-1].get("role") != "assistant":
+        return [*prompt, {"role": "assistant", "content": REASONING_PREFILL}]
+    return prompt
 
 
 @dataclass
@@ -122,8 +142,8 @@ def _hub_rows(repo: str, config: str | None, split: str) -> list[dict]:
 # ------------------------------------------------------------------------------------------------- GSM8K, MATH
 
 
-def gsm8k_prompt(question: str) -> str:
-    return f"{FORMAT_INSTRUCTION}\n{question.strip()}"
+def gsm8k_prompt(question: str) -> list[dict]:
+    return user_message(f"{FORMAT_INSTRUCTION}\n{question.strip()}")
 
 
 @TASKS.register("gsm8k")
@@ -134,8 +154,8 @@ def _gsm8k(dataset_path: str | None, seed: int) -> Task:
     return Task("gsm8k", [conv(r) for r in train], [conv(r) for r in test], ["gsm8k"], "gsm8k_accuracy")
 
 
-def math_prompt(problem: str) -> str:
-    return f"{FORMAT_INSTRUCTION}\nPut the final answer inside \\boxed{{}} within the <answer> tag.\n\n{problem.strip()}"
+def math_prompt(problem: str) -> list[dict]:
+    return user_message(f"{FORMAT_INSTRUCTION}\nPut the final answer inside \\boxed{{}} within the <answer> tag.\n\n{problem.strip()}")
 
 
 @TASKS.register("math500")
@@ -155,9 +175,9 @@ def _math500(dataset_path: str | None, seed: int) -> Task:
 # --------------------------------------------------------------------------------------------- Countdown, Sudoku
 
 
-def countdown_prompt(numbers: list[int], target: int) -> str:
-    return (f"{FORMAT_INSTRUCTION}\nUsing only the numbers {numbers}, each exactly once, and the operations + - * /, "
-            f"write an expression that equals {target}. Put only the expression inside the <answer> tag.")
+def countdown_prompt(numbers: list[int], target: int) -> list[dict]:
+    return user_message(f"{FORMAT_INSTRUCTION}\nUsing only the numbers {numbers}, each exactly once, and the operations + - * /, "
+                        f"write an expression that equals {target}. Put only the expression inside the <answer> tag.")
 
 
 def countdown_row(numbers: list[int], target: int) -> dict:
@@ -192,14 +212,18 @@ SUDOKU_RULES = ("Solve this 4x4 Sudoku. The puzzle is given as 16 digits read ro
 
 
 def sudoku_row(puzzle: str, solution: str) -> dict:
-    return {"prompt": f"{FORMAT_INSTRUCTION}\n{SUDOKU_RULES}\n\nPuzzle: {puzzle}", "puzzle": puzzle, "solution": solution}
+    return {"prompt": user_message(f"{FORMAT_INSTRUCTION}\n{SUDOKU_RULES}\n\nPuzzle: {puzzle}"), "puzzle": puzzle, "solution": solution}
 
 
 def d1_sudoku_test(n: int | None = None, seed: int = 42) -> list[dict]:
-    """d1's 4x4 Sudoku test set (500 puzzles; DMPO evaluates 256 drawn with numpy seed 42 - `n=256`)."""
+    """d1's 4x4 Sudoku test set (500 puzzles); with `n`, the n rows d1's and DMPO's evaluation draw: numpy's
+    `choice(500, n, replace=False)` right after `np.random.seed(seed)` (authors' code: dllm-reasoning/d1
+    eval/gsm8k.py `subsample`, eval/eval.py `init_seed(42)`), in that order."""
     rows = [sudoku_row(r["Puzzle"], r["Solution"]) for r in read_rows(bundled("d1/4x4_test_sudoku.csv"))]
     if n is not None:
-        rows = random.Random(seed).sample(rows, n)
+        import numpy as np
+
+        rows = [rows[int(i)] for i in np.random.RandomState(seed).choice(len(rows), n, replace=False)]
     return rows
 
 
