@@ -211,7 +211,8 @@ class TrainConfig:
     dmpo_coeff: float = 1.0
     """Proximal coefficient c in (0, 1] multiplying the log-weights."""
     dmpo_baseline: str = "individual"
-    """Weight baseline: none, group, individual (authors' code default) or model."""
+    """Weight baseline: none, group (paper eq. 13: 1/G), individual (authors' code default), model, or
+    micro_batch_mean (the authors' code's group baseline: the mean weight of each per-device micro-batch)."""
     dmpo_baseline_strength: float = 1.0
     """Strength lambda of the baseline: w_real = w - lambda * w_base."""
     dmpo_num_copies: int = 4
@@ -496,7 +497,7 @@ def _validate(cfg: TrainConfig) -> list[str]:
     _one_of(e, cfg, "gcpo_normalization", ["rank_power", "cdf"])
     _one_of(e, cfg, "dgpo_policy", ["old", "current"])
     _one_of(e, cfg, "dmpo_loss", ["wdce", "wddo"])
-    _one_of(e, cfg, "dmpo_baseline", ["none", "group", "individual", "model"])
+    _one_of(e, cfg, "dmpo_baseline", ["none", "group", "individual", "model", "micro_batch_mean"])
     _one_of(e, cfg, "dmpo_target", ["reference", "behaviour"])
     if cfg.sampler is not None:
         _one_of(e, cfg, "sampler", ["low_confidence", "random", "entropy", "maskgit_plus", "topk_margin", "threshold", "threshold_cache", "random_order"])

@@ -43,6 +43,7 @@ from mmrl.algorithms import (
     wdce_loss,
     wddo_loss,
 )
+from mmrl.algorithms.dmpo import LOSS_TIME_BASELINES, micro_batch_mean_baseline
 from mmrl.algorithms.groups import group_softmax
 from mmrl.buffer import Buffer, concat_rollouts
 from mmrl.checkpoint import latest_checkpoint, load_checkpoint, load_model_weights, remove_stale, save_checkpoint
@@ -442,7 +443,7 @@ class Trainer:
         log_ratio = elbo_ref - elbo_v if cfg.dmpo_target == "reference" else torch.zeros(N, device=dev)  # [N]
         G = cfg.num_generations
         buf.dmpo_w = dmpo_weights(buf.rewards, log_ratio, G, alpha=cfg.dmpo_alpha, coeff=cfg.dmpo_coeff)
-        if cfg.dmpo_loss == "wdce" and cfg.dmpo_baseline != "model":
+        if cfg.dmpo_loss == "wdce" and cfg.dmpo_baseline not in LOSS_TIME_BASELINES:
             buf.dmpo_w_base = dmpo_baseline(cfg.dmpo_baseline, rewards=buf.rewards, log_ref_minus_v=log_ratio, group_size=G,
                                             alpha=cfg.dmpo_alpha, coeff=cfg.dmpo_coeff)
         buf.dmpo_elbo_v = elbo_v
@@ -617,6 +618,8 @@ class Trainer:
             if cfg.dmpo_baseline == "model":
                 log_theta_minus_v = elbo_theta.detach().mean(0) - buf.dmpo_elbo_v[idx]
                 w_base = group_softmax(log_theta_minus_v, G)
+            elif cfg.dmpo_baseline == "micro_batch_mean":
+                w_base = micro_batch_mean_baseline(w)
             else:
                 w_base = buf.dmpo_w_base[idx]
             w_real = w - cfg.dmpo_baseline_strength * w_base

@@ -99,6 +99,19 @@ def dmpo_baseline(
     return fn(rewards, log_ref_minus_v, group_size, alpha, coeff, log_theta_minus_v)
 
 
+def micro_batch_mean_baseline(w: torch.Tensor) -> torch.Tensor:
+    """The authors' code's group baseline: the mean of the weights w [n] of one per-device micro-batch, for every
+    row of it ([n]). Authors' code: yuchen-zhu-zyc/DMPO dmpo_trainer.py `compute_loss` with `advantage_centering`
+    subtracts `advantages.mean()` over the local batch. A micro-batch holds a fraction of a group (8 of 16 rows in
+    the released recipe), so this is sum_{rows} w / n, anywhere between 0 and 1/n, where the paper's eq. 13 gives
+    exactly 1/G (`"group"`)."""
+    return w.detach().float().mean().expand(w.shape[0])  # [n]
+
+
+LOSS_TIME_BASELINES = ("model", "micro_batch_mean")
+"""Baselines computed at loss time from the micro-batch (not stored in the buffer by `dmpo_baseline`)."""
+
+
 @torch.no_grad()
 def effective_sample_size(w: torch.Tensor, group_size: int) -> torch.Tensor:
     """Normalised effective sample size per group, `1 / (G * sum_i w_i^2)` in [1/G, 1], of weights w [N] summing to 1
