@@ -190,6 +190,10 @@ class TrainConfig:
     """GCPO rank-power: fraction of top tokens ..."""
     gcpo_target_mass: float = 0.8
     """... that carries this fraction of the weight."""
+    gcpo_entropy_reward: float = 0.0
+    """STAGE's entropy reward, which GCPO's text-to-image launch turns on with 0.4 (0 = off): among the responses of
+    maximal reward in a group, r_i += c (e_i - mean e), e_i = 1 / (1 + (H_ref,i - H_theta,i)^2) of the mean token
+    entropies (`mmrl.algorithms.entropy_reward`). Needs the reference model; any method can use it."""
 
     # ---- DGPO ---------------------------------------------------------------------------------------------
     dgpo_tau: float = 0.5
@@ -569,6 +573,8 @@ def _validate(cfg: TrainConfig) -> list[str]:
         e.append(f"dmpo_min_mask_rate={cfg.dmpo_min_mask_rate} must be in [0, 1]")
     if not 0 < cfg.gcpo_top_fraction < 1 or not cfg.gcpo_top_fraction <= cfg.gcpo_target_mass < 1:
         e.append(f"gcpo_top_fraction={cfg.gcpo_top_fraction}, gcpo_target_mass={cfg.gcpo_target_mass}: need 0 < top_fraction <= target_mass < 1")
+    if cfg.gcpo_entropy_reward < 0:
+        e.append(f"gcpo_entropy_reward={cfg.gcpo_entropy_reward} must be >= 0 (0 = off; GCPO's T2I launch uses 0.4)")
     if not cfg.dgpo_tau > 0:
         e.append(f"dgpo_tau={cfg.dgpo_tau} must be > 0")
     if cfg.reward_weights is not None and cfg.reward_funcs and len(cfg.reward_weights) != len(cfg.reward_funcs):

@@ -11,8 +11,9 @@ from mmrl.config import TrainConfig
 
 
 def needs_reference(cfg: TrainConfig) -> bool:
-    """Whether the method needs a frozen reference model (KL term, DGPO's deviation, DMPO's target)."""
-    return cfg.beta > 0 or cfg.method in ("dgpo", "dmpo")
+    """Whether the method needs a frozen reference model (KL term, DGPO's deviation, DMPO's target, the entropy
+    reward's reference entropies)."""
+    return cfg.beta > 0 or cfg.method in ("dgpo", "dmpo") or cfg.gcpo_entropy_reward > 0
 
 
 def generation_options(cfg: TrainConfig) -> dict[str, Any]:

@@ -44,6 +44,7 @@ from mmrl.algorithms import (
     wddo_loss,
 )
 from mmrl.algorithms.dmpo import LOSS_TIME_BASELINES, micro_batch_mean_baseline
+from mmrl.algorithms.entropy_reward import stage_entropy_bonus
 from mmrl.algorithms.groups import group_softmax
 from mmrl.buffer import Buffer, concat_rollouts
 from mmrl.checkpoint import latest_checkpoint, load_checkpoint, load_model_weights, remove_stale, save_checkpoint
@@ -319,6 +320,10 @@ class Trainer:
         if rollout.num_groups > need:  # refills may overshoot: keep whole groups only
             rollout = rollout.select(torch.arange(need * G))
             rewards = rewards[: need * G]
+        if cfg.gcpo_entropy_reward > 0:  # STAGE's entropy reward (GCPO T2I): before the advantages
+            bonus = self._entropy_reward(rollout, rewards)
+            rewards = rewards + bonus
+            reward_logs.setdefault("rewards/entropy_bonus/abs_mean", []).append(float(bonus.abs().mean()))
         t_sampled = time.perf_counter()
         # 4. advantages (DMPO keeps them for logging only: its update is weight-based)
         advantages = self._advantages(rewards.to(self.accelerator.device))
@@ -364,6 +369,21 @@ class Trainer:
             m[k] = sum(v) / len(v)
         buf.metrics.update(m)
         return buf
+
+    @torch.no_grad()
+    def _entropy_reward(self, rollout: Rollout, rewards: torch.Tensor) -> torch.Tensor:
+        """`stage_entropy_bonus` [N] from the mean token entropies of the policy and the reference."""
+        cfg, policy = self.cfg, self.policy
+        est = estimator_options(cfg, derived_seed(cfg.seed, "entropy_reward", self.rollout_index))
+        h, h_ref = torch.zeros_like(rewards), torch.zeros_like(rewards)
+        for idx in self._micro_batches(rollout.num_responses):
+            mb = rollout.select(idx)
+            mask = mb.response_mask.float()  # [n, T]
+            count = mask.sum(-1).clamp(min=1)
+            for out, ref in ((h, False), (h_ref, True)):
+                ent = policy.logprob(mb, use_reference=ref, stats=("entropy",), **est).stats["entropy"]  # [n, T]
+                out[idx.to(out.device)] = ((ent.float() * mask).sum(-1) / count).to(out.device)
+        return stage_entropy_bonus(rewards, h, h_ref, cfg.num_generations, coeff=cfg.gcpo_entropy_reward)
 
     def _advantages(self, rewards: torch.Tensor) -> torch.Tensor:
         cfg = self.cfg

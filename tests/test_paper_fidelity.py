@@ -343,3 +343,48 @@ def test_presets_name_the_authors_file_and_their_differences():
     for name in ("d1_diffu_grpo_llada_8b", "dmpo_llada_8b", "gcpo_janus_pro_7b_geneval", "gcpo_qwen25_vl_7b", "dmpo_dream_7b"):
         header = (ROOT / "configs" / f"{name}.yaml").read_text().split("\n\n")[0]
         assert "authors' code" in header and "differ" in header, name
+
+
+# ------------------------------------------------------------------------------ 9. GCPO T2I's entropy reward
+
+
+def test_stage_entropy_bonus_on_hand_computed_groups():
+    from mmrl.algorithms.entropy_reward import stage_entropy_bonus
+
+    # gcpo t2i grpo_trainer.py: e = 1/(1+(H_ref-H)^2) for the max-reward images, r += 0.4 (e - mean of those e)
+    rewards = torch.tensor([1.0, 0.5, 1.0, 0.0, 0.2, 0.7, 0.1, 0.7])
+    h = torch.tensor([2.0, 9.0, 3.0, 9.0, 9.0, 5.0, 9.0, 5.0])
+    h_ref = torch.tensor([2.0, 1.0, 4.0, 1.0, 1.0, 7.0, 1.0, 5.0])
+    bonus = stage_entropy_bonus(rewards, h, h_ref, 4, coeff=0.4)
+    # group 1: top rows 0 and 2, e = 1 and 1/2, mean 3/4 -> +0.1, -0.1; group 2: top rows 5 and 7, e = 1/5 and 1
+    expected = [0.1, 0.0, -0.1, 0.0, 0.0, 0.4 * (0.2 - 0.6), 0.0, 0.4 * (1.0 - 0.6)]
+    torch.testing.assert_close(bonus, torch.tensor(expected), atol=1e-6, rtol=0)
+    # a single top image gets no bonus (e minus its own mean)
+    assert stage_entropy_bonus(torch.tensor([1.0, 0.0]), torch.tensor([1.0, 5.0]), torch.tensor([3.0, 1.0]), 2).tolist() == [0.0, 0.0]
+
+
+def test_gcpo_janus_preset_turns_the_entropy_reward_on(tmp_path):
+    cfg = load_config(ROOT / "configs" / "gcpo_janus_pro_7b_geneval.yaml")
+    assert cfg.gcpo_entropy_reward == 0.4
+    from mmrl.policy_factory import needs_reference
+    from mmrl.trainer import Trainer
+    from tiny_world_fixtures import brightness_reward, dataset_for
+
+    run = load_config(None, dict(method="gcpo", family="janus", gcpo_entropy_reward=0.4, max_steps=1, num_generations=4,
+                                 per_device_train_batch_size=4, dynamic_sampling=False, output_dir=str(tmp_path),
+                                 progress_bar=False, save_steps=0, report_to=["jsonl"]))
+    assert needs_reference(run)
+
+    def ties(prompts, completions, **kw):  # two images tie for the maximum in every group
+        return [1.0, 1.0, 0.0, 0.5] * (len(completions) // 4)
+
+    t = Trainer(run, policy=adapter_class("janus").tiny(seed=0), dataset=dataset_for("janus"), reward_funcs=[ties])
+    t.policy.ref_model.requires_grad_(False)
+    with torch.no_grad():  # a different reference, so the entropies differ
+        for p in t.policy.ref_model.parameters():
+            p.mul_(3.0)
+    t.train()
+    r = t.buffer.rewards.view(-1, 4)
+    assert torch.equal(r[:, 2:], torch.tensor([[0.0, 0.5]]).expand_as(r[:, 2:]))  # only the top images move
+    torch.testing.assert_close(r[:, :2].sum(-1), torch.full((r.shape[0],), 2.0), atol=1e-6, rtol=0)  # bonuses sum to 0
+    assert bool((r[:, :2] != 1.0).any())
