@@ -97,7 +97,9 @@ class TrainConfig:
 
     # ---- generation ---------------------------------------------------------------------------------------
     max_prompt_length: int | None = None
-    """Prompts longer than this many tokens are truncated from the left; None keeps them whole."""
+    """Prompts longer than this many tokens (after the chat template) keep only their last max_prompt_length tokens
+    (TRL's / d1's left truncation; causal_lm and masked_diffusion); a longer VLM prompt raises (its image tokens
+    cannot be cut); Janus prompts are not limited. None keeps them whole."""
     max_completion_length: int = 256
     """Response tokens: max new tokens (AR families) or the generated span (masked diffusion). Janus generates its
     fixed number of image tokens."""

@@ -162,7 +162,9 @@ class VLMAdapter(CausalLMAdapter):
             messages = multimodal_messages(body, len(imgs))
             if negative:
                 messages = negative_prompt(messages, opts["negative_instruction"])
-            texts.append(self.processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **opts["chat_template_kwargs"]))
+            prefill = messages[-1].get("role") == "assistant"  # a pre-filled answer is continued (d1's <reasoning>)
+            texts.append(self.processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=not prefill,
+                                                            continue_final_message=prefill, **opts["chat_template_kwargs"]))
             images.extend(imgs)
             counts.append(len(imgs))
         batch = self.processor(text=texts, images=images or None, return_tensors="pt", padding=True, padding_side="left")

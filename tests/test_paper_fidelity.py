@@ -388,3 +388,11 @@ def test_gcpo_janus_preset_turns_the_entropy_reward_on(tmp_path):
     assert torch.equal(r[:, 2:], torch.tensor([[0.0, 0.5]]).expand_as(r[:, 2:]))  # only the top images move
     torch.testing.assert_close(r[:, :2].sum(-1), torch.full((r.shape[0],), 2.0), atol=1e-6, rtol=0)  # bonuses sum to 0
     assert bool((r[:, :2] != 1.0).any())
+
+
+def test_vlm_continues_a_prefilled_assistant_turn():
+    vlm = adapter_class("vlm").tiny(seed=0)
+    plain, _ = vlm.encode_prompts([[{"role": "user", "content": "2+2?"}]])
+    prefilled, _ = vlm.encode_prompts([d1_eval_prompt([{"role": "user", "content": "2+2?"}])])
+    tok = vlm.processor.tokenizer
+    assert tok.decode(prefilled[0]) == tok.decode(plain[0]) + "<reasoning>"
