@@ -2,9 +2,9 @@
 
     mmrl eval --family masked_diffusion --model runs/x/checkpoints/checkpoint-000100/model --task countdown --protocol d1
 
-`--protocol dmpo|d1` reproduces that paper's evaluation (`mmrl.evaluate`): greedy low-confidence decoding in blocks
-of 32, `<reasoning>` pre-filled after the chat template, Sudoku on the 256 seeded puzzles; steps = length (DMPO) or
-length / 2 (d1). `--protocol none` decodes the task's own test prompts, all rows, with steps = length.
+`--protocol dmpo|d1` reproduces that paper's evaluation (`mmrl.evaluate`): the authors' evaluation instructions,
+`<reasoning>` pre-filled after the chat template, greedy low-confidence decoding in blocks of 32, Sudoku on the 256
+seeded puzzles; steps = length (DMPO) or length / 2 (d1). `--protocol none` decodes the task's own test prompts, all rows, with steps = length.
 """
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
     from mmrl.models import load_policy
 
     task = load_task(args.task, args.dataset_path)
-    rows = task.test if args.protocol == "none" else protocol_rows(task.name, task.test)
+    rows = task.test if args.protocol == "none" else protocol_rows(task)
     rows = rows[: args.limit] if args.limit else rows
     if args.model.startswith("tiny-world:"):
         from mmrl.tiny_world.models import load_base_policy

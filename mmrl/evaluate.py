@@ -74,14 +74,18 @@ PROTOCOL_SUDOKU_ROWS = 256
 """d1 and DMPO score Sudoku on 256 of the 500 test puzzles (`subsample=256`, numpy seed 42)."""
 
 
-def protocol_rows(task_name: str, rows: Sequence[dict]) -> list[dict]:
-    """The test rows of a d1 / DMPO evaluation: d1's evaluation prompt (`<reasoning>` pre-filled after the chat
-    template, `mmrl.data.tasks.d1_eval_prompt`) and, for `sudoku`, the 256 puzzles the authors' scripts draw."""
+def protocol_rows(task, rows: Sequence[dict] | None = None) -> list[dict]:
+    """The test rows of a d1 / DMPO evaluation of `task` (a `mmrl.data.tasks.Task`; `rows` default to its test
+    split): the task's evaluation prompt (`Task.eval_prompt`, the authors' instructions) with `<reasoning>`
+    pre-filled after the chat template (`mmrl.data.tasks.d1_eval_prompt`) and, for `sudoku`, the 256 puzzles the
+    authors' scripts draw."""
     from mmrl.data.tasks import d1_eval_prompt, d1_sudoku_test
 
-    if task_name == "sudoku":
+    rows = task.test if rows is None else rows
+    if task.name == "sudoku":
         rows = d1_sudoku_test(PROTOCOL_SUDOKU_ROWS)
-    return [{**r, "prompt": d1_eval_prompt(r["prompt"])} for r in rows]
+    prompt = task.eval_prompt or (lambda r: r["prompt"])
+    return [{**r, "prompt": d1_eval_prompt(prompt(r))} for r in rows]
 
 
 @torch.no_grad()

@@ -396,3 +396,19 @@ def test_vlm_continues_a_prefilled_assistant_turn():
     prefilled, _ = vlm.encode_prompts([d1_eval_prompt([{"role": "user", "content": "2+2?"}])])
     tok = vlm.processor.tokenizer
     assert tok.decode(prefilled[0]) == tok.decode(plain[0]) + "<reasoning>"
+
+
+def test_protocol_rows_use_the_authors_evaluation_instructions(task_dirs):
+    from mmrl.evaluate import protocol_rows
+
+    # d1 eval/gsm8k.py, eval/math500.py: "Wrap the final answer in a \boxed{}", <answer> holds \boxed{...};
+    # eval/countdown.py: the expression in \boxed{}, question "Numbers: [...]\nTarget: ..."
+    gsm = protocol_rows(load_task("gsm8k", task_dirs["gsm8k"]))[0]["prompt"]
+    assert gsm[0]["role"] == "user" and "\\boxed{}" in gsm[0]["content"] and gsm[0]["content"].endswith("\n\nWhat is 4+4?")
+    assert gsm[1] == {"role": "assistant", "content": "<reasoning>"}
+    math = protocol_rows(load_task("math500", task_dirs["math500"]))[0]["prompt"]
+    assert math[0]["content"].endswith("\n\nCompute 1/4 + 1/4.") and "\\boxed{...}" in math[0]["content"]
+    cd = protocol_rows(load_task("countdown", task_dirs["countdown"]))
+    assert len(cd) == 256  # DMPO: subsample 256 of the 256 rows of countdown_cd3_test.jsonl
+    assert "\\boxed{}" in cd[0]["prompt"][0]["content"]
+    assert cd[0]["prompt"][0]["content"].endswith(f"\n\nNumbers: {cd[0]['numbers']}\nTarget: {cd[0]['target']}")

@@ -19,7 +19,7 @@ import random
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from mmrl.algorithms.registry import Registry
 
@@ -65,6 +65,9 @@ class Task:
     """The family the prompts are written for (text tasks fit causal_lm, vlm and masked_diffusion)."""
     info: dict = field(default_factory=dict)
     """Free-form facts about the split (sizes, sources)."""
+    eval_prompt: Callable[[dict], Any] | None = None
+    """The authors' evaluation prompt of a test row (d1's / DMPO's `eval/*.py` instructions, which ask for the final
+    answer in `\\boxed{}`, in mmrl's words), used by `mmrl eval --protocol d1|dmpo`; None = the row's own prompt."""
 
 
 TASKS = Registry("task")
@@ -142,6 +145,16 @@ def _hub_rows(repo: str, config: str | None, split: str) -> list[dict]:
 # ------------------------------------------------------------------------------------------------- GSM8K, MATH
 
 
+EVAL_FORMAT_INSTRUCTION = ("Solve the problem step by step and give the final answer in \\boxed{}. Respond in the following "
+                           "format:\n<reasoning>\n...\n</reasoning>\n<answer>\n\\boxed{...}\n</answer>")
+"""d1's / DMPO's GSM8K and MATH evaluation instruction (eval/gsm8k.py, eval/math500.py), in mmrl's words."""
+
+
+def boxed_eval_prompt(row: dict) -> list[dict]:
+    """The GSM8K / MATH evaluation prompt of a row with a `question` column."""
+    return user_message(f"{EVAL_FORMAT_INSTRUCTION}\n\n{row['question']}")
+
+
 def gsm8k_prompt(question: str) -> list[dict]:
     return user_message(f"{FORMAT_INSTRUCTION}\n{question.strip()}")
 
@@ -150,8 +163,9 @@ def gsm8k_prompt(question: str) -> list[dict]:
 def _gsm8k(dataset_path: str | None, seed: int) -> Task:
     files = _split_files(dataset_path, "gsm8k")
     train, test = (read_rows(files[0]), read_rows(files[1])) if files else (_hub_rows("openai/gsm8k", "main", "train"), _hub_rows("openai/gsm8k", "main", "test"))
-    conv = lambda r: {"prompt": gsm8k_prompt(r["question"]), "answer": r["answer"]}  # noqa: E731
-    return Task("gsm8k", [conv(r) for r in train], [conv(r) for r in test], ["gsm8k"], "gsm8k_accuracy")
+    conv = lambda r: {"prompt": gsm8k_prompt(r["question"]), "answer": r["answer"], "question": r["question"]}  # noqa: E731
+    return Task("gsm8k", [conv(r) for r in train], [conv(r) for r in test], ["gsm8k"], "gsm8k_accuracy",
+                eval_prompt=boxed_eval_prompt)
 
 
 def math_prompt(problem: str) -> list[dict]:
@@ -167,9 +181,10 @@ def _math500(dataset_path: str | None, seed: int) -> Task:
         train, test = _hub_rows("ankner/math-500", None, "train"), _hub_rows("HuggingFaceH4/MATH-500", None, "test")
 
     def conv(r):
-        return {"prompt": math_prompt(r["problem"]), "answer": r.get("solution") or r["answer"]}
+        return {"prompt": math_prompt(r["problem"]), "answer": r.get("solution") or r["answer"], "question": r["problem"]}
 
-    return Task("math500", [conv(r) for r in train], [conv(r) for r in test], ["math500"], "math500_accuracy")
+    return Task("math500", [conv(r) for r in train], [conv(r) for r in test], ["math500"], "math500_accuracy",
+                eval_prompt=boxed_eval_prompt)
 
 
 # --------------------------------------------------------------------------------------------- Countdown, Sudoku
@@ -178,6 +193,15 @@ def _math500(dataset_path: str | None, seed: int) -> Task:
 def countdown_prompt(numbers: list[int], target: int) -> list[dict]:
     return user_message(f"{FORMAT_INSTRUCTION}\nUsing only the numbers {numbers}, each exactly once, and the operations + - * /, "
                         f"write an expression that equals {target}. Put only the expression inside the <answer> tag.")
+
+
+def countdown_eval_prompt(row: dict) -> list[dict]:
+    """d1's / DMPO's Countdown evaluation prompt (eval/countdown.py: the expression in `\\boxed{}`, then
+    "Numbers: [...]" and "Target: ..."), in mmrl's words."""
+    return user_message("Write an arithmetic expression that equals the target number, using each given number exactly "
+                        "once and the operations + - * /. Reason step by step, then give only the expression inside "
+                        "\\boxed{}, without an equals sign or the target, e.g. \\boxed{a + b * c}.\n\n"
+                        f"Numbers: {list(row['numbers'])}\nTarget: {row['target']}")
 
 
 def countdown_row(numbers: list[int], target: int) -> dict:
@@ -203,7 +227,7 @@ def _countdown(dataset_path: str | None, seed: int) -> Task:
         train = [countdown_row(r["nums"], r["target"]) for r in rows[:-500]]  # d1 holds out the last 500
     test_keys = {(tuple(sorted(r["numbers"])), r["target"]) for r in test}
     train = [r for r in train if (tuple(sorted(r["numbers"])), r["target"]) not in test_keys]
-    return Task("countdown", train, test, ["countdown"], "countdown_accuracy")
+    return Task("countdown", train, test, ["countdown"], "countdown_accuracy", eval_prompt=countdown_eval_prompt)
 
 
 SUDOKU_RULES = ("Solve this 4x4 Sudoku. The puzzle is given as 16 digits read row by row, 0 marks an empty cell. Fill the "
