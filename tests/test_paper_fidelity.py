@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from mmrl.config import TrainConfig, _public_fields, load_config
+from mmrl.config import _public_fields, load_config
 from mmrl.data.tasks import REASONING_PREFILL, d1_eval_prompt, d1_sudoku_test, load_task
 from mmrl.models import adapter_class
 from mmrl.rewards import REWARDS
@@ -368,7 +368,7 @@ def test_gcpo_janus_preset_turns_the_entropy_reward_on(tmp_path):
     assert cfg.gcpo_entropy_reward == 0.4
     from mmrl.policy_factory import needs_reference
     from mmrl.trainer import Trainer
-    from tiny_world_fixtures import brightness_reward, dataset_for
+    from tiny_world_fixtures import dataset_for
 
     run = load_config(None, dict(method="gcpo", family="janus", gcpo_entropy_reward=0.4, max_steps=1, num_generations=4,
                                  per_device_train_batch_size=4, dynamic_sampling=False, output_dir=str(tmp_path),
