@@ -12,7 +12,7 @@ import sys
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     # name: (module, one-line help)
     "train": ("mmrl.train_cli", "train a policy with an RL method from a YAML preset and key=value overrides"),
-    "eval": ("mmrl.eval_cli", "accuracy of a checkpoint on a task's test split (d1's evaluation settings)"),
+    "eval": ("mmrl.eval_cli", "accuracy of a checkpoint on a task's test split (--protocol dmpo|d1)"),
     "quickstart": ("mmrl.tiny_world.quickstart", "the main job on a laptop CPU: DMPO on the tiny Sudoku model, before/after report"),
     "replicate": ("mmrl.tiny_world.replicate", "a paper's comparison at toy scale on the tiny world, over seeds (table and curves)"),
     "pretrain-tiny": ("mmrl.tiny_world.pretrain_cli", "build (pre-train) a tiny-world base model into the cache, or --list them"),

@@ -97,7 +97,9 @@ class TrainConfig:
 
     # ---- generation ---------------------------------------------------------------------------------------
     max_prompt_length: int | None = None
-    """Prompts longer than this many tokens are truncated from the left; None keeps them whole."""
+    """Prompts longer than this many tokens (after the chat template) keep only their last max_prompt_length tokens
+    (TRL's / d1's left truncation; causal_lm and masked_diffusion); a longer VLM prompt raises (its image tokens
+    cannot be cut); Janus prompts are not limited. None keeps them whole."""
     max_completion_length: int = 256
     """Response tokens: max new tokens (AR families) or the generated span (masked diffusion). Janus generates its
     fixed number of image tokens."""
@@ -157,8 +159,9 @@ class TrainConfig:
     dual_clip: float | None = None
     """Dual-clip bound c > 1 for negative advantages (verl `clip_ratio_c`); None = off."""
     loss_type: str = "dapo"
-    """Loss aggregation (TRL names): dapo (token mean), grpo (sequence mean of token means), dr_grpo (sum over
-    tokens / (N * max_completion_length))."""
+    """Loss aggregation (TRL names): dapo (token mean over the whole accumulated batch), bnpo (token mean of each
+    micro-batch, averaged over micro-batches: d1's diffu-GRPO), grpo (sequence mean of token means), dr_grpo (sum
+    over tokens / (N * max_completion_length))."""
     scale_rewards: str = "group"
     """Advantage scaling (TRL): group, batch or none."""
     mask_truncated_completions: bool = False
@@ -189,6 +192,10 @@ class TrainConfig:
     """GCPO rank-power: fraction of top tokens ..."""
     gcpo_target_mass: float = 0.8
     """... that carries this fraction of the weight."""
+    gcpo_entropy_reward: float = 0.0
+    """STAGE's entropy reward, which GCPO's text-to-image launch turns on with 0.4 (0 = off): among the responses of
+    maximal reward in a group, r_i += c (e_i - mean e), e_i = 1 / (1 + (H_ref,i - H_theta,i)^2) of the mean token
+    entropies (`mmrl.algorithms.entropy_reward`). Needs the reference model; any method can use it."""
 
     # ---- DGPO ---------------------------------------------------------------------------------------------
     dgpo_tau: float = 0.5
@@ -210,7 +217,8 @@ class TrainConfig:
     dmpo_coeff: float = 1.0
     """Proximal coefficient c in (0, 1] multiplying the log-weights."""
     dmpo_baseline: str = "individual"
-    """Weight baseline: none, group, individual (authors' code default) or model."""
+    """Weight baseline: none, group (paper eq. 13: 1/G), individual (authors' code default), model, or
+    micro_batch_mean (the authors' code's group baseline: the mean weight of each per-device micro-batch)."""
     dmpo_baseline_strength: float = 1.0
     """Strength lambda of the baseline: w_real = w - lambda * w_base."""
     dmpo_num_copies: int = 4
@@ -254,7 +262,8 @@ class TrainConfig:
     eval_limit: int | None = 256
     """Test rows used by the periodic evaluation (None = all)."""
     eval_generation: dict = field(default_factory=dict)
-    """Sampling options of the periodic evaluation; empty = d1's greedy settings for the family."""
+    """Sampling options of the periodic evaluation; empty = DMPO's greedy evaluation decoding for the family
+    (`mmrl.evaluate.dmpo_generation`: masked diffusion steps = max_completion_length)."""
     credit_steps: int = 0
     """Write token-credit pictures (HTML heatmaps, image overlays) every this many steps (0 = off)."""
     progress_bar: bool = True
@@ -295,8 +304,9 @@ METHOD_DEFAULTS: dict[str, dict[str, Any]] = {
     "dapo": {"loss_type": "dapo", "epsilon_high": 0.28, "dynamic_sampling": True, "overlong_penalty": True, "scale_rewards": "group"},
     # Dr.GRPO (Liu et al. 2025): no std scaling, sum over tokens / (N * T_max).
     "dr_grpo": {"loss_type": "dr_grpo", "scale_rewards": "none"},
-    # d1 / diffu-GRPO (Zhao et al. 2025): no std, clip 0.5, beta 0.04, mean-field log-probs with random masking.
-    "diffu_grpo": {"loss_type": "grpo", "scale_rewards": "none", "epsilon": 0.5, "beta": 0.04, "logprob_estimator": "mean_field"},
+    # d1 / diffu-GRPO (Zhao et al. 2025; d1's trainer on its pinned TRL): no std, clip 0.5, beta 0.04, mean-field
+    # log-probs with random masking, token mean of each micro-batch (d1's optimizer settings: the d1 preset).
+    "diffu_grpo": {"loss_type": "bnpo", "scale_rewards": "none", "epsilon": 0.5, "beta": 0.04, "logprob_estimator": "mean_field"},
     # GCPO (authors' VLM recipe on EasyR1): DAPO-style clip 0.2/0.28, dual clip 3, token mean, online filtering, no KL.
     "gcpo": {"loss_type": "dapo", "epsilon_high": 0.28, "dual_clip": 3.0, "dynamic_sampling": True, "beta": 0.0},
     # DGPO: PPO-clip on a DAPO base, no KL term.
@@ -495,7 +505,7 @@ def _validate(cfg: TrainConfig) -> list[str]:
     _one_of(e, cfg, "gcpo_normalization", ["rank_power", "cdf"])
     _one_of(e, cfg, "dgpo_policy", ["old", "current"])
     _one_of(e, cfg, "dmpo_loss", ["wdce", "wddo"])
-    _one_of(e, cfg, "dmpo_baseline", ["none", "group", "individual", "model"])
+    _one_of(e, cfg, "dmpo_baseline", ["none", "group", "individual", "model", "micro_batch_mean"])
     _one_of(e, cfg, "dmpo_target", ["reference", "behaviour"])
     if cfg.sampler is not None:
         from mmrl.models.masked_diffusion import SAMPLERS  # the adapter's list (imported only when a sampler is set)
@@ -568,6 +578,8 @@ def _validate(cfg: TrainConfig) -> list[str]:
         e.append(f"dmpo_min_mask_rate={cfg.dmpo_min_mask_rate} must be in [0, 1]")
     if not 0 < cfg.gcpo_top_fraction < 1 or not cfg.gcpo_top_fraction <= cfg.gcpo_target_mass < 1:
         e.append(f"gcpo_top_fraction={cfg.gcpo_top_fraction}, gcpo_target_mass={cfg.gcpo_target_mass}: need 0 < top_fraction <= target_mass < 1")
+    if cfg.gcpo_entropy_reward < 0:
+        e.append(f"gcpo_entropy_reward={cfg.gcpo_entropy_reward} must be >= 0 (0 = off; GCPO's T2I launch uses 0.4)")
     if not cfg.dgpo_tau > 0:
         e.append(f"dgpo_tau={cfg.dgpo_tau} must be > 0")
     if cfg.reward_weights is not None and cfg.reward_funcs and len(cfg.reward_weights) != len(cfg.reward_funcs):

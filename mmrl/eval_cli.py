@@ -1,6 +1,10 @@
-"""`mmrl eval`: accuracy of a checkpoint on a task's test split, with d1's evaluation settings by default.
+"""`mmrl eval`: accuracy of a checkpoint on a task's test split, with DMPO's (default) or d1's evaluation protocol.
 
-    mmrl eval --family masked_diffusion --model runs/x/checkpoints/checkpoint-000100/model --task countdown
+    mmrl eval --family masked_diffusion --model runs/x/checkpoints/checkpoint-000100/model --task countdown --protocol d1
+
+`--protocol dmpo|d1` reproduces that paper's evaluation (`mmrl.evaluate`): the authors' evaluation instructions,
+`<reasoning>` pre-filled after the chat template, greedy low-confidence decoding in blocks of 32, Sudoku on the 256
+seeded puzzles; steps = length (DMPO) or length / 2 (d1). `--protocol none` decodes the task's own test prompts, all rows, with steps = length.
 """
 from __future__ import annotations
 
@@ -15,7 +19,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--limit", type=int, default=None, help="evaluate only the first N test rows")
     parser.add_argument("--gen-length", type=int, default=256, help="generation length (d1: 128, 256 or 512)")
     parser.add_argument("--block-length", type=int, default=32, help="masked diffusion block length (d1: 32)")
-    parser.add_argument("--steps", type=int, default=None, help="masked diffusion steps (d1 eval: = gen length)")
+    parser.add_argument("--protocol", default="dmpo", choices=["dmpo", "d1", "none"],
+                        help="evaluation protocol: dmpo (steps = length), d1 (steps = length / 2), both with <reasoning> "
+                             "pre-filled and 256 seeded Sudoku rows; none: the task's test prompts as they are")
+    parser.add_argument("--steps", type=int, default=None, help="masked diffusion steps (default: the protocol's)")
     parser.add_argument("--sampler", default=None, help="masked diffusion sampler (default low_confidence)")
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--trust-remote-code", action="store_true", help="allow checkpoints with their own modeling code")
@@ -24,11 +31,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from mmrl.data.tasks import load_task
-    from mmrl.evaluate import d1_generation, evaluate, write_result
+    from mmrl.evaluate import dmpo_generation, evaluate, protocol_generation, protocol_rows, write_result
     from mmrl.models import load_policy
 
     task = load_task(args.task, args.dataset_path)
-    rows = task.test[: args.limit] if args.limit else task.test
+    rows = task.test if args.protocol == "none" else protocol_rows(task)
+    rows = rows[: args.limit] if args.limit else rows
     from mmrl.policy_factory import model_source
 
     source = model_source(args.model)
@@ -36,7 +44,10 @@ def run(args: argparse.Namespace) -> int:
         policy = source(args.model.split(":", 1)[1], family=args.family)
     else:
         policy = load_policy(args.family, args.model, trust_remote_code=args.trust_remote_code)
-    gen = d1_generation(args.family, args.gen_length, args.block_length, args.steps)
+    if args.protocol == "none":
+        gen = dmpo_generation(args.family, args.gen_length, args.block_length, args.steps)
+    else:
+        gen = protocol_generation(args.protocol, args.family, args.gen_length, args.block_length, args.steps)
     if args.sampler:
         gen["sampler"] = args.sampler
     gen = {k: v for k, v in gen.items() if k in getattr(policy, "generation_defaults", gen)}

@@ -1,9 +1,12 @@
-"""Accuracy of a policy on a task's test rows, with d1's evaluation settings by default.
+"""Accuracy of a policy on a task's test rows, with the d1 or DMPO evaluation protocol.
 
-d1 / DMPO evaluation (reference notes `dmpo_dllm.md` 1.7): masked-diffusion models decode greedily (temperature 0)
-with low-confidence remasking, semi-autoregressive blocks of 32 and steps = generation length; Sudoku is scored by
-cell accuracy aggregated over all puzzles (correct blank cells / all blank cells), the other tasks by the mean
-correctness. Autoregressive text models decode greedily (top-k 1).
+Both protocols (authors' code: dllm-reasoning/d1 eval/eval.py, yuchen-zhu-zyc/DMPO eval/eval.py; reference notes
+`dmpo_dllm.md` 1.7) decode masked-diffusion models greedily (temperature 0) with low-confidence remasking and
+semi-autoregressive blocks of 32, after the chat template with the assistant turn pre-filled with `<reasoning>`, and
+score Sudoku on 256 of d1's 500 test puzzles drawn with numpy seed 42. They differ in the number of denoising steps:
+d1 uses half the generation length (`d1_generation`), DMPO the full length (`--full_steps`, `dmpo_generation`).
+Sudoku is scored by cell accuracy aggregated over all puzzles (correct blank cells / all blank cells), the other
+tasks by the mean 1 / 0 correctness. Autoregressive text models decode greedily (top-k 1).
 """
 from __future__ import annotations
 
@@ -34,14 +37,55 @@ class EvalResult:
         return d
 
 
-def d1_generation(family: str, gen_length: int = 256, block_length: int = 32, steps: int | None = None) -> dict[str, Any]:
-    """d1's evaluation decoding for a family (greedy)."""
+def _greedy_generation(family: str, gen_length: int, block_length: int, steps: int) -> dict[str, Any]:
     if family == "masked_diffusion":
-        return {"gen_length": gen_length, "block_length": block_length, "steps": steps or gen_length, "temperature": 0.0,
+        return {"gen_length": gen_length, "block_length": block_length, "steps": steps, "temperature": 0.0,
                 "sampler": "low_confidence"}
     if family in ("causal_lm", "vlm"):
         return {"max_new_tokens": gen_length, "temperature": 1.0, "top_k": 1}
     return {}
+
+
+def d1_generation(family: str, gen_length: int = 256, block_length: int = 32, steps: int | None = None) -> dict[str, Any]:
+    """d1's evaluation decoding for a family (greedy; masked diffusion: steps = gen_length / 2 unless given, as d1's
+    `eval.py` sets `diffusion_steps = gen_length // 2`)."""
+    return _greedy_generation(family, gen_length, block_length, steps or max(1, gen_length // 2))
+
+
+def dmpo_generation(family: str, gen_length: int = 256, block_length: int = 32, steps: int | None = None) -> dict[str, Any]:
+    """DMPO's evaluation decoding (greedy; masked diffusion: steps = gen_length unless given, DMPO's `--full_steps`)."""
+    return _greedy_generation(family, gen_length, block_length, steps or gen_length)
+
+
+PROTOCOLS = {"d1": d1_generation, "dmpo": dmpo_generation}
+"""Evaluation protocols by name: each gives the decoding options; both pre-fill `<reasoning>` and use the 256
+seeded Sudoku rows (`protocol_rows`)."""
+
+
+def protocol_generation(protocol: str, family: str, gen_length: int = 256, block_length: int = 32,
+                        steps: int | None = None) -> dict[str, Any]:
+    """The decoding options of `protocol` ("d1" or "dmpo"; unknown names raise listing them)."""
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"unknown evaluation protocol {protocol!r}; valid: {sorted(PROTOCOLS)}")
+    return PROTOCOLS[protocol](family, gen_length, block_length, steps)
+
+
+PROTOCOL_SUDOKU_ROWS = 256
+"""d1 and DMPO score Sudoku on 256 of the 500 test puzzles (`subsample=256`, numpy seed 42)."""
+
+
+def protocol_rows(task, rows: Sequence[dict] | None = None) -> list[dict]:
+    """The test rows of a d1 / DMPO evaluation of `task` (a `mmrl.data.tasks.Task`; `rows` default to its test
+    split): the task's evaluation prompt (`Task.eval_prompt`, the authors' instructions) with `<reasoning>`
+    pre-filled after the chat template (`mmrl.data.tasks.d1_eval_prompt`) and, for `sudoku`, the 256 puzzles the
+    authors' scripts draw."""
+    from mmrl.data.tasks import d1_eval_prompt, d1_sudoku_test
+
+    rows = task.test if rows is None else rows
+    if task.name == "sudoku":
+        rows = d1_sudoku_test(PROTOCOL_SUDOKU_ROWS)
+    prompt = task.eval_prompt or (lambda r: r["prompt"])
+    return [{**r, "prompt": d1_eval_prompt(prompt(r))} for r in rows]
 
 
 @torch.no_grad()

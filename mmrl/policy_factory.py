@@ -12,10 +12,11 @@ from mmrl.config import TrainConfig
 
 
 def needs_reference(cfg: TrainConfig) -> bool:
-    """Whether the method needs a frozen reference model (KL term, DGPO's deviation, DMPO's target)."""
+    """Whether the method needs a frozen reference model (KL term, DGPO's deviation, DMPO's target, the entropy
+    reward's reference entropies)."""
     from mmrl.methods import method_class
 
-    return method_class(cfg.method).needs_reference(cfg)
+    return method_class(cfg.method).needs_reference(cfg) or cfg.gcpo_entropy_reward > 0  # the entropy reward's H_ref
 
 
 def generation_options(cfg: TrainConfig) -> dict[str, Any]:

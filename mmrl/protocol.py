@@ -8,7 +8,7 @@ The trainer and the algorithms talk to a model only through these methods (docs/
   the positive prompt or the negative condition, with optional per-token distribution statistics against the
   reference model (or the negative condition) computed in chunks in the same pass. Masked-diffusion adapters
   return the d1 mean-field or the ELBO estimate.
-- `forward_noise(rollout, num_copies, generator) -> NoisedBatch` and `denoise_logprob(noised) -> [R, N, T]`:
+- `forward_noise(rollout, num_copies, generator, *, min_rate) -> NoisedBatch` and `denoise_logprob(noised) -> [R, N, T]`:
   the masked copies WDCE trains on and their log-probs (autoregressive adapters: the clean sequence, R = 1, so
   WDCE becomes weighted NLL).
 
@@ -186,8 +186,10 @@ class Policy(Protocol):
         """
         ...
 
-    def forward_noise(self, rollout: Rollout, num_copies: int, generator: torch.Generator | None = None) -> NoisedBatch:
-        """Noised copies of the rollout for WDCE (identity with R = 1 for autoregressive models)."""
+    def forward_noise(self, rollout: Rollout, num_copies: int, generator: torch.Generator | None = None, *,
+                      min_rate: float | None = None) -> NoisedBatch:
+        """Noised copies of the rollout for WDCE (identity with R = 1 for autoregressive models, which ignore
+        `min_rate`, the lower end of the masked-diffusion mask rate)."""
         ...
 
     def denoise_logprob(self, noised: NoisedBatch, *, use_reference: bool = False) -> torch.Tensor:

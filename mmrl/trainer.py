@@ -36,6 +36,7 @@ from mmrl.config import TrainConfig
 from mmrl.faults import fault_point
 from mmrl.metrics_log import MetricLogger
 from mmrl.methods import METHODS, MicroBatch, behaviour_is_current
+from mmrl.methods.gcpo import stage_entropy_reward
 from mmrl.models import adapter_class
 from mmrl.models.base import is_peft_model
 from mmrl.policy_factory import apply_lora, build_policy, estimator_options, generation_options, needs_reference, set_generation_defaults
@@ -197,10 +198,10 @@ class Trainer:
 
     def evaluate(self) -> dict[str, float]:
         """Accuracy on the evaluation rows (each process scores its share; the mean is over all of them)."""
-        from mmrl.evaluate import d1_generation, evaluate
+        from mmrl.evaluate import dmpo_generation, evaluate
 
         cfg = self.cfg
-        gen = dict(cfg.eval_generation) or d1_generation(cfg.family, cfg.max_completion_length, cfg.block_length, None)
+        gen = dict(cfg.eval_generation) or dmpo_generation(cfg.family, cfg.max_completion_length, cfg.block_length, None)
         known = getattr(self.policy, "generation_defaults", {})
         gen = {k: v for k, v in gen.items() if k in known}
         rows = self.eval_dataset[self.rank :: self.world]
@@ -274,6 +275,11 @@ class Trainer:
         if rollout.num_groups > need:  # refills may overshoot: keep whole groups only
             rollout = rollout.select(torch.arange(need * G))
             rewards = rewards[: need * G]
+        if cfg.gcpo_entropy_reward > 0:  # STAGE's entropy reward (GCPO T2I): before the advantages
+            est = estimator_options(cfg, derived_seed(cfg.seed, "entropy_reward", self.rollout_index))
+            bonus = stage_entropy_reward(policy, rollout, rewards, cfg, self._micro_batches, est)
+            rewards = rewards + bonus
+            reward_logs.setdefault("rewards/entropy_bonus/abs_mean", []).append(float(bonus.abs().mean()))
         t_sampled = time.perf_counter()
         # 4. advantages (weight-based methods such as DMPO keep them for logging only)
         advantages = self._advantages(rewards.to(self.accelerator.device))

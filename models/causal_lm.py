@@ -30,6 +30,7 @@ import torch
 
 from mmrl.algorithms.distributions import STATS
 from mmrl.models.base import BaseAdapter, is_peft_model, left_pad, mask_through_first_eos, score_logits, unwrap
+from mmrl.models.prompts import check_max_prompt_length, render_chat, truncate_left
 from mmrl.models.sampling import row_seeds, row_uniforms, sample_next_tokens
 from mmrl.protocol import DEFAULT_NEGATIVE_INSTRUCTION, NoisedBatch, Rollout, TokenScores
 
@@ -45,11 +46,13 @@ GENERATION_DEFAULTS: dict[str, Any] = {
     "pad_token_id": None,
     "negative_instruction": DEFAULT_NEGATIVE_INSTRUCTION,
     "chat_template_kwargs": {},
+    "max_prompt_length": None,
 }
 """Sampling options and their defaults. `eos_token_id` (int or list) defaults to the union of the model's
 generation config and the tokenizer's EOS ids; `pad_token_id` to the tokenizer's, then the generation config's,
 then the first EOS id. `top_k = 0` and `top_p = 1` disable those filters. `chat_template_kwargs` are passed to
-`apply_chat_template` (e.g. `{"enable_thinking": False}`)."""
+`apply_chat_template` (e.g. `{"enable_thinking": False}`). `max_prompt_length` keeps the last that many prompt tokens
+(TRL's left truncation; None keeps them all)."""
 
 IGNORED_ESTIMATOR_OPTIONS = ("estimator", "mask_seed", "num_copies")
 """Masked-diffusion estimator options that `logprob` accepts and ignores: an autoregressive log-prob is exact."""
@@ -191,7 +194,7 @@ class CausalLMAdapter(BaseAdapter):
     @classmethod
     def generation_options(cls, cfg) -> dict[str, Any]:
         return {"max_new_tokens": cfg.max_completion_length, "temperature": cfg.temperature, "top_p": cfg.top_p,
-                "top_k": cfg.top_k, "negative_instruction": cfg.negative_instruction}
+                "top_k": cfg.top_k, "negative_instruction": cfg.negative_instruction, "max_prompt_length": cfg.max_prompt_length}
 
     def __init__(self, model: torch.nn.Module, tokenizer, *, ref_model: torch.nn.Module | None = None, **generation_defaults: Any):
         super().__init__(model, ref_model=ref_model)
@@ -257,6 +260,7 @@ class CausalLMAdapter(BaseAdapter):
             raise ValueError(f"negative_instruction must be a non-empty string, got {out['negative_instruction']!r}")
         if not isinstance(out["chat_template_kwargs"], dict):
             raise ValueError(f"chat_template_kwargs must be a dict, got {type(out['chat_template_kwargs']).__name__}")
+        check_max_prompt_length(out["max_prompt_length"])
         return out
 
     # ------------------------------------------------------------------ prompts
@@ -266,10 +270,8 @@ class CausalLMAdapter(BaseAdapter):
         if isinstance(prompt, str):
             return list(self.tokenizer(prompt)["input_ids"])
         if is_chat(prompt):
-            ids = self.tokenizer.apply_chat_template(list(prompt), tokenize=True, add_generation_prompt=True, **opts["chat_template_kwargs"])
-            if isinstance(ids, dict) or hasattr(ids, "keys"):  # transformers 5 returns a BatchEncoding
-                ids = ids["input_ids"]
-            return [int(i) for i in ids]
+            text = render_chat(self.tokenizer, prompt, **opts["chat_template_kwargs"])
+            return [int(i) for i in self.tokenizer(text, add_special_tokens=False)["input_ids"]]
         raise TypeError(
             f"a {self.family} prompt must be a string or a list of chat messages "
             f"([{{'role': 'user', 'content': ...}}, ...]), got {type(prompt).__name__}: {prompt!r:.80}"
@@ -284,7 +286,7 @@ class CausalLMAdapter(BaseAdapter):
         opts = self._check_options({**self.generation_defaults, **generation})
         if negative:
             prompts = [negative_prompt(p, opts["negative_instruction"]) for p in prompts]
-        ids = [self._prompt_ids(p, opts) for p in prompts]
+        ids = [truncate_left(self._prompt_ids(p, opts), opts["max_prompt_length"]) for p in prompts]
         empty = [i for i, x in enumerate(ids) if not x]
         if empty:
             raise ValueError(f"prompts {empty} encode to no tokens; every prompt needs at least one token")
@@ -521,7 +523,8 @@ class CausalLMAdapter(BaseAdapter):
                         other = self._response_logits(m, neg_ids, neg_mask, resp, resp_mask, rollout.extras)  # [N, T, V]
         return score_logits(logits, resp, resp_mask, temperature=temperature, other_logits=other, stats=stats)
 
-    def forward_noise(self, rollout: Rollout, num_copies: int = 1, generator: torch.Generator | None = None) -> NoisedBatch:
+    def forward_noise(self, rollout: Rollout, num_copies: int = 1, generator: torch.Generator | None = None, *,
+                      min_rate: float | None = None) -> NoisedBatch:
         """The clean sequence, R = 1 whatever `num_copies` asks (an autoregressive model has no masking noise), so
         WDCE becomes the weighted sequence NLL: noise_mask = response_mask, n_masked = rates = 1."""
         if not isinstance(num_copies, int) or num_copies < 1:

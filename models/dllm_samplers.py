@@ -197,7 +197,10 @@ class _BlockLogits:
         self.mask_id = mask_id
         self.mode = cache if cache and supports_prefix_cache(logits_fn) else None
         if cache and self.mode is None:
-            warnings.warn("this backbone offers no KV cache; decoding without it", stacklevel=3)
+            kind = getattr(logits_fn, "kind", "this")
+            warnings.warn(f"the {kind} backbone offers no KV cache (LLaDA's and Dream's own modeling code have none): "
+                          f"decoding without it, every step a full forward over the prompt and the whole generated span",
+                          stacklevel=3)
         has_dual = callable(getattr(logits_fn, "block", None)) and getattr(logits_fn, "supports_dual_cache", False)
         if self.mode == "dual" and not has_dual:
             warnings.warn("this backbone offers no dual cache; using the prefix cache", stacklevel=3)

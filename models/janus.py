@@ -578,7 +578,7 @@ class JanusAdapter(BaseAdapter):
 
     # ------------------------------------------------------------------ WDCE hooks (identity for AR models)
     def forward_noise(
-        self, rollout: Rollout, num_copies: int = 1, generator: torch.Generator | None = None
+        self, rollout: Rollout, num_copies: int = 1, generator: torch.Generator | None = None, *, min_rate: float | None = None
     ) -> NoisedBatch:
         """The clean sequence, R = 1 (autoregressive: WDCE becomes the weighted sequence NLL)."""
         n, t = rollout.response_ids.shape

@@ -60,6 +60,7 @@ import torch
 from einops import rearrange
 
 from mmrl.algorithms.distributions import STATS
+from mmrl.algorithms.dmpo import DEFAULT_MIN_MASK_RATE
 from mmrl.models.base import (
     BaseAdapter,
     left_pad,
@@ -89,6 +90,7 @@ from mmrl.models.dllm_samplers import (
     generate_random_order,
     generate_threshold,
 )
+from mmrl.models.prompts import check_max_prompt_length, render_chat, truncate_left
 from mmrl.protocol import DEFAULT_NEGATIVE_INSTRUCTION, NoisedBatch, Rollout, TokenScores
 
 SAMPLERS = ("low_confidence", "random", *DREAM_ORDERS, "threshold", "threshold_cache", "random_order")
@@ -96,6 +98,7 @@ ESTIMATORS = ("mean_field", "elbo", "exact")
 PADDING_MODES = ("fold", "drop")
 GENERATION_KEYS = (
     "sampler", "gen_length", "block_length", "steps", "temperature", "threshold", "top_p", "cache", "negative_instruction",
+    "max_prompt_length",
 )
 DEFAULT_GENERATION = {
     "sampler": "low_confidence",
@@ -107,6 +110,7 @@ DEFAULT_GENERATION = {
     "top_p": None,
     "cache": None,
     "negative_instruction": DEFAULT_NEGATIVE_INSTRUCTION,
+    "max_prompt_length": None,
 }
 ADAPTER_FILE = "mmrl_adapter.json"
 _ADAPTER_KEYS = ("mask_token_id", "eos_token_ids", "pad_token_id", "shift_logits")
@@ -151,7 +155,8 @@ class MaskedDiffusionAdapter(BaseAdapter):
     def generation_options(cls, cfg) -> dict[str, Any]:
         steps = cfg.diffusion_steps or max(1, cfg.max_completion_length // 2)
         opts = {"gen_length": cfg.max_completion_length, "block_length": cfg.block_length, "steps": steps,
-                "temperature": cfg.temperature, "threshold": cfg.threshold, "negative_instruction": cfg.negative_instruction}
+                "temperature": cfg.temperature, "threshold": cfg.threshold, "negative_instruction": cfg.negative_instruction,
+                "max_prompt_length": cfg.max_prompt_length}
         if cfg.sampler is not None:
             opts["sampler"] = cfg.sampler
         if cfg.diffusion_cache is not None:
@@ -251,6 +256,7 @@ class MaskedDiffusionAdapter(BaseAdapter):
             raise ValueError(f"negative_instruction must be a non-empty string, got {ni!r}")
         if opts["cache"] not in CACHE_MODES:
             raise ValueError(f"unknown cache {opts['cache']!r}; valid: {list(CACHE_MODES)}")
+        check_max_prompt_length(opts["max_prompt_length"])
         if opts["sampler"] == "random_order" and opts["cache"]:
             raise ValueError("sampler='random_order' records exact log-probs and cannot use the approximate prefix cache")
         return opts
@@ -278,7 +284,7 @@ class MaskedDiffusionAdapter(BaseAdapter):
         if isinstance(prompt, str):
             return prompt
         if isinstance(prompt, (list, tuple)) and prompt and all(isinstance(m, dict) for m in prompt):
-            return self.tokenizer.apply_chat_template(list(prompt), tokenize=False, add_generation_prompt=True)
+            return render_chat(self.tokenizer, prompt)
         raise TypeError(
             f"a masked-diffusion prompt must be a string or a list of chat messages (dicts), got {type(prompt).__name__}"
         )
@@ -301,10 +307,12 @@ class MaskedDiffusionAdapter(BaseAdapter):
             return msgs
         return self._prompt_text(prompt)  # raises the type error
 
-    def encode_prompts(self, prompts: Sequence) -> tuple[torch.Tensor, torch.Tensor]:
+    def encode_prompts(self, prompts: Sequence, max_prompt_length: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Left-padded (ids [N, P], mask [N, P]) of prompts (strings tokenized without added special tokens; chat
-        messages through the tokenizer's chat template with the generation prompt)."""
-        ids = [self.tokenizer(self._prompt_text(p), add_special_tokens=False)["input_ids"] for p in prompts]
+        messages through the tokenizer's chat template with the generation prompt, `models.prompts.render_chat`),
+        each cut to its last `max_prompt_length` tokens (default: the generation default; None keeps all)."""
+        limit = check_max_prompt_length(max_prompt_length if max_prompt_length is not None else self.generation_defaults["max_prompt_length"])
+        ids = [truncate_left(self.tokenizer(self._prompt_text(p), add_special_tokens=False)["input_ids"], limit) for p in prompts]
         for p, row in zip(prompts, ids):
             if self.mask_token_id in row:
                 raise ValueError(f"prompt {p!r} contains the mask token")
@@ -424,8 +432,8 @@ class MaskedDiffusionAdapter(BaseAdapter):
         if not isinstance(prompts, (list, tuple)) or len(prompts) == 0:
             raise ValueError(f"prompts must be a non-empty list, got {prompts!r}")
         rep = [p for p in prompts for _ in range(group_size)]
-        prompt_ids, prompt_mask = self.encode_prompts(rep)
         opts = {**self.generation_defaults, **generation}
+        prompt_ids, prompt_mask = self.encode_prompts(rep, opts["max_prompt_length"])
         init = self.response_templates(rep, opts["gen_length"])  # [N, T] or None
         out = self.generate(prompt_ids, prompt_mask, generator=generator, seeds=seeds, init=init, **generation)
         p = prompt_ids.shape[1]
@@ -434,7 +442,7 @@ class MaskedDiffusionAdapter(BaseAdapter):
         # the response tokens the policy chose: through the first EOS, without the given (infilled) ones
         fixed = init != self.mask_token_id if init is not None else None  # [N, T]
         response_mask = span_mask & ~fixed if fixed is not None else span_mask
-        neg_ids, neg_mask = self.encode_prompts([self.negative_prompt(x, opts["negative_instruction"]) for x in rep])
+        neg_ids, neg_mask = self.encode_prompts([self.negative_prompt(x, opts["negative_instruction"]) for x in rep], opts["max_prompt_length"])
         extras = {"sampler": opts["sampler"], "temperature": float(opts["temperature"]), "nfe": out["nfe"]}
         if fixed is not None:
             extras["fixed"] = fixed
@@ -647,8 +655,10 @@ class MaskedDiffusionAdapter(BaseAdapter):
         )
 
     # ------------------------------------------------------------------------------------------ WDCE
-    def forward_noise(self, rollout: Rollout, num_copies: int, generator: torch.Generator | None = None) -> NoisedBatch:
-        """R masked copies of each response for WDCE (`mmrl.algorithms.antithetic_masks`, antithetic when R is even).
+    def forward_noise(self, rollout: Rollout, num_copies: int, generator: torch.Generator | None = None, *,
+                      min_rate: float = DEFAULT_MIN_MASK_RATE) -> NoisedBatch:
+        """R masked copies of each response for WDCE (`mmrl.algorithms.antithetic_masks`, antithetic when R is even),
+        mask rates `min_rate + (1 - min_rate) U` (the config's `dmpo_min_mask_rate`).
 
         The whole generated span is maskable (DMPO masks post-EOS padding too, `loss_mask_non_eos=False`) except
         positions given by a response template (infilling); the prompt is never masked. Copy r of response i is row `r*N + i`; `extras["targets"]` holds the clean
@@ -662,10 +672,11 @@ class MaskedDiffusionAdapter(BaseAdapter):
         fixed = self._fixed(rollout)
         maskable = torch.ones_like(resp, dtype=torch.bool) if fixed is None else ~fixed  # [N, T] given positions never
         if generator is not None and generator.device != resp.device:
-            masked, rates = antithetic_masks(maskable.to(generator.device), num_copies, generator, antithetic=num_copies % 2 == 0)
+            masked, rates = antithetic_masks(maskable.to(generator.device), num_copies, generator, min_rate=min_rate,
+                                             antithetic=num_copies % 2 == 0)
             masked, rates = masked.to(resp.device), rates.to(resp.device)
         else:
-            masked, rates = antithetic_masks(maskable, num_copies, generator, antithetic=num_copies % 2 == 0)
+            masked, rates = antithetic_masks(maskable, num_copies, generator, min_rate=min_rate, antithetic=num_copies % 2 == 0)
         resp_copies = torch.where(masked, torch.full_like(masked, self.mask_token_id, dtype=resp.dtype), resp[None])  # [R, N, T]
         prompt = rollout.prompt_ids[None].expand(num_copies, -1, -1)  # [R, N, P]
         ids = rearrange(torch.cat([prompt, resp_copies], dim=-1), "r n l -> (r n) l")  # [R*N, P+T]

@@ -163,11 +163,18 @@ class VLMAdapter(CausalLMAdapter):
             messages = multimodal_messages(body, len(imgs))
             if negative:
                 messages = negative_prompt(messages, opts["negative_instruction"])
-            texts.append(self.processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **opts["chat_template_kwargs"]))
+            prefill = messages[-1].get("role") == "assistant"  # a pre-filled answer is continued (d1's <reasoning>)
+            texts.append(self.processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=not prefill,
+                                                            continue_final_message=prefill, **opts["chat_template_kwargs"]))
             images.extend(imgs)
             counts.append(len(imgs))
         batch = self.processor(text=texts, images=images or None, return_tensors="pt", padding=True, padding_side="left")
         ids = [row[m.bool()].tolist() for row, m in zip(batch["input_ids"], batch["attention_mask"])]
+        limit = opts["max_prompt_length"]
+        too_long = [(b, len(x)) for b, x in enumerate(ids) if limit is not None and len(x) > limit]
+        if too_long:  # cutting from the left would cut image placeholders away from their pixels
+            raise ValueError(f"prompts (index, tokens) {too_long[:5]} are longer than max_prompt_length={limit} with their "
+                             "image tokens; a multimodal prompt cannot be truncated, raise max_prompt_length or drop them")
         pixel_values: list = [None] * len(prompts)
         grids: list = [None] * len(prompts)
         if images:

@@ -169,3 +169,44 @@ def countdown(prompts, completions, target, numbers, **kwargs) -> list[float]:
     """d1's Countdown reward: 1.0 / 0.1 / 0 (see `countdown_score`); columns `target` and `numbers`
     (a list of ints or "a,b,c")."""
     return [countdown_score(completion_text(c), _numbers(n), float(t)) for c, n, t in zip(completions, numbers, target)]
+
+
+_LATEX_OPERATORS = {"\\div": "/", "\\times": "*", "\\cdot": "*"}
+_EQUATION_LHS = re.compile(r"([0-9+\-*/() ]+)=[0-9. ]+")
+
+
+def eval_expression(text: str) -> str:
+    """The expression the authors' Countdown evaluation reads (d1 / DMPO `eval/parse_and_get_acc.py`,
+    `parse_countdown_answers`): the last `\\boxed{}`, else the first <answer>...</answer>, else the whole text; LaTeX
+    operators replaced by + - * /, and of "expr = value" only the left-hand side."""
+    from mmrl.rewards.text_math import last_boxed
+
+    boxed = last_boxed(text)
+    if boxed is not None:
+        equation = boxed
+    else:
+        m = _ANSWER.search(text)
+        equation = m.group(1).strip() if m else text
+    for latex, op in _LATEX_OPERATORS.items():
+        equation = equation.replace(latex, op)
+    lhs = _EQUATION_LHS.search(equation)
+    return lhs.group(1).strip() if lhs else equation
+
+
+def countdown_correct(text: str, numbers: Sequence[int], target: float) -> float:
+    """1.0 if `eval_expression(text)` uses exactly `numbers` and evaluates within 1e-5 of `target`, else 0.0."""
+    equation = eval_expression(text)
+    if not uses_numbers(equation, numbers):
+        return 0.0
+    value = evaluate_arithmetic(equation)
+    try:
+        return 1.0 if value is not None and abs(value - target) < 1e-5 else 0.0
+    except OverflowError:
+        return 0.0
+
+
+@REWARDS.register("countdown_accuracy")
+def countdown_accuracy(prompts, completions, target, numbers, **kwargs) -> list[float]:
+    """The Countdown evaluation metric: 1.0 for a correct expression (`countdown_correct`), else 0.0 (the training
+    reward `countdown` gives 0.1 to a wrong tagged answer)."""
+    return [countdown_correct(completion_text(c), _numbers(n), float(t)) for c, n, t in zip(completions, numbers, target)]

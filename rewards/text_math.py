@@ -115,8 +115,15 @@ def d1_xmlcount(text: str) -> float:
     return score
 
 
-_SOFT = re.compile(r"<reasoning>.*?</reasoning>\s*<answer>.*?</answer>", re.DOTALL)
-_STRICT = re.compile(r"^<reasoning>\n.*?\n</reasoning>\n<answer>\n.*?\n</answer>\n$", re.DOTALL)
+_SOFT_PATTERN = r"<reasoning>.*?</reasoning>\s*<answer>.*?</answer>"
+_STRICT_PATTERN = r"^<reasoning>\n.*?\n</reasoning>\n<answer>\n.*?\n</answer>\n$"
+_SOFT = re.compile(_SOFT_PATTERN)
+_STRICT = re.compile(_STRICT_PATTERN)
+"""d1's format patterns as d1 uses them: `re.match` without `re.DOTALL`, so "." stops at a newline and reasoning
+that spans several lines matches neither (authors' code: dllm-reasoning/d1 diffu-grpo/reward_func.py)."""
+_SOFT_MULTILINE = re.compile(_SOFT_PATTERN, re.DOTALL)
+_STRICT_MULTILINE = re.compile(_STRICT_PATTERN, re.DOTALL)
+"""The same patterns with `re.DOTALL` (multi-line reasoning and answers match): the `*_multiline` rewards."""
 
 
 @REWARDS.register("gsm8k_xmlcount")
@@ -127,14 +134,30 @@ def gsm8k_xmlcount(prompts, completions, **kwargs) -> list[float]:
 
 @REWARDS.register("gsm8k_soft_format")
 def gsm8k_soft_format(prompts, completions, **kwargs) -> list[float]:
-    """d1 `soft_format_reward_func`: 0.5 if the completion starts with <reasoning>...</reasoning> <answer>...</answer>."""
+    """d1 `soft_format_reward_func`: 0.5 if the completion starts with <reasoning>...</reasoning> <answer>...</answer>
+    with no newline inside either tag pair (d1's `re.match` without `re.DOTALL`; `gsm8k_soft_format_multiline`
+    allows newlines)."""
     return [0.5 if _SOFT.match(completion_text(c)) else 0.0 for c in completions]
 
 
 @REWARDS.register("gsm8k_strict_format")
 def gsm8k_strict_format(prompts, completions, **kwargs) -> list[float]:
-    """d1 `strict_format_reward_func`: 0.5 for exactly "<reasoning>\\n...\\n</reasoning>\\n<answer>\\n...\\n</answer>\\n"."""
+    """d1 `strict_format_reward_func`: 0.5 for exactly "<reasoning>\\n...\\n</reasoning>\\n<answer>\\n...\\n</answer>\\n"
+    where each "..." is a single line (d1's `re.match` without `re.DOTALL`; `gsm8k_strict_format_multiline` allows
+    several lines)."""
     return [0.5 if _STRICT.match(completion_text(c)) else 0.0 for c in completions]
+
+
+@REWARDS.register("gsm8k_soft_format_multiline")
+def gsm8k_soft_format_multiline(prompts, completions, **kwargs) -> list[float]:
+    """`gsm8k_soft_format` with `re.DOTALL`: the tagged parts may span several lines (not d1's behaviour)."""
+    return [0.5 if _SOFT_MULTILINE.match(completion_text(c)) else 0.0 for c in completions]
+
+
+@REWARDS.register("gsm8k_strict_format_multiline")
+def gsm8k_strict_format_multiline(prompts, completions, **kwargs) -> list[float]:
+    """`gsm8k_strict_format` with `re.DOTALL`: the reasoning and answer may span several lines (not d1's behaviour)."""
+    return [0.5 if _STRICT_MULTILINE.match(completion_text(c)) else 0.0 for c in completions]
 
 
 @REWARDS.register("gsm8k_int")
@@ -158,11 +181,26 @@ GSM8K_PARTS = {
 }
 
 
+GSM8K_MULTILINE_PARTS = {**GSM8K_PARTS, "soft_format": gsm8k_soft_format_multiline, "strict_format": gsm8k_strict_format_multiline}
+
+
+def _sum_of_parts(parts_fns: dict, prompts, completions, answer) -> list[dict]:
+    parts = {k: fn(prompts, completions, answer=answer) for k, fn in parts_fns.items()}
+    return [{"score": sum(p[i] for p in parts.values()), **{k: p[i] for k, p in parts.items()}} for i in range(len(completions))]
+
+
 @REWARDS.register("gsm8k")
 def gsm8k(prompts, completions, answer, **kwargs) -> list[dict]:
-    """d1's GSM8K reward: the sum of its five functions (at most 4.0); each part is logged."""
-    parts = {k: fn(prompts, completions, answer=answer) for k, fn in GSM8K_PARTS.items()}
-    return [{"score": sum(p[i] for p in parts.values()), **{k: p[i] for k, p in parts.items()}} for i in range(len(completions))]
+    """d1's GSM8K reward: the sum of its five functions (at most 4.0; a correct answer with multi-line reasoning
+    gets 3.0, as in d1, whose format patterns do not cross newlines); each part is logged."""
+    return _sum_of_parts(GSM8K_PARTS, prompts, completions, answer)
+
+
+@REWARDS.register("gsm8k_multiline")
+def gsm8k_multiline(prompts, completions, answer, **kwargs) -> list[dict]:
+    """d1's GSM8K reward with the `re.DOTALL` format patterns: multi-line reasoning in the d1 format also earns the
+    two format terms (4.0 for a perfect multi-line answer)."""
+    return _sum_of_parts(GSM8K_MULTILINE_PARTS, prompts, completions, answer)
 
 
 def gsm8k_prediction(text: str) -> float | None:
@@ -315,7 +353,8 @@ def reference_answer(answer: str) -> str:
 
 @REWARDS.register("math500_correctness")
 def math500_correctness(prompts, completions, answer, **kwargs) -> list[float]:
-    """2.0 (d1's scale) if the completion's final answer is math-verify-equivalent to the reference, else 0.0."""
+    """Training reward, 2.0 (d1's scale) if the completion's final answer is math-verify-equivalent to the reference,
+    else 0.0; the evaluation metric (1 / 0) is `math500_accuracy`."""
     return [2.0 if math_equal(math_prediction(completion_text(c)), reference_answer(a)) else 0.0
             for c, a in zip(completions, answer)]
 
@@ -332,6 +371,15 @@ def d1_boxed_format(text: str) -> float:
     else:
         tags, span = 0.0, text
     return 0.5 * (tags + (1.0 if "\\boxed" in span else 0.5))
+
+
+@REWARDS.register("math500_accuracy")
+def math500_accuracy(prompts, completions, answer, **kwargs) -> list[float]:
+    """The MATH500 evaluation metric: 1.0 if the completion's final answer (`math_prediction`: last `\\boxed{}`, else
+    the <answer> text, as d1's / DMPO's `parse_math_answers`) is equivalent to the reference, else 0.0.
+    Equivalence is math-verify's (`math_equal`), where the authors use Hendrycks' `strip_string` comparison."""
+    return [1.0 if math_equal(math_prediction(completion_text(c)), reference_answer(a)) else 0.0
+            for c, a in zip(completions, answer)]
 
 
 @REWARDS.register("math500_format")

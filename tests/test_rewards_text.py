@@ -23,22 +23,31 @@ def gsm8k_parts(completion, answer="72"):
 # ------------------------------------------------------------------ GSM8K (d1)
 
 
+ONE_LINE = "<reasoning>\nNatalia sold 48/2 = 24 clips in May, 48+24 = 72.\n</reasoning>\n<answer>\n72\n</answer>\n"
+
+
 def test_gsm8k_d1_perfect_completion_scores_4():
-    score, parts = gsm8k_parts(PERFECT)
-    assert parts == {"xmlcount": 0.5, "soft_format": 0.5, "strict_format": 0.5, "int": 0.5, "correctness": 2.0}
-    assert score == 4.0
+    score, parts = gsm8k_parts(ONE_LINE)
+    assert parts == {"xmlcount": 0.5, "soft_format": 0.0, "strict_format": 0.5, "int": 0.5, "correctness": 2.0}
+    assert score == 3.5  # d1's soft pattern needs "<reasoning>" directly followed by non-newline text
     # the conversational form (d1 reads completion[0]["content"]) scores the same
-    assert REWARDS["gsm8k"]([""], [[{"role": "assistant", "content": PERFECT}]], answer=["72"])[0]["score"] == 4.0
+    assert REWARDS["gsm8k"]([""], [[{"role": "assistant", "content": ONE_LINE}]], answer=["72"])[0]["score"] == 3.5
     # a raw GSM8K answer with its "####" line is reduced to the number
-    assert gsm8k_parts(PERFECT, "Natalia sold 48/2 = 24 clips.\n#### 72")[0] == 4.0
+    assert gsm8k_parts(ONE_LINE, "Natalia sold 48/2 = 24 clips.\n#### 72")[0] == 3.5
+    # multi-line reasoning: both format terms are 0 in d1 (re.match without DOTALL), 3.0 in all
+    assert gsm8k_parts(PERFECT) == (3.0, {"xmlcount": 0.5, "soft_format": 0.0, "strict_format": 0.0, "int": 0.5, "correctness": 2.0})
+    # the multiline variant gives the 4.0 the d1 format intends
+    assert REWARDS["gsm8k_multiline"]([""], [PERFECT], answer=["72"])[0]["score"] == 4.0
+    # a completion on one line throughout satisfies d1's soft pattern
+    assert REWARDS["gsm8k_soft_format"]([""], ["<reasoning>24+48=72</reasoning> <answer>72</answer>"]) == [0.5]
 
 
 def test_gsm8k_d1_trailing_text_and_missing_tags_by_hand():
     # 5 characters after the answer: -0.005 after "\n</answer>\n" and -(6-1)*0.001 after "\n</answer>"; strict fails
     score, parts = gsm8k_parts(PERFECT + "extra")
     assert parts["xmlcount"] == pytest.approx(0.5 - 0.010)
-    assert (parts["soft_format"], parts["strict_format"], parts["int"], parts["correctness"]) == (0.5, 0.0, 0.5, 2.0)
-    assert score == pytest.approx(3.49)
+    assert (parts["soft_format"], parts["strict_format"], parts["int"], parts["correctness"]) == (0.0, 0.0, 0.5, 2.0)
+    assert score == pytest.approx(2.99)
     # no closing answer tag: the "\n<answer>\n" term is penalised by the whole text's length (d1's arithmetic)
     text = "<reasoning>\nx\n</reasoning>\n<answer>\n72"  # 12 + 1 + 14 + 9 + 2 = 38 characters
     assert len(text) == 38

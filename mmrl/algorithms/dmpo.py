@@ -99,6 +99,19 @@ def dmpo_baseline(
     return fn(rewards, log_ref_minus_v, group_size, alpha, coeff, log_theta_minus_v)
 
 
+def micro_batch_mean_baseline(w: torch.Tensor) -> torch.Tensor:
+    """The authors' code's group baseline: the mean of the weights w [n] of one per-device micro-batch, for every
+    row of it ([n]). Authors' code: yuchen-zhu-zyc/DMPO dmpo_trainer.py `compute_loss` with `advantage_centering`
+    subtracts `advantages.mean()` over the local batch. A micro-batch holds a fraction of a group (8 of 16 rows in
+    the released recipe), so this is sum_{rows} w / n, anywhere between 0 and 1/n, where the paper's eq. 13 gives
+    exactly 1/G (`"group"`)."""
+    return w.detach().float().mean().expand(w.shape[0])  # [n]
+
+
+LOSS_TIME_BASELINES = ("model", "micro_batch_mean")
+"""Baselines computed at loss time from the micro-batch (not stored in the buffer by `dmpo_baseline`)."""
+
+
 @torch.no_grad()
 def effective_sample_size(w: torch.Tensor, group_size: int) -> torch.Tensor:
     """Normalised effective sample size per group, `1 / (G * sum_i w_i^2)` in [1/G, 1], of weights w [N] summing to 1
@@ -107,12 +120,16 @@ def effective_sample_size(w: torch.Tensor, group_size: int) -> torch.Tensor:
     return 1.0 / (group_size * wg.square().sum(-1)).clamp(min=1e-12)  # [B]
 
 
+DEFAULT_MIN_MASK_RATE = 0.1
+"""Lower end of the WDCE mask rate (authors' code `loss_mask_prob_clamp`; the config's `dmpo_min_mask_rate`)."""
+
+
 def antithetic_masks(
     maskable: torch.Tensor,
     num_copies: int,
     generator: torch.Generator | None = None,
     *,
-    min_rate: float = 0.1,
+    min_rate: float = DEFAULT_MIN_MASK_RATE,
     antithetic: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Random masks for the R noised copies of each response: (masked [R, N, T] bool, rates [R, N]).

@@ -110,8 +110,11 @@ def _seq_mean_token_sum_norm(per_token_loss: torch.Tensor, mask: torch.Tensor, *
     return (per_token_loss * mask).sum() / (n * (t if max_len is None else max_len))
 
 
-LOSS_TYPES = {"dapo": "token_mean", "grpo": "seq_mean_token_mean", "dr_grpo": "seq_mean_token_sum_norm"}
-"""TRL `loss_type` name -> aggregation mode."""
+LOSS_TYPES = {"dapo": "token_mean", "grpo": "seq_mean_token_mean", "dr_grpo": "seq_mean_token_sum_norm", "bnpo": "token_mean"}
+"""TRL `loss_type` name -> aggregation mode of one micro-batch. `dapo` and `bnpo` both take a token mean; they
+differ across micro-batches: `dapo` divides by the tokens of the whole accumulated batch (`num_items`), `bnpo` (TRL's
+name; the token mean d1 / DMPO's pinned TRL takes) by each micro-batch's own tokens, the optimizer step then
+averaging the micro-batch means."""
 
 
 def aggregate(
@@ -128,6 +131,7 @@ def aggregate(
     - `"seq_mean_token_mean"` (GRPO; TRL `"grpo"`): mean over sequences of each sequence's token mean; a sequence
       without valid tokens counts as 0 (as in TRL).
     - `"seq_mean_token_sum_norm"` (Dr.GRPO; TRL `"dr_grpo"`): sum over valid tokens / (N * T).
+    - TRL `"bnpo"`: `"token_mean"` of the micro-batch alone (the trainer averages micro-batches).
 
     TRL's `loss_type` names (dapo, grpo, dr_grpo) are accepted as aliases. Options for gradient accumulation:
     `num_items` replaces the token count of `token_mean` (TRL normalises by the tokens of the whole accumulated
@@ -159,6 +163,8 @@ def accumulated_loss(
     """
     n = float(per_token_loss.shape[0])
     mode = LOSS_TYPES.get(loss_type, loss_type)
+    if loss_type == "bnpo":  # each micro-batch's own token mean, averaged over the micro-batches (d1's TRL)
+        return aggregate(per_token_loss, mask, "token_mean") * n / global_seqs
     if mode == "token_mean":
         return aggregate(per_token_loss, mask, "token_mean", num_items=global_tokens)
     if mode == "seq_mean_token_mean":

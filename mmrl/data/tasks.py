@@ -7,7 +7,9 @@ for public prompt sets when no local path is given (never model weights).
 
 Prompt wording follows d1's format (a system instruction asking for `<reasoning>...</reasoning>` then
 `<answer>...</answer>`, dllm-reasoning/d1 `data_utils.py`; reference notes `dmpo_dllm.md` 2.7), written here in
-our own words; the rewards parse the same tags.
+our own words; the rewards parse the same tags. Prompts are conversational, as d1's and DMPO's: one user message in
+TRL's format (`[{"role": "user", "content": ...}]`), so every family renders them with the model's chat template
+(`mmrl.models.prompts.render_chat`). `d1_eval_prompt` adds d1's pre-filled `<reasoning>` assistant turn.
 """
 from __future__ import annotations
 
@@ -17,12 +19,30 @@ import random
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from mmrl.registry import TASKS
 
 FORMAT_INSTRUCTION = "Respond in the following format:\n<reasoning>\n...\n</reasoning>\n<answer>\n...\n</answer>\n"
 """d1's answer format (the GSM8K, MATH, Countdown and Sudoku rewards read the `<answer>` tag)."""
+
+
+REASONING_PREFILL = "<reasoning>"
+"""d1's and DMPO's evaluation pre-fill the assistant turn with this after the chat template (`add_reasoning=True`;
+authors' code: dllm-reasoning/d1 eval/gsm8k.py)."""
+
+
+def user_message(text: str) -> list[dict]:
+    """A conversational prompt of one user message (TRL's format)."""
+    return [{"role": "user", "content": text}]
+
+
+def d1_eval_prompt(prompt):
+    """d1's evaluation prompt: a conversational prompt followed by the pre-filled assistant text `<reasoning>`
+    (the adapters continue a final assistant message); other prompts are returned unchanged."""
+    if isinstance(prompt, list) and prompt and all(isinstance(m, dict) for m in prompt) and prompt[-1].get("role") != "assistant":
+        return [*prompt, {"role": "assistant", "content": REASONING_PREFILL}]
+    return prompt
 
 
 @dataclass
@@ -38,11 +58,16 @@ class Task:
     reward_funcs: list[str]
     """Default training rewards (names in `mmrl.rewards.REWARDS`)."""
     metric: str
-    """The reward whose mean over the test rows is the task's accuracy (`mmrl eval`)."""
+    """The reward whose mean over the test rows is the task's accuracy (`mmrl eval`): 1 for a correct answer and 0
+    otherwise, as the authors' `parse_and_get_acc` (Sudoku: the fraction of blank cells filled correctly, which
+    `evaluate` aggregates over all cells); training rewards keep their own scales."""
     family: str = "causal_lm"
     """The family the prompts are written for (text tasks fit causal_lm, vlm and masked_diffusion)."""
     info: dict = field(default_factory=dict)
     """Free-form facts about the split (sizes, sources)."""
+    eval_prompt: Callable[[dict], Any] | None = None
+    """The authors' evaluation prompt of a test row (d1's / DMPO's `eval/*.py` instructions, which ask for the final
+    answer in `\\boxed{}`, in mmrl's words), used by `mmrl eval --protocol d1|dmpo`; None = the row's own prompt."""
 
 
 def load_task(name: str, dataset_path: str | None = None, *, seed: int = 0) -> Task:
@@ -109,20 +134,31 @@ def _hub_rows(repo: str, config: str | None, split: str) -> list[dict]:
 # ------------------------------------------------------------------------------------------------- GSM8K, MATH
 
 
-def gsm8k_prompt(question: str) -> str:
-    return f"{FORMAT_INSTRUCTION}\n{question.strip()}"
+EVAL_FORMAT_INSTRUCTION = ("Solve the problem step by step and give the final answer in \\boxed{}. Respond in the following "
+                           "format:\n<reasoning>\n...\n</reasoning>\n<answer>\n\\boxed{...}\n</answer>")
+"""d1's / DMPO's GSM8K and MATH evaluation instruction (eval/gsm8k.py, eval/math500.py), in mmrl's words."""
+
+
+def boxed_eval_prompt(row: dict) -> list[dict]:
+    """The GSM8K / MATH evaluation prompt of a row with a `question` column."""
+    return user_message(f"{EVAL_FORMAT_INSTRUCTION}\n\n{row['question']}")
+
+
+def gsm8k_prompt(question: str) -> list[dict]:
+    return user_message(f"{FORMAT_INSTRUCTION}\n{question.strip()}")
 
 
 @TASKS.register("gsm8k")
 def _gsm8k(dataset_path: str | None, seed: int) -> Task:
     files = _split_files(dataset_path, "gsm8k")
     train, test = (read_rows(files[0]), read_rows(files[1])) if files else (_hub_rows("openai/gsm8k", "main", "train"), _hub_rows("openai/gsm8k", "main", "test"))
-    conv = lambda r: {"prompt": gsm8k_prompt(r["question"]), "answer": r["answer"]}  # noqa: E731
-    return Task("gsm8k", [conv(r) for r in train], [conv(r) for r in test], ["gsm8k"], "gsm8k_accuracy")
+    conv = lambda r: {"prompt": gsm8k_prompt(r["question"]), "answer": r["answer"], "question": r["question"]}  # noqa: E731
+    return Task("gsm8k", [conv(r) for r in train], [conv(r) for r in test], ["gsm8k"], "gsm8k_accuracy",
+                eval_prompt=boxed_eval_prompt)
 
 
-def math_prompt(problem: str) -> str:
-    return f"{FORMAT_INSTRUCTION}\nPut the final answer inside \\boxed{{}} within the <answer> tag.\n\n{problem.strip()}"
+def math_prompt(problem: str) -> list[dict]:
+    return user_message(f"{FORMAT_INSTRUCTION}\nPut the final answer inside \\boxed{{}} within the <answer> tag.\n\n{problem.strip()}")
 
 
 @TASKS.register("math500")
@@ -134,17 +170,27 @@ def _math500(dataset_path: str | None, seed: int) -> Task:
         train, test = _hub_rows("ankner/math-500", None, "train"), _hub_rows("HuggingFaceH4/MATH-500", None, "test")
 
     def conv(r):
-        return {"prompt": math_prompt(r["problem"]), "answer": r.get("solution") or r["answer"]}
+        return {"prompt": math_prompt(r["problem"]), "answer": r.get("solution") or r["answer"], "question": r["problem"]}
 
-    return Task("math500", [conv(r) for r in train], [conv(r) for r in test], ["math500"], "math500_correctness")
+    return Task("math500", [conv(r) for r in train], [conv(r) for r in test], ["math500"], "math500_accuracy",
+                eval_prompt=boxed_eval_prompt)
 
 
 # --------------------------------------------------------------------------------------------- Countdown, Sudoku
 
 
-def countdown_prompt(numbers: list[int], target: int) -> str:
-    return (f"{FORMAT_INSTRUCTION}\nUsing only the numbers {numbers}, each exactly once, and the operations + - * /, "
-            f"write an expression that equals {target}. Put only the expression inside the <answer> tag.")
+def countdown_prompt(numbers: list[int], target: int) -> list[dict]:
+    return user_message(f"{FORMAT_INSTRUCTION}\nUsing only the numbers {numbers}, each exactly once, and the operations + - * /, "
+                        f"write an expression that equals {target}. Put only the expression inside the <answer> tag.")
+
+
+def countdown_eval_prompt(row: dict) -> list[dict]:
+    """d1's / DMPO's Countdown evaluation prompt (eval/countdown.py: the expression in `\\boxed{}`, then
+    "Numbers: [...]" and "Target: ..."), in mmrl's words."""
+    return user_message("Write an arithmetic expression that equals the target number, using each given number exactly "
+                        "once and the operations + - * /. Reason step by step, then give only the expression inside "
+                        "\\boxed{}, without an equals sign or the target, e.g. \\boxed{a + b * c}.\n\n"
+                        f"Numbers: {list(row['numbers'])}\nTarget: {row['target']}")
 
 
 def countdown_row(numbers: list[int], target: int) -> dict:
@@ -170,7 +216,7 @@ def _countdown(dataset_path: str | None, seed: int) -> Task:
         train = [countdown_row(r["nums"], r["target"]) for r in rows[:-500]]  # d1 holds out the last 500
     test_keys = {(tuple(sorted(r["numbers"])), r["target"]) for r in test}
     train = [r for r in train if (tuple(sorted(r["numbers"])), r["target"]) not in test_keys]
-    return Task("countdown", train, test, ["countdown"], "countdown")
+    return Task("countdown", train, test, ["countdown"], "countdown_accuracy", eval_prompt=countdown_eval_prompt)
 
 
 SUDOKU_RULES = ("Solve this 4x4 Sudoku. The puzzle is given as 16 digits read row by row, 0 marks an empty cell. Fill the "
@@ -179,14 +225,18 @@ SUDOKU_RULES = ("Solve this 4x4 Sudoku. The puzzle is given as 16 digits read ro
 
 
 def sudoku_row(puzzle: str, solution: str) -> dict:
-    return {"prompt": f"{FORMAT_INSTRUCTION}\n{SUDOKU_RULES}\n\nPuzzle: {puzzle}", "puzzle": puzzle, "solution": solution}
+    return {"prompt": user_message(f"{FORMAT_INSTRUCTION}\n{SUDOKU_RULES}\n\nPuzzle: {puzzle}"), "puzzle": puzzle, "solution": solution}
 
 
 def d1_sudoku_test(n: int | None = None, seed: int = 42) -> list[dict]:
-    """d1's 4x4 Sudoku test set (500 puzzles; DMPO evaluates 256 drawn with numpy seed 42 - `n=256`)."""
+    """d1's 4x4 Sudoku test set (500 puzzles); with `n`, the n rows d1's and DMPO's evaluation draw: numpy's
+    `choice(500, n, replace=False)` right after `np.random.seed(seed)` (authors' code: dllm-reasoning/d1
+    eval/gsm8k.py `subsample`, eval/eval.py `init_seed(42)`), in that order."""
     rows = [sudoku_row(r["Puzzle"], r["Solution"]) for r in read_rows(bundled("d1/4x4_test_sudoku.csv"))]
     if n is not None:
-        rows = random.Random(seed).sample(rows, n)
+        import numpy as np
+
+        rows = [rows[int(i)] for i in np.random.RandomState(seed).choice(len(rows), n, replace=False)]
     return rows
 
 

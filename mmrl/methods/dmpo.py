@@ -20,6 +20,7 @@ from mmrl.algorithms import (
     wddo_deltas,
     wddo_loss,
 )
+from mmrl.algorithms.dmpo import LOSS_TIME_BASELINES, micro_batch_mean_baseline
 from mmrl.methods.base import METHODS, LossOutput, Method, MicroBatch
 from mmrl.protocol import NoisedBatch
 from mmrl.seeds import derived_seed
@@ -58,7 +59,7 @@ class DMPO(Method):
         log_ratio = elbo_ref - elbo_v if cfg.dmpo_target == "reference" else torch.zeros(N, device=dev)  # [N]
         G = cfg.num_generations
         buf.dmpo_w = dmpo_weights(buf.rewards, log_ratio, G, alpha=cfg.dmpo_alpha, coeff=cfg.dmpo_coeff)
-        if cfg.dmpo_loss == "wdce" and cfg.dmpo_baseline != "model":
+        if cfg.dmpo_loss == "wdce" and cfg.dmpo_baseline not in LOSS_TIME_BASELINES:
             buf.dmpo_w_base = dmpo_baseline(cfg.dmpo_baseline, rewards=buf.rewards, log_ref_minus_v=log_ratio, group_size=G,
                                             alpha=cfg.dmpo_alpha, coeff=cfg.dmpo_coeff)
         buf.dmpo_elbo_v = elbo_v
@@ -75,7 +76,7 @@ class DMPO(Method):
         idx = mb.idx
         rows = buf.rollout.select(idx)
         gen = torch.Generator(device="cpu").manual_seed(derived_seed(cfg.seed, "noise", mb.step, mb.micro, mb.rank))
-        noised: NoisedBatch = policy.forward_noise(rows, cfg.dmpo_num_copies, gen)
+        noised: NoisedBatch = policy.forward_noise(rows, cfg.dmpo_num_copies, gen, min_rate=cfg.dmpo_min_mask_rate)
         lp = policy.denoise_logprob(noised)  # [R, n, T]
         masked_sum = lp.sum(-1)  # [R, n]
         elbo_theta = _copy_elbos(masked_sum, noised)  # [R, n]
@@ -88,6 +89,8 @@ class DMPO(Method):
                 log_theta_minus_v = elbo_theta.detach().mean(0) - buf.dmpo_elbo_v[idx]  # [n]
                 w_base = dmpo_baseline("model", rewards=buf.rewards[idx], log_ref_minus_v=torch.zeros_like(w), group_size=G,
                                        log_theta_minus_v=log_theta_minus_v)
+            elif cfg.dmpo_baseline == "micro_batch_mean":  # the authors' code: the mean over this micro-batch
+                w_base = micro_batch_mean_baseline(w)
             else:
                 w_base = buf.dmpo_w_base[idx]
             w_real = dmpo_real_weights(w, w_base, cfg.dmpo_baseline_strength)  # [n]

@@ -50,9 +50,9 @@ SMOKE = {"max_steps": 2, "eval_steps": 1, "eval_limit": 32, "gradient_accumulati
 
 
 def evaluate_base(policy, rows, metric: str) -> float:
-    from mmrl.evaluate import d1_generation, evaluate
+    from mmrl.evaluate import dmpo_generation, evaluate
 
-    gen = d1_generation("masked_diffusion", 16, 16, 16)
+    gen = dmpo_generation("masked_diffusion", 16, 16)  # steps = length
     return evaluate(policy, rows, metric, batch_size=128, progress=False, **gen).accuracy
 
 
@@ -142,13 +142,13 @@ def run_quickstart(out: str | Path = "runs/quickstart", *, seeds: int = 1, smoke
 def _samples(base, fresh, runs, out: Path, rows) -> str:
     """Greedy answers of the base model and of the trained model of seed 0 on a few test puzzles."""
     from mmrl.checkpoint import latest_checkpoint, load_model_weights
-    from mmrl.evaluate import d1_generation
+    from mmrl.evaluate import dmpo_generation
 
     ck = latest_checkpoint(out / "dmpo-seed0")
     if ck is None:
         return ""
     load_model_weights(fresh.unwrapped, ck / "model")
-    gen = d1_generation("masked_diffusion", 16, 16, 16)
+    gen = dmpo_generation("masked_diffusion", 16, 16)  # steps = length
     a = base.sample([r["prompt"] for r in rows], 1, seeds=list(range(len(rows))), **gen).completions
     b = fresh.sample([r["prompt"] for r in rows], 1, seeds=list(range(len(rows))), **gen).completions
     lines = ["| puzzle | solution | base | after DMPO |", "|---|---|---|---|"]

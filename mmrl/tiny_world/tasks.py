@@ -23,7 +23,7 @@ from functools import lru_cache
 from mmrl.registry import REWARDS
 from mmrl.data.tasks import TASKS, Task, d1_countdown_test, d1_sudoku_test
 from mmrl.rewards.completions import completion_text
-from mmrl.rewards.countdown import countdown_score
+from mmrl.rewards.countdown import countdown_correct, countdown_score
 from mmrl.rewards.sudoku import sudoku_score
 
 # ------------------------------------------------------------------------------------------------------ Sudoku
@@ -205,6 +205,13 @@ def countdown3(prompts, completions, target, numbers, **kwargs) -> list[float]:
             for c, n, t in zip(completions, numbers, target)]
 
 
+@REWARDS.register("countdown3_accuracy")
+def countdown3_accuracy(prompts, completions, target, numbers, **kwargs) -> list[float]:
+    """The countdown3 evaluation metric: 1.0 for a correct bare expression, else 0.0."""
+    return [countdown_correct(f"<answer>{completion_text(c)}</answer>", [int(x) for x in n], float(t))
+            for c, n, t in zip(completions, numbers, target)]
+
+
 @TASKS.register("countdown3")
 @lru_cache(maxsize=2)
 def _countdown3(dataset_path: str | None, seed: int) -> Task:
@@ -212,14 +219,14 @@ def _countdown3(dataset_path: str | None, seed: int) -> Task:
     test = [countdown3_row(n, t, s) for i, (n, t, s) in enumerate(problems) if i % 24 == 0][:500]
     held = {(tuple(sorted(r["numbers"])), r["target"]) for r in test}
     train = [countdown3_row(n, t, s) for n, t, s in problems if (tuple(sorted(n)), t) not in held]
-    return Task("countdown3", train, test, ["countdown3"], "countdown3", family="masked_diffusion")
+    return Task("countdown3", train, test, ["countdown3"], "countdown3_accuracy", family="masked_diffusion")
 
 
 @TASKS.register("countdown3_d1")
 def _countdown3_d1(dataset_path: str | None, seed: int) -> Task:
     """Evaluation on d1's own 256 Countdown problems in the tiny-world prompt format."""
     test = [countdown3_row(r["numbers"], r["target"]) for r in d1_countdown_test()]
-    return Task("countdown3_d1", _countdown3(dataset_path, seed).train, test, ["countdown3"], "countdown3", family="masked_diffusion")
+    return Task("countdown3_d1", _countdown3(dataset_path, seed).train, test, ["countdown3"], "countdown3_accuracy", family="masked_diffusion")
 
 
 # ------------------------------------------------------------------------------------------------------ shapes
