@@ -596,6 +596,9 @@ def _validate(cfg: TrainConfig) -> list[str]:
 STOCHASTIC_AT_ZERO_TEMPERATURE = ("random", "random_order")
 """Masked-diffusion samplers whose unmasking order is random, so that greedy tokens still give different responses."""
 
+MAX_SEED = 2**63 - 1
+"""Largest `seed`: torch generators take 64-bit seeds, and the derived per-sample seeds must stay in range."""
+
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 
 
@@ -615,6 +618,8 @@ def _nonfinite_floats(cfg: TrainConfig) -> list[str]:
 def _validate_reliability(cfg: TrainConfig) -> list[str]:
     """Reward failure handling, optimizer and LoRA ranges, paths."""
     e: list[str] = []
+    if isinstance(cfg.seed, bool) or not isinstance(cfg.seed, int) or not 0 <= cfg.seed <= MAX_SEED:
+        e.append(f"seed={cfg.seed!r} must be an integer in [0, 2**63 - 1] (torch generators take 64-bit seeds)")
     if cfg.reward_timeout is not None and not cfg.reward_timeout > 0:
         e.append(f"reward_timeout={cfg.reward_timeout} must be > 0 seconds (or null for no limit)")
     if cfg.reward_retries < 0:

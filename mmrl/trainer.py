@@ -45,13 +45,16 @@ from mmrl.algorithms import (
 )
 from mmrl.algorithms.groups import group_softmax
 from mmrl.buffer import Buffer, concat_rollouts
-from mmrl.checkpoint import latest_checkpoint, load_checkpoint, load_model_weights, remove_stale, save_checkpoint
+from mmrl.checkpoint import (checkpoint_dir, latest_checkpoint, list_checkpoints, load_model_weights, quarantine, remove_stale,
+                             resume_newest_intact, save_checkpoint)
 from mmrl.config import TrainConfig
 from mmrl.faults import fault_point
 from mmrl.metrics_log import MetricLogger
 from mmrl.models.base import is_peft_model
 from mmrl.policy_factory import apply_lora, build_policy, estimator_options, generation_options, needs_reference, set_generation_defaults
 from mmrl.protocol import NoisedBatch, Rollout
+from mmrl.resume_settings import apply_resume_settings, check_before_loading
+from mmrl.run_lock import RunLock
 
 
 class TrainingError(RuntimeError):
@@ -134,7 +137,11 @@ class Trainer:
             # a fresh run here would rotate out its own new checkpoints (older step numbers) and reset metrics.jsonl
             raise TrainingError(f"output_dir {str(self.run_dir)!r} already holds checkpoints of a run (latest: {found.name}); "
                                 "resume it with resume_from=auto, or choose a new output_dir")
+        if cfg.resume_from:
+            check_before_loading(cfg, self.run_dir)  # settings that cannot change on resume, before the model loads
+        self._lock = RunLock(self.run_dir)
         if self.is_main:
+            self._lock.acquire().release()  # another live trainer here fails fast; held from the end of __init__
             self.run_dir.mkdir(parents=True, exist_ok=True)
         # data and rewards before the model: a bad task or reward fails fast
         if dataset is None:
@@ -182,13 +189,21 @@ class Trainer:
         self.buffer: Buffer | None = None
         self.stream = PromptStream(self.dataset, cfg.seed, self.rank, self.world)
         self._stop_signal: int | None = None
+        if self.is_main:
+            self._lock.acquire()  # last: nothing after it can fail and leave the lock held
 
     # ================================================================================================ the loop
 
     def train(self) -> dict[str, Any]:
         """Train for `max_steps` optimizer steps (resuming if asked); returns the last step's metrics."""
-        cfg = self.cfg
-        resumed = self._maybe_resume()
+        if self.is_main:
+            self._lock.acquire()  # again if an earlier train() released it
+        try:
+            resumed = self._maybe_resume()
+        except BaseException:
+            self._lock.release()
+            raise
+        cfg = self.cfg  # resuming may restore settings from the checkpoint
         logger = MetricLogger(self.run_dir, cfg.report_to, config=cfg.to_dict(), resume_step=self.step if resumed else None, enabled=self.is_main)
         bar = None
         if self.is_main and cfg.progress_bar:
@@ -236,6 +251,7 @@ class Trainer:
             if bar is not None:
                 bar.close()
             logger.close()
+            self._lock.release()
         return last
 
     def evaluate(self) -> dict[str, float]:
@@ -662,18 +678,29 @@ class Trainer:
             self.policy.save_pretrained(path)
 
     def _maybe_resume(self) -> bool:
+        """Restore the newest intact checkpoint (verified against its manifest; damaged ones are named, moved aside
+        and skipped, `mmrl.checkpoint.resume_newest_intact`)."""
         cfg = self.cfg
         if not cfg.resume_from:
             return False
-        path = latest_checkpoint(self.run_dir) if cfg.resume_from == "auto" else Path(cfg.resume_from)
-        if path is None:
+        candidates = list_checkpoints(self.run_dir) if cfg.resume_from == "auto" else [Path(cfg.resume_from)]
+        if not candidates:
             return False  # nothing to resume: a fresh run
-        ck = load_checkpoint(path)
+        path, damaged = resume_newest_intact(candidates, self._restore, warn=lambda m: warnings.warn(m, RuntimeWarning, stacklevel=3))
+        self.accelerator.wait_for_everyone()
         if self.is_main:
+            for bad in damaged:
+                if bad.parent == checkpoint_dir(self.run_dir):
+                    warnings.warn(f"damaged checkpoint {bad.name} moved aside to {quarantine(bad).name}", RuntimeWarning, stacklevel=2)
             remove_stale(self.run_dir)
+        self.accelerator.wait_for_everyone()
+        return True
+
+    def _restore(self, path: Path, ck: dict) -> None:
         st = ck["state"]
         if st.get("world", 1) != self.world:
             raise TrainingError(f"checkpoint {path} was written by {st.get('world')} processes; this run has {self.world}")
+        self.cfg = apply_resume_settings(self.cfg, st.get("config") or {}, path)
         load_model_weights(self.policy.unwrapped, path / "model")
         self.optimizer.load_state_dict(ck["optimizer"])
         self.scheduler.load_state_dict(ck["scheduler"])
@@ -685,7 +712,6 @@ class Trainer:
         self.buffer = Buffer.from_state(ck["buffer"]) if ck["buffer"] is not None else None
         if self.buffer is not None:
             self.buffer.rollout = self.buffer.rollout.to(self.accelerator.device)
-        return True
 
     # ============================================================================== signals, pictures
 
