@@ -44,6 +44,7 @@ from mmrl.algorithms import (
     wddo_loss,
 )
 from mmrl.algorithms.groups import group_softmax
+from mmrl.batch_report import reward_metrics, unfilled_batch_message
 from mmrl.buffer import Buffer, concat_rollouts
 from mmrl.checkpoint import (checkpoint_dir, latest_checkpoint, list_checkpoints, load_model_weights, quarantine, remove_stale,
                              resume_newest_intact, save_checkpoint)
@@ -283,18 +284,15 @@ class Trainer:
         kept_rewards: list[torch.Tensor] = []
         reward_logs: dict[str, list[float]] = {}
         stats = {"dropped_groups": 0, "zero_std_groups": 0, "groups_seen": 0, "sample_time": 0.0, "reward_time": 0.0}
+        failures: list[str] = []  # the rewards' own messages for dropped samples (quoted if the batch cannot be filled)
         tries = 0
         while sum(r.num_groups for r in kept) < need:
             tries += 1
             if tries > cfg.dynamic_sampling_max_tries:
-                raise TrainingError(
-                    f"{'dynamic sampling' if cfg.dynamic_sampling else 'refilling dropped groups'} could not fill a batch: after {tries - 1} rollout batches only "
-                    f"{sum(r.num_groups for r in kept)} of {need} groups were usable ({stats['zero_std_groups']} of "
-                    f"{stats['groups_seen']} groups had equal rewards, {stats['dropped_groups']} were dropped for failed "
-                    f"rewards). Raise "
-                    f"dynamic_sampling_max_tries (now {cfg.dynamic_sampling_max_tries}), make the task easier or harder, "
-                    f"or set dynamic_sampling=false. The last checkpoint is intact."
-                )
+                raise TrainingError(unfilled_batch_message(
+                    dynamic_sampling=cfg.dynamic_sampling, max_tries=tries - 1, usable=sum(r.num_groups for r in kept), need=need,
+                    zero_std=stats["zero_std_groups"], seen=stats["groups_seen"], dropped=stats["dropped_groups"],
+                    failures=failures, checkpoint=latest_checkpoint(self.run_dir)))
             todo = need - sum(r.num_groups for r in kept)
             draw = need if tries == 1 else max(todo, 1)
             items = self.stream.take(draw)
@@ -308,6 +306,7 @@ class Trainer:
             columns = {k: [row.get(k) for row in rows for _ in range(G)] for k in rows[0] if k != "prompt"}
             out = self.rewards(rollout.prompts, rollout.completions, completion_ids=_completion_ids(rollout), **columns)
             stats["reward_time"] += time.perf_counter() - ts
+            failures += [f for f in out.failures if f not in failures][: max(0, 3 - len(failures))]
             total = out.total.to(torch.float32)  # [N]
             if cfg.overlong_penalty and cfg.family in ("causal_lm", "vlm", "masked_diffusion"):
                 pen = _soft_overlong_penalty(rollout.response_mask.sum(-1).cpu(), cfg.max_completion_length, cfg.overlong_buffer_len)
@@ -355,9 +354,7 @@ class Trainer:
         # buffer metrics (TRL names)
         lengths = rollout.response_mask.sum(-1).float()
         m: dict[str, float] = {
-            "reward": float(first_total.mean()),
-            "reward_std": float(first_total.view(-1, G).std(-1).mean()),
-            "frac_reward_zero_std": float((first_total.view(-1, G).std(-1) == 0).float().mean()),
+            **reward_metrics(first_total, first_valid, G),  # over the groups whose rewards succeeded
             "completions/mean_length": float(lengths.mean()),
             "completions/min_length": float(lengths.min()),
             "completions/max_length": float(lengths.max()),
