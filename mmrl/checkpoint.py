@@ -23,6 +23,7 @@ Rotation never deletes the checkpoint it has just written, so the newest verifie
 """
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -93,26 +94,18 @@ def save_checkpoint(output_dir: str | Path, step: int, *, save_model, optimizer,
     tmp = root / f".tmp-checkpoint-{step:06d}-{os.getpid()}"
     if tmp.exists():
         shutil.rmtree(tmp)
+    check_free_space(root)
     tmp.mkdir()
-    from transformers.utils import logging as hf_logging
-
-    bars = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()  # no "Writing model shards" bar at every checkpoint
     try:
-        save_model(tmp / "model")
-    finally:
-        if bars:
-            hf_logging.enable_progress_bar()
-    fault_point("checkpoint/model", step)
-    torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
-    fault_point("checkpoint/optimizer", step)
-    torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
-    torch.save(torch.get_rng_state(), tmp / "rng.pt")
-    if buffer is not None:
-        torch.save(buffer, tmp / "buffer.pt")
-    (tmp / "trainer_state.json").write_text(json.dumps(state, indent=2, default=str))
-    write_manifest(tmp)
-    fault_point("checkpoint/state", step)
+        _write_checkpoint_files(tmp, step, save_model, optimizer, scheduler, buffer, state)
+    except Exception as e:
+        free = shutil.disk_usage(root).free
+        shutil.rmtree(tmp, ignore_errors=True)  # give the space back; the previous checkpoint stays the latest
+        if _out_of_space(e, free):
+            raise OSError(errno.ENOSPC, f"No space left on device while writing checkpoint {step} to {root} "
+                                        f"({free / 2**20:.0f} MiB free; the write failed with {type(e).__name__}: {e}); "
+                                        "the previous checkpoint is intact: free space, then resume with resume_from=auto") from e
+        raise
     _fsync_tree(tmp)
     if final.exists():  # re-saving the same step (e.g. final save right after a periodic one)
         old = root / f".old-checkpoint-{step:06d}-{os.getpid()}"
@@ -135,6 +128,57 @@ def save_checkpoint(output_dir: str | Path, step: int, *, save_model, optimizer,
         shutil.rmtree(trash, ignore_errors=True)
     remove_stale(output_dir)
     return final
+
+
+def _write_checkpoint_files(tmp: Path, step: int, save_model, optimizer, scheduler, buffer, state) -> None:
+    from transformers.utils import logging as hf_logging
+
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # no "Writing model shards" bar at every checkpoint
+    try:
+        save_model(tmp / "model")
+    finally:
+        if bars:
+            hf_logging.enable_progress_bar()
+    fault_point("checkpoint/model", step)
+    torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+    fault_point("checkpoint/optimizer", step)
+    torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
+    torch.save(torch.get_rng_state(), tmp / "rng.pt")
+    if buffer is not None:
+        torch.save(buffer, tmp / "buffer.pt")
+    (tmp / "trainer_state.json").write_text(json.dumps(state, indent=2, default=str))
+    write_manifest(tmp)
+    fault_point("checkpoint/state", step)
+
+
+LOW_SPACE_BYTES = 64 * 2**20
+"""Free space below which a failed checkpoint write is reported as a full disk (torch's zip writer loses the errno)."""
+
+
+def _out_of_space(e: BaseException, free: int) -> bool:
+    while e is not None:
+        if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        e = e.__cause__ or e.__context__
+    return free < LOW_SPACE_BYTES
+
+
+def checkpoint_bytes(path: Path) -> int:
+    """Total size of a checkpoint's files."""
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def check_free_space(root: Path) -> None:
+    """Refuse to start a checkpoint that cannot fit: the previous one's size is the estimate of the next one's."""
+    previous = [p for p in sorted(root.glob("checkpoint-*")) if p.is_dir()]
+    if not previous:
+        return
+    need, free = checkpoint_bytes(previous[-1]), shutil.disk_usage(root).free
+    if free < need:
+        raise OSError(errno.ENOSPC, f"No space left on device for checkpoint in {root}: about {need / 2**20:.0f} MiB needed "
+                                    f"(the size of {previous[-1].name}), {free / 2**20:.0f} MiB free; the previous checkpoint "
+                                    "is intact: free space (or lower save_total_limit), then resume with resume_from=auto")
 
 
 def remove_stale(output_dir: str | Path) -> None:

@@ -541,7 +541,7 @@ def _validate(cfg: TrainConfig) -> list[str]:
         e.append(f"weight_decay={cfg.weight_decay} must be >= 0")
     if not 0 <= cfg.p_mask_prompt < 1:
         e.append(f"p_mask_prompt={cfg.p_mask_prompt} must be in [0, 1)")
-    if cfg.family == "masked_diffusion":
+    if cfg.family == "masked_diffusion" and cfg.max_completion_length >= 1 and cfg.block_length >= 1:
         if cfg.max_completion_length % cfg.block_length:
             e.append(f"block_length={cfg.block_length} does not divide max_completion_length={cfg.max_completion_length}; "
                      f"choose a divisor of {cfg.max_completion_length}")
@@ -615,9 +615,32 @@ def _nonfinite_floats(cfg: TrainConfig) -> list[str]:
     return out
 
 
+MAX_NUM_GENERATIONS = 1024
+"""Largest group size G (papers use 4-64): beyond it one prompt's responses alone outgrow a machine."""
+MAX_ROLLOUT_RESPONSES = 65536
+"""Largest rollout batch per process (per_device_train_batch_size x gradient_accumulation_steps responses)."""
+MAX_COMPLETION_LENGTH = 131072
+"""Longest response in tokens (the longest context windows of current models)."""
+
+
+def _beyond_machine_limits(cfg: TrainConfig) -> list[str]:
+    """Sizes no machine holds, refused here instead of failing with `bad_alloc` minutes into the run."""
+    e = []
+    if cfg.num_generations > MAX_NUM_GENERATIONS:
+        e.append(f"num_generations={cfg.num_generations} is beyond {MAX_NUM_GENERATIONS} responses per prompt: the responses "
+                 "of one rollout would not fit in memory (papers use 4-64)")
+    if cfg.rollout_batch_size > MAX_ROLLOUT_RESPONSES:
+        e.append(f"per_device_train_batch_size x gradient_accumulation_steps = {cfg.rollout_batch_size} responses per "
+                 f"process is beyond {MAX_ROLLOUT_RESPONSES}: one rollout batch would not fit in memory")
+    if cfg.max_completion_length > MAX_COMPLETION_LENGTH:
+        e.append(f"max_completion_length={cfg.max_completion_length} is beyond {MAX_COMPLETION_LENGTH} tokens")
+    return e
+
+
 def _validate_reliability(cfg: TrainConfig) -> list[str]:
     """Reward failure handling, optimizer and LoRA ranges, paths."""
     e: list[str] = []
+    e.extend(_beyond_machine_limits(cfg))
     if isinstance(cfg.seed, bool) or not isinstance(cfg.seed, int) or not 0 <= cfg.seed <= MAX_SEED:
         e.append(f"seed={cfg.seed!r} must be an integer in [0, 2**63 - 1] (torch generators take 64-bit seeds)")
     if cfg.reward_timeout is not None and not cfg.reward_timeout > 0:
