@@ -249,6 +249,9 @@ class TrainConfig:
     """Keep this many most recent checkpoints."""
     resume_from: str | None = None
     """Resume from `auto` (latest checkpoint in output_dir) or a checkpoint directory."""
+    ddp_timeout: int = 1800
+    """Seconds a process waits for the others at a collective (TRL's `ddp_timeout`); past it the run stops with a
+    message naming the cause (a frozen, killed or far slower process) instead of waiting forever."""
     eval_steps: int = 0
     """Evaluate on the task's test split every this many steps (0 = off); logged as `eval/accuracy`."""
     eval_limit: int | None = 256
@@ -440,7 +443,15 @@ def _read_yaml(path: Path, depth: int = 0) -> dict:
         raise ConfigError(f"config file not found: {path}")
     if depth > 8:
         raise ConfigError(f"too many nested `base:` presets at {path}")
-    data = yaml.safe_load(path.read_text()) or {}
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ConfigError(f"{path}{where}: not valid YAML ({problem})") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not UTF-8 text ({e.reason})") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping of key: value, got {type(data).__name__}")
     base = data.pop("base", None)
@@ -641,6 +652,8 @@ def _validate_reliability(cfg: TrainConfig) -> list[str]:
     """Reward failure handling, optimizer and LoRA ranges, paths."""
     e: list[str] = []
     e.extend(_beyond_machine_limits(cfg))
+    if cfg.ddp_timeout < 1:
+        e.append(f"ddp_timeout={cfg.ddp_timeout} must be >= 1 second")
     if isinstance(cfg.seed, bool) or not isinstance(cfg.seed, int) or not 0 <= cfg.seed <= MAX_SEED:
         e.append(f"seed={cfg.seed!r} must be an integer in [0, 2**63 - 1] (torch generators take 64-bit seeds)")
     if cfg.reward_timeout is not None and not cfg.reward_timeout > 0:

@@ -16,6 +16,7 @@ resumed run continues exactly like an uninterrupted one. accelerate owns devices
 """
 from __future__ import annotations
 
+import datetime
 import hashlib
 import json
 import math
@@ -49,6 +50,7 @@ from mmrl.buffer import Buffer, concat_rollouts
 from mmrl.checkpoint import (checkpoint_dir, latest_checkpoint, list_checkpoints, load_model_weights, quarantine, remove_stale,
                              resume_newest_intact, save_checkpoint)
 from mmrl.config import TrainConfig
+from mmrl.data.validate import check_prompts
 from mmrl.faults import fault_point
 from mmrl.metrics_log import MetricLogger
 from mmrl.models.base import is_peft_model
@@ -56,6 +58,7 @@ from mmrl.policy_factory import apply_lora, build_policy, estimator_options, gen
 from mmrl.protocol import NoisedBatch, Rollout
 from mmrl.resume_settings import apply_resume_settings, check_before_loading
 from mmrl.run_lock import RunLock
+from mmrl.peer_failure import is_peer_failure, peer_failure_message
 
 
 class TrainingError(RuntimeError):
@@ -125,13 +128,14 @@ class Trainer:
         cfg.validate()
         self.cfg = cfg
         from accelerate import Accelerator
-        from accelerate.utils import DistributedDataParallelKwargs
+        from accelerate.utils import DistributedDataParallelKwargs, InitProcessGroupKwargs
 
         ddp = DistributedDataParallelKwargs(find_unused_parameters=cfg.family in ("janus", "vlm"))
         # accelerate only picks gloo (MULTI_CPU) when told to use the CPU; a torchrun-style multi-process launch on a
         # machine without an accelerator would otherwise give N independent single-process runs
         cpu_ddp = int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.cuda.is_available()
-        self.accelerator = Accelerator(mixed_precision=cfg.mixed_precision, kwargs_handlers=[ddp], cpu=cpu_ddp)
+        pg = InitProcessGroupKwargs(timeout=datetime.timedelta(seconds=cfg.ddp_timeout))  # a frozen peer: an error, not a hang
+        self.accelerator = Accelerator(mixed_precision=cfg.mixed_precision, kwargs_handlers=[ddp, pg], cpu=cpu_ddp)
         self.is_main = self.accelerator.is_main_process
         self.run_dir = Path(cfg.output_dir)
         if not cfg.resume_from and (found := latest_checkpoint(self.run_dir)) is not None:
@@ -153,6 +157,7 @@ class Trainer:
             reward_funcs = reward_funcs or cfg.reward_funcs or task.reward_funcs
             eval_dataset = task.test if eval_dataset is None else eval_dataset
             eval_metric = eval_metric or task.metric
+        check_prompts(list(dataset), "the training dataset")  # null or missing prompts stop here, before the model loads
         self.eval_dataset = list(eval_dataset or [])[: cfg.eval_limit] if cfg.eval_limit else list(eval_dataset or [])
         self.eval_metric = eval_metric
         if cfg.eval_steps and (not self.eval_dataset or not self.eval_metric):
@@ -247,6 +252,10 @@ class Trainer:
                     name = signal.Signals(signum).name
                     raise TrainingStopped(f"stopped by {name} after step {self.step}; checkpoint written to {path}; "
                                           "resume with resume_from=auto", signum, path)
+        except RuntimeError as e:
+            if self.world > 1 and is_peer_failure(e):
+                raise TrainingError(peer_failure_message(e, self.cfg.ddp_timeout, self.rank, latest_checkpoint(self.run_dir))) from e
+            raise
         finally:
             self._restore_signal_handlers(old_handlers)
             if bar is not None:
