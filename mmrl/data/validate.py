@@ -70,6 +70,6 @@ def check_prompts(rows: Sequence[Any], where: str) -> None:
         ok = (isinstance(prompt, str) and prompt.strip()) or (isinstance(prompt, list) and prompt
                                                               and all(isinstance(m, dict) for m in prompt))
         if not ok:
-            what = "missing" if "prompt" not in row else f"{type(prompt).__name__} {str(prompt)[:40]!r}"
+            what = "missing" if "prompt" not in row else f"{type(prompt).__name__} {repr(prompt)[:40]}"
             raise DataError(f"{where}: row {i}: the prompt is {what}; a prompt is a non-empty string or a list of chat "
                             "messages ({'role': ..., 'content': ...})")
