@@ -7,6 +7,16 @@ from typing import Sequence
 
 import torch
 
+MAX_QUOTED_FAILURES = 3
+"""Reward failure messages the stop message quotes."""
+
+
+def add_failures(failures: list[str], new: Sequence[str]) -> None:
+    """Append the messages of `new` not yet in `failures`, keeping at most `MAX_QUOTED_FAILURES`."""
+    for f in new:
+        if len(failures) < MAX_QUOTED_FAILURES and f not in failures:
+            failures.append(f)
+
 
 def reward_metrics(total: torch.Tensor, valid_groups: torch.Tensor, group_size: int) -> dict[str, float]:
     """TRL's `reward`, `reward_std` (mean over groups of the in-group std) and `frac_reward_zero_std`, over the groups

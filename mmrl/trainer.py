@@ -45,7 +45,7 @@ from mmrl.algorithms import (
     wddo_loss,
 )
 from mmrl.algorithms.groups import group_softmax
-from mmrl.batch_report import reward_metrics, unfilled_batch_message
+from mmrl.batch_report import add_failures, reward_metrics, unfilled_batch_message
 from mmrl.buffer import Buffer, concat_rollouts
 from mmrl.checkpoint import (checkpoint_dir, latest_checkpoint, list_checkpoints, load_model_weights, quarantine, remove_stale,
                              resume_newest_intact, save_checkpoint)
@@ -54,11 +54,12 @@ from mmrl.data.validate import check_prompts
 from mmrl.faults import fault_point
 from mmrl.metrics_log import MetricLogger
 from mmrl.models.base import is_peft_model
+from mmrl.peer_failure import is_peer_failure, peer_failure_message
 from mmrl.policy_factory import apply_lora, build_policy, estimator_options, generation_options, needs_reference, set_generation_defaults
 from mmrl.protocol import NoisedBatch, Rollout
 from mmrl.resume_settings import apply_resume_settings, check_before_loading
 from mmrl.run_lock import RunLock
-from mmrl.peer_failure import is_peer_failure, peer_failure_message
+from mmrl.sharded_save import gather_full_state_dict, write_full_weights
 
 
 class TrainingError(RuntimeError):
@@ -315,7 +316,7 @@ class Trainer:
             columns = {k: [row.get(k) for row in rows for _ in range(G)] for k in rows[0] if k != "prompt"}
             out = self.rewards(rollout.prompts, rollout.completions, completion_ids=_completion_ids(rollout), **columns)
             stats["reward_time"] += time.perf_counter() - ts
-            failures += [f for f in out.failures if f not in failures][: max(0, 3 - len(failures))]
+            add_failures(failures, out.failures)
             total = out.total.to(torch.float32)  # [N]
             if cfg.overlong_penalty and cfg.family in ("causal_lm", "vlm", "masked_diffusion"):
                 pen = _soft_overlong_penalty(rollout.response_mask.sum(-1).cpu(), cfg.max_completion_length, cfg.overlong_buffer_len)
@@ -662,6 +663,7 @@ class Trainer:
         acc = self.accelerator
         acc.wait_for_everyone()
         path = None
+        self._full_state = gather_full_state_dict(acc, self.policy.model)  # FSDP / ZeRO-3: every process takes part
         if self.is_main:
             positions = [self.stream.position]
             state = {"step": self.step, "rollout_index": self.rollout_index, "positions": positions,
@@ -682,6 +684,9 @@ class Trainer:
             (path / "mmrl_adapter.json").write_text(json.dumps(meta, indent=2, default=str))
         else:
             self.policy.save_pretrained(path)
+        if getattr(self, "_full_state", None) is not None:  # sharded run: the gathered full weights, not a shard
+            write_full_weights(path, self._full_state)
+            self._full_state = None
 
     def _maybe_resume(self) -> bool:
         """Restore the newest intact checkpoint (verified against its manifest; damaged ones are named, moved aside

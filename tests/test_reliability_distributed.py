@@ -54,3 +54,38 @@ def test_a_frozen_peer_stops_the_surviving_rank_with_a_clear_message(tmp_path):
     assert "rank 0: another process did not answer within ddp_timeout=5 s" in msg, out[-3000:]
     assert "The last checkpoint, checkpoint-000001, is intact; resume with resume_from=auto" in msg
     assert latest_checkpoint(tmp_path / "run").name == "checkpoint-000001"
+
+
+def test_sharded_runs_checkpoint_the_gathered_full_weights(tmp_path):
+    """FSDP / ZeRO-3: the state dict comes from accelerate's `get_state_dict` (a collective on every process) and
+    replaces the shard `save_pretrained` would write; `load_model_weights` reads it back. (accelerate's FSDP runs
+    only on accelerator processes, so the launch itself is not exercised on this CPU machine.)"""
+    from types import SimpleNamespace
+
+    import torch
+    from accelerate.utils import DistributedType
+
+    from mmrl.checkpoint import load_model_weights
+    from mmrl.sharded_save import gather_full_state_dict, write_full_weights
+
+    full = torch.nn.Linear(3, 2)
+    calls = []
+
+    def get_state_dict(model, unwrap=True):
+        calls.append(unwrap)
+        return full.state_dict()
+
+    for kind, main in ((DistributedType.FSDP, True), (DistributedType.DEEPSPEED, True), (DistributedType.FSDP, False)):
+        acc = SimpleNamespace(distributed_type=kind, is_main_process=main, get_state_dict=get_state_dict)
+        state = gather_full_state_dict(acc, full)
+        assert (state is not None) == main
+    assert calls == [True, True, True]  # every process takes part in the gather
+    assert gather_full_state_dict(SimpleNamespace(distributed_type=DistributedType.MULTI_CPU), full) is None
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    (model_dir / "model.safetensors").write_bytes(b"a shard")
+    write_full_weights(model_dir, gather_full_state_dict(SimpleNamespace(distributed_type=DistributedType.FSDP, is_main_process=True,
+                                                                         get_state_dict=get_state_dict), full))
+    other = torch.nn.Linear(3, 2)
+    load_model_weights(other, model_dir)
+    assert torch.equal(other.weight, full.weight) and torch.equal(other.bias, full.bias)
