@@ -257,6 +257,9 @@ class TrainConfig:
     """Keep this many most recent checkpoints."""
     resume_from: str | None = None
     """Resume from `auto` (latest checkpoint in output_dir) or a checkpoint directory."""
+    ddp_timeout: int = 1800
+    """Seconds a process waits for the others at a collective (TRL's `ddp_timeout`); past it the run stops with a
+    message naming the cause (a frozen, killed or far slower process) instead of waiting forever."""
     eval_steps: int = 0
     """Evaluate on the task's test split every this many steps (0 = off); logged as `eval/accuracy`."""
     eval_limit: int | None = 256
@@ -448,7 +451,15 @@ def _read_yaml(path: Path, depth: int = 0) -> dict:
         raise ConfigError(f"config file not found: {path}")
     if depth > 8:
         raise ConfigError(f"too many nested `base:` presets at {path}")
-    data = yaml.safe_load(path.read_text()) or {}
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ConfigError(f"{path}{where}: not valid YAML ({problem})") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not UTF-8 text ({e.reason})") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping of key: value, got {type(data).__name__}")
     base = data.pop("base", None)
@@ -554,7 +565,7 @@ def _validate(cfg: TrainConfig) -> list[str]:
         e.append(f"weight_decay={cfg.weight_decay} must be >= 0")
     if not 0 <= cfg.p_mask_prompt < 1:
         e.append(f"p_mask_prompt={cfg.p_mask_prompt} must be in [0, 1)")
-    if cfg.family == "masked_diffusion":
+    if cfg.family == "masked_diffusion" and cfg.max_completion_length >= 1 and cfg.block_length >= 1:
         if cfg.max_completion_length % cfg.block_length:
             e.append(f"block_length={cfg.block_length} does not divide max_completion_length={cfg.max_completion_length}; "
                      f"choose a divisor of {cfg.max_completion_length}")
@@ -609,6 +620,9 @@ def _validate(cfg: TrainConfig) -> list[str]:
 STOCHASTIC_AT_ZERO_TEMPERATURE = ("random", "random_order")
 """Masked-diffusion samplers whose unmasking order is random, so that greedy tokens still give different responses."""
 
+MAX_SEED = 2**63 - 1
+"""Largest `seed`: torch generators take 64-bit seeds, and the derived per-sample seeds must stay in range."""
+
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 
 
@@ -625,9 +639,36 @@ def _nonfinite_floats(cfg: TrainConfig) -> list[str]:
     return out
 
 
+MAX_NUM_GENERATIONS = 1024
+"""Largest group size G (papers use 4-64): beyond it one prompt's responses alone outgrow a machine."""
+MAX_ROLLOUT_RESPONSES = 65536
+"""Largest rollout batch per process (per_device_train_batch_size x gradient_accumulation_steps responses)."""
+MAX_COMPLETION_LENGTH = 131072
+"""Longest response in tokens (the longest context windows of current models)."""
+
+
+def _beyond_machine_limits(cfg: TrainConfig) -> list[str]:
+    """Sizes no machine holds, refused here instead of failing with `bad_alloc` minutes into the run."""
+    e = []
+    if cfg.num_generations > MAX_NUM_GENERATIONS:
+        e.append(f"num_generations={cfg.num_generations} is beyond {MAX_NUM_GENERATIONS} responses per prompt: the responses "
+                 "of one rollout would not fit in memory (papers use 4-64)")
+    if cfg.rollout_batch_size > MAX_ROLLOUT_RESPONSES:
+        e.append(f"per_device_train_batch_size x gradient_accumulation_steps = {cfg.rollout_batch_size} responses per "
+                 f"process is beyond {MAX_ROLLOUT_RESPONSES}: one rollout batch would not fit in memory")
+    if cfg.max_completion_length > MAX_COMPLETION_LENGTH:
+        e.append(f"max_completion_length={cfg.max_completion_length} is beyond {MAX_COMPLETION_LENGTH} tokens")
+    return e
+
+
 def _validate_reliability(cfg: TrainConfig) -> list[str]:
     """Reward failure handling, optimizer and LoRA ranges, paths."""
     e: list[str] = []
+    e.extend(_beyond_machine_limits(cfg))
+    if cfg.ddp_timeout < 1:
+        e.append(f"ddp_timeout={cfg.ddp_timeout} must be >= 1 second")
+    if isinstance(cfg.seed, bool) or not isinstance(cfg.seed, int) or not 0 <= cfg.seed <= MAX_SEED:
+        e.append(f"seed={cfg.seed!r} must be an integer in [0, 2**63 - 1] (torch generators take 64-bit seeds)")
     if cfg.reward_timeout is not None and not cfg.reward_timeout > 0:
         e.append(f"reward_timeout={cfg.reward_timeout} must be > 0 seconds (or null for no limit)")
     if cfg.reward_retries < 0:

@@ -106,7 +106,7 @@ def evaluate(policy, rows: Sequence[dict], metric: str, *, task: str = "", batch
         it = tqdm(it, desc=f"eval {task or metric}", unit="batch", leave=False)
     for start in it:
         batch = rows[start : start + batch_size]
-        seeds = [seed * 1_000_003 + start + i for i in range(len(batch))]
+        seeds = [(seed * 1_000_003 + start + i) % 2**63 for i in range(len(batch))]  # torch seeds are 64-bit
         rollout = policy.sample([r["prompt"] for r in batch], 1, seeds=seeds, **generation)
         columns = {k: [r.get(k) for r in batch] for k in batch[0] if k != "prompt"}
         out = scorer(rollout.prompts, rollout.completions, **columns)

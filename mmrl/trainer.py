@@ -16,7 +16,7 @@ resumed run continues exactly like an uninterrupted one. accelerate owns devices
 """
 from __future__ import annotations
 
-import json
+import datetime
 import math
 import os
 import signal
@@ -30,20 +30,27 @@ from typing import Any, Callable, Sequence
 import torch
 
 from mmrl.algorithms import group_advantages, soft_overlong_penalty
+from mmrl.batch_report import add_failures, completion_ids, peak_memory_gb, reward_metrics, unfilled_batch_message
 from mmrl.buffer import Buffer, concat_rollouts
-from mmrl.checkpoint import latest_checkpoint, load_checkpoint, load_model_weights, remove_stale, save_checkpoint
+from mmrl.checkpoint import latest_checkpoint, load_model_weights, save_checkpoint
 from mmrl.config import TrainConfig
+from mmrl.data.validate import check_prompts
 from mmrl.faults import fault_point
 from mmrl.metrics_log import MetricLogger
 from mmrl.methods import METHODS, MicroBatch, behaviour_is_current
 from mmrl.methods.gcpo import stage_entropy_reward
 from mmrl.models import adapter_class
 from mmrl.models.base import is_peft_model
+from mmrl.peer_failure import is_peer_failure, peer_failure_message
 from mmrl.policy_factory import apply_lora, build_policy, estimator_options, generation_options, needs_reference, set_generation_defaults
 from mmrl.prompt_stream import PromptStream
 from mmrl.protocol import Rollout
 from mmrl.seeds import derived_seed
 from mmrl.stop_signals import StopRequests
+from mmrl.resume_settings import apply_resume_settings, check_before_loading
+from mmrl.run_lock import RunLock
+from mmrl.run_checkpoints import resume_run, save_model_dir
+from mmrl.sharded_save import gather_full_state_dict
 
 
 class TrainingError(RuntimeError):
@@ -77,21 +84,26 @@ class Trainer:
         cfg.validate()
         self.cfg = cfg
         from accelerate import Accelerator
-        from accelerate.utils import DistributedDataParallelKwargs
+        from accelerate.utils import DistributedDataParallelKwargs, InitProcessGroupKwargs
 
         self.family = adapter_class(cfg.family)  # what the trainer needs to know of a family, as class attributes
         ddp = DistributedDataParallelKwargs(find_unused_parameters=self.family.has_unused_parameters)
         # accelerate only picks gloo (MULTI_CPU) when told to use the CPU; a torchrun-style multi-process launch on a
         # machine without an accelerator would otherwise give N independent single-process runs
         cpu_ddp = int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.cuda.is_available()
-        self.accelerator = Accelerator(mixed_precision=cfg.mixed_precision, kwargs_handlers=[ddp], cpu=cpu_ddp)
+        pg = InitProcessGroupKwargs(timeout=datetime.timedelta(seconds=cfg.ddp_timeout))  # a frozen peer: an error, not a hang
+        self.accelerator = Accelerator(mixed_precision=cfg.mixed_precision, kwargs_handlers=[ddp, pg], cpu=cpu_ddp)
         self.is_main = self.accelerator.is_main_process
         self.run_dir = Path(cfg.output_dir)
         if not cfg.resume_from and (found := latest_checkpoint(self.run_dir)) is not None:
             # a fresh run here would rotate out its own new checkpoints (older step numbers) and reset metrics.jsonl
             raise TrainingError(f"output_dir {str(self.run_dir)!r} already holds checkpoints of a run (latest: {found.name}); "
                                 "resume it with resume_from=auto, or choose a new output_dir")
+        if cfg.resume_from:
+            check_before_loading(cfg, self.run_dir)  # settings that cannot change on resume, before the model loads
+        self._lock = RunLock(self.run_dir)
         if self.is_main:
+            self._lock.acquire().release()  # another live trainer here fails fast; held from the end of __init__
             self.run_dir.mkdir(parents=True, exist_ok=True)
         # data and rewards before the model: a bad task or reward fails fast
         if dataset is None:
@@ -102,6 +114,7 @@ class Trainer:
             reward_funcs = reward_funcs or cfg.reward_funcs or task.reward_funcs
             eval_dataset = task.test if eval_dataset is None else eval_dataset
             eval_metric = eval_metric or task.metric
+        check_prompts(list(dataset), "the training dataset")  # null or missing prompts stop here, before the model loads
         self.eval_dataset = list(eval_dataset or [])[: cfg.eval_limit] if cfg.eval_limit else list(eval_dataset or [])
         self.eval_metric = eval_metric
         if cfg.eval_steps and (not self.eval_dataset or not self.eval_metric):
@@ -140,13 +153,21 @@ class Trainer:
         self.buffer: Buffer | None = None
         self.stream = PromptStream(self.dataset, cfg.seed, self.rank, self.world)
         self._stop = StopRequests()
+        if self.is_main:
+            self._lock.acquire()  # last: nothing after it can fail and leave the lock held
 
     # ================================================================================================ the loop
 
     def train(self) -> dict[str, Any]:
         """Train for `max_steps` optimizer steps (resuming if asked); returns the last step's metrics."""
-        cfg = self.cfg
-        resumed = self._maybe_resume()
+        if self.is_main:
+            self._lock.acquire()  # again if an earlier train() released it
+        try:
+            resumed = self._maybe_resume()
+        except BaseException:
+            self._lock.release()
+            raise
+        cfg = self.cfg  # resuming may restore settings from the checkpoint
         logger = MetricLogger(self.run_dir, cfg.report_to, config=cfg.to_dict(), resume_step=self.step if resumed else None, enabled=self.is_main)
         bar = None
         if self.is_main and cfg.progress_bar:
@@ -166,7 +187,7 @@ class Trainer:
                 self.step += 1
                 metrics.update(self.buffer.metrics)
                 metrics["perf/step_time"] = time.perf_counter() - t_step
-                metrics["perf/peak_mem_gb"] = _peak_memory_gb(self.accelerator.device)
+                metrics["perf/peak_mem_gb"] = peak_memory_gb(self.accelerator.device)
                 metrics["learning_rate"] = self.scheduler.get_last_lr()[0]
                 metrics["epoch"] = self.stream.position * self.world / len(self.dataset)
                 last = metrics
@@ -189,11 +210,16 @@ class Trainer:
                     name = signal.Signals(signum).name
                     raise TrainingStopped(f"stopped by {name} after step {self.step}; checkpoint written to {path}; "
                                           "resume with resume_from=auto", signum, path)
+        except RuntimeError as e:
+            if self.world > 1 and is_peer_failure(e):
+                raise TrainingError(peer_failure_message(e, self.cfg.ddp_timeout, self.rank, latest_checkpoint(self.run_dir))) from e
+            raise
         finally:
             self._stop.restore(old_handlers)
             if bar is not None:
                 bar.close()
             logger.close()
+            self._lock.release()
         return last
 
     def evaluate(self) -> dict[str, float]:
@@ -224,18 +250,15 @@ class Trainer:
         kept_rewards: list[torch.Tensor] = []
         reward_logs: dict[str, list[float]] = {}
         stats = {"dropped_groups": 0, "zero_std_groups": 0, "groups_seen": 0, "sample_time": 0.0, "reward_time": 0.0}
+        failures: list[str] = []  # the rewards' own messages for dropped samples (quoted if the batch cannot be filled)
         tries = 0
         while sum(r.num_groups for r in kept) < need:
             tries += 1
             if tries > cfg.dynamic_sampling_max_tries:
-                raise TrainingError(
-                    f"{'dynamic sampling' if cfg.dynamic_sampling else 'refilling dropped groups'} could not fill a batch: after {tries - 1} rollout batches only "
-                    f"{sum(r.num_groups for r in kept)} of {need} groups were usable ({stats['zero_std_groups']} of "
-                    f"{stats['groups_seen']} groups had equal rewards, {stats['dropped_groups']} were dropped for failed "
-                    f"rewards). Raise "
-                    f"dynamic_sampling_max_tries (now {cfg.dynamic_sampling_max_tries}), make the task easier or harder, "
-                    f"or set dynamic_sampling=false. The last checkpoint is intact."
-                )
+                raise TrainingError(unfilled_batch_message(
+                    dynamic_sampling=cfg.dynamic_sampling, max_tries=tries - 1, usable=sum(r.num_groups for r in kept), need=need,
+                    zero_std=stats["zero_std_groups"], seen=stats["groups_seen"], dropped=stats["dropped_groups"],
+                    failures=failures, checkpoint=latest_checkpoint(self.run_dir)))
             todo = need - sum(r.num_groups for r in kept)
             draw = need if tries == 1 else max(todo, 1)
             items = self.stream.take(draw)
@@ -247,8 +270,9 @@ class Trainer:
             stats["sample_time"] += time.perf_counter() - ts
             ts = time.perf_counter()
             columns = {k: [row.get(k) for row in rows for _ in range(G)] for k in rows[0] if k != "prompt"}
-            out = self.rewards(rollout.prompts, rollout.completions, completion_ids=_completion_ids(rollout), **columns)
+            out = self.rewards(rollout.prompts, rollout.completions, completion_ids=completion_ids(rollout), **columns)
             stats["reward_time"] += time.perf_counter() - ts
+            add_failures(failures, out.failures)
             total = out.total.to(torch.float32)  # [N]
             if cfg.overlong_penalty and self.family.variable_length:
                 pen = soft_overlong_penalty(rollout.response_mask.sum(-1).cpu(), cfg.max_completion_length, cfg.overlong_buffer_len)
@@ -264,7 +288,7 @@ class Trainer:
             stats["zero_std_groups"] += int((zero & valid).sum())
             keep = valid & ~zero if cfg.dynamic_sampling else valid
             if tries == 1:
-                first_total = total  # TRL's reward metrics describe the sampled batch
+                first_total, first_valid = total, valid  # TRL's reward metrics describe the sampled batch
             keep_rows = keep.repeat_interleave(G)
             if keep_rows.any():
                 idx = torch.nonzero(keep_rows).flatten()
@@ -296,9 +320,7 @@ class Trainer:
         # buffer metrics (TRL names)
         lengths = rollout.response_mask.sum(-1).float()
         m: dict[str, float] = {
-            "reward": float(first_total.mean()),
-            "reward_std": float(first_total.view(-1, G).std(-1).mean()),
-            "frac_reward_zero_std": float((first_total.view(-1, G).std(-1) == 0).float().mean()),
+            **reward_metrics(first_total, first_valid, G),  # over the groups whose rewards succeeded
             "completions/mean_length": float(lengths.mean()),
             "completions/min_length": float(lengths.min()),
             "completions/max_length": float(lengths.max()),
@@ -417,6 +439,7 @@ class Trainer:
         acc = self.accelerator
         acc.wait_for_everyone()
         path = None
+        self._full_state = gather_full_state_dict(acc, self.policy.model)  # FSDP / ZeRO-3: every process takes part
         if self.is_main:
             positions = [self.stream.position]
             state = {"step": self.step, "rollout_index": self.rollout_index, "positions": positions,
@@ -428,29 +451,17 @@ class Trainer:
         return path
 
     def _save_model(self, path: Path) -> None:
-        """The full model through the adapter's `save_pretrained`; with LoRA only the adapter weights (peft format,
-        load with `peft.PeftModel.from_pretrained(base, path)`) plus `mmrl_adapter.json` naming the base model."""
-        if is_peft_model(self.policy.model):
-            self.policy.unwrapped.save_pretrained(path)
-            meta = {"family": self.policy.family, "peft_adapter": True, "base_model": self.cfg.model_name_or_path,
-                    "generation_defaults": getattr(self.policy, "generation_defaults", {})}
-            (path / "mmrl_adapter.json").write_text(json.dumps(meta, indent=2, default=str))
-        else:
-            self.policy.save_pretrained(path)
+        full, self._full_state = getattr(self, "_full_state", None), None
+        save_model_dir(self.policy, path, self.cfg.model_name_or_path, full)
 
     def _maybe_resume(self) -> bool:
-        cfg = self.cfg
-        if not cfg.resume_from:
-            return False
-        path = latest_checkpoint(self.run_dir) if cfg.resume_from == "auto" else Path(cfg.resume_from)
-        if path is None:
-            return False  # nothing to resume: a fresh run
-        ck = load_checkpoint(path)
-        if self.is_main:
-            remove_stale(self.run_dir)
+        return resume_run(self.run_dir, self.cfg.resume_from, self._restore, self.accelerator, self.is_main)
+
+    def _restore(self, path: Path, ck: dict) -> None:
         st = ck["state"]
         if st.get("world", 1) != self.world:
             raise TrainingError(f"checkpoint {path} was written by {st.get('world')} processes; this run has {self.world}")
+        self.cfg = apply_resume_settings(self.cfg, st.get("config") or {}, path)
         load_model_weights(self.policy.unwrapped, path / "model")
         self.optimizer.load_state_dict(ck["optimizer"])
         self.scheduler.load_state_dict(ck["scheduler"])
@@ -462,7 +473,6 @@ class Trainer:
         self.buffer = Buffer.from_state(ck["buffer"]) if ck["buffer"] is not None else None
         if self.buffer is not None:
             self.buffer.rollout = self.buffer.rollout.to(self.accelerator.device)
-        return True
 
     # ========================================================================================= pictures
 
@@ -479,18 +489,6 @@ class Trainer:
 def _fault_injection(point: str, step: int) -> None:
     """Test hook: `MMRL_KILL_AT=<point>:K` makes the process SIGKILL itself there (crash tests; `mmrl.faults`)."""
     fault_point(point, step)
-
-
-def _completion_ids(rollout: Rollout) -> list[list[int]]:
-    return [ids[m].tolist() for ids, m in zip(rollout.response_ids, rollout.response_mask)]
-
-
-def _peak_memory_gb(device: torch.device) -> float:
-    if device.type == "cuda":
-        return torch.cuda.max_memory_allocated(device) / 2**30
-    import resource
-
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB -> GiB
 
 
 def train(cfg: TrainConfig, **kwargs) -> dict[str, Any]:

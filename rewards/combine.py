@@ -24,9 +24,11 @@ Slow and flaky rewards (reward models served elsewhere, `mmrl.rewards.http`): `t
 most that many times, after `retry_backoff * 2**k` seconds (capped at `MAX_BACKOFF`). A reward that still cannot score
 the batch (`RewardUnavailable`, e.g. a timeout or an unreachable server) fails every sample of the batch: under
 "raise" one error naming the reward and the samples, under "drop" every sample is dropped; it is not re-run sample by
-sample. With a timeout, rewards run in a worker thread; a local reward function that times out cannot be stopped: its
-thread is abandoned and keeps running in the background (the HTTP reward's socket timeouts do stop). math-verify's own
-SIGALRM timeouts work only in the main thread; mmrl's math rewards bound their inputs before sympy sees them instead.
+sample. With a timeout, the work of a call that runs out of time is stopped, not abandoned (`mmrl.rewards.isolation`):
+rewards marked `isolated` (math, Countdown, Sudoku) run in a forked child process with a memory limit, killed at the
+deadline, where math-verify's own SIGALRM timeouts stay on; other rewards run in a worker thread that is interrupted
+at the deadline (Python code stops; a call blocked in native code cannot be, and the timeout message says so). The
+HTTP reward bounds its whole request by its own `timeout`.
 """
 from __future__ import annotations
 
@@ -44,6 +46,7 @@ from typing import Any, Callable, Mapping, NamedTuple, Sequence
 import torch
 
 from mmrl.registry import REWARDS
+from mmrl.rewards.isolation import DEFAULT_MEMORY_LIMIT, ChildFailed, ChildTimeout, is_isolated, run_in_child, stop_thread
 
 
 class RewardError(ValueError):
@@ -58,6 +61,14 @@ class RewardUnavailable(RewardError):
 class RewardTimeout(RewardUnavailable):
     """A reward call did not return within `RewardSet(timeout=...)` seconds."""
 
+
+class _Abandoned(BaseException):
+    """Raised inside a timed-out reward thread to stop it (a BaseException: reward code's `except Exception` cannot
+    swallow it)."""
+
+
+MAX_FAILURES_KEPT = 3
+"""Failure messages a `RewardOutput` carries (the drop-mode stop message quotes them)."""
 
 MAX_BACKOFF = 60.0
 """Longest wait between two retries of a reward call, in seconds."""
@@ -79,6 +90,8 @@ class RewardOutput(NamedTuple):
     sent through TRL's `log_extra`."""
     valid: torch.Tensor
     """[N] bool: False for samples dropped under on_error="drop" (always all True under "raise")."""
+    failures: tuple[str, ...] = ()
+    """Under on_error="drop": the first few failure messages of this call (reward name, sample, error), for reports."""
 
 
 @dataclass
@@ -122,12 +135,13 @@ class RewardSet:
         timeout: seconds one call of a reward may take (None: no limit).
         retries: how many times a call that raised or timed out is re-run (0: none).
         retry_backoff: seconds before the first retry; doubled for each further retry (at most `MAX_BACKOFF`).
+        memory_limit: bytes an isolated reward call (`mmrl.rewards.isolation`) may add under a timeout.
         reward_kwargs: per-reward configuration by name, e.g. `clip_score={"pretrained": "/path/to/weights"}`.
     """
 
     def __init__(self, rewards: Sequence[str | Callable], weights: Sequence[float] | None = None, *,
                  on_error: str = "raise", timeout: float | None = None, retries: int = 0, retry_backoff: float = 1.0,
-                 **reward_kwargs: Mapping[str, Any]):
+                 memory_limit: int = DEFAULT_MEMORY_LIMIT, **reward_kwargs: Mapping[str, Any]):
         if isinstance(rewards, (str, bytes)) or callable(rewards):
             rewards = [rewards]
         if not rewards:
@@ -145,6 +159,7 @@ class RewardSet:
             raise ValueError(f"retry_backoff must be a number of seconds >= 0, got {retry_backoff!r}")
         self.on_error = on_error
         self.timeout, self.retries, self.retry_backoff = timeout, retries, float(retry_backoff)
+        self.memory_limit = int(memory_limit)
         names = [r if isinstance(r, str) else _name_of(r) for r in rewards]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
@@ -180,6 +195,7 @@ class RewardSet:
         metrics: dict[str, float] = {}
         extras: dict[str, list] = {}
         valid = [True] * n
+        self._failures: list[str] = []
         values: dict[str, list[float | None]] = {}
         for r in self.rewards:
             scores, logged = self._run(r, prompts, completions, columns, metrics, extras, valid)
@@ -215,12 +231,18 @@ class RewardSet:
         total = total.float()  # [N]
         if self.on_error == "drop":
             metrics["rewards/dropped"] = float(n - sum(valid))
-        return RewardOutput(total, per_reward, metrics, extras, valid_t)
+        return RewardOutput(total, per_reward, metrics, extras, valid_t, tuple(self._failures))
 
     def _fail(self, valid: list[bool], i: int, message: str, cause: BaseException | None = None) -> None:
         if self.on_error == "raise":
             raise RewardError(message) from cause
         valid[i] = False
+        self._note(message)
+
+    def _note(self, message: str) -> None:
+        failures = getattr(self, "_failures", None)
+        if failures is not None and len(failures) < MAX_FAILURES_KEPT and message not in failures:
+            failures.append(message)
 
     def _guarded_call(self, r: _Reward, prompts, completions, columns, metrics, extras, *, retries: int):
         """`_call` with the timeout and up to `retries` retries with exponential backoff."""
@@ -238,10 +260,22 @@ class RewardSet:
     def _timed_call(self, r: _Reward, prompts, completions, columns, metrics, extras):
         if self.timeout is None:
             return self._call(r, prompts, completions, columns, metrics, extras)
-        # a worker thread we can stop waiting for; it logs into its own dicts, merged only if it finishes in time
-        box: dict[str, Any] = {}
+        # the call logs into its own dicts, merged only if it finishes in time
         own_metrics: dict[str, float] = {}
         own_extras: dict[str, list] = {}
+        if is_isolated(r.fn):  # a forked child with a memory limit, killed at the deadline (`mmrl.rewards.isolation`)
+            try:
+                out, own_metrics, own_extras = run_in_child(
+                    lambda: (self._call(r, prompts, completions, columns, own_metrics, own_extras), own_metrics, own_extras),
+                    self.timeout, self.memory_limit)
+            except ChildTimeout as e:
+                raise RewardTimeout(f"reward {r.name!r} {e} on {len(completions)} samples (timeout)") from None
+            except ChildFailed as e:
+                raise RewardUnavailable(f"reward {r.name!r} {e}") from None
+            metrics.update(own_metrics)
+            extras.update(own_extras)
+            return out
+        box: dict[str, Any] = {}
 
         def work():
             try:
@@ -253,8 +287,10 @@ class RewardSet:
         worker.start()
         worker.join(self.timeout)
         if worker.is_alive():
+            stopped = stop_thread(worker, _Abandoned)  # stops Python code; native code runs on
             raise RewardTimeout(f"reward {r.name!r} did not return within {self.timeout:g} s on {len(completions)} "
-                                "samples (timeout)")
+                                "samples (timeout" + ("" if stopped else "; its thread is blocked in native code and could "
+                                                      "not be stopped") + ")")
         if "error" in box:
             raise box["error"]
         metrics.update(own_metrics)
@@ -281,6 +317,7 @@ class RewardSet:
             if self.on_error == "raise":
                 raise RewardError(f"reward {r.name!r} could not score samples 0..{n - 1}: {e}") from e
             valid[:] = [False] * n
+            self._note(f"reward {r.name!r} could not score samples 0..{n - 1}: {e}")
             return [None] * n, {}
         except Exception as e:  # locate the failing sample(s) by scoring one at a time
             return self._run_one_by_one(r, prompts, completions, columns, metrics, extras, valid, e)

@@ -37,3 +37,16 @@ def prompt_text(prompt: Any) -> str:
         users = [m for m in prompt if m.get("role") == "user"] or list(prompt)
         return _content_text(users[-1].get("content", ""))
     raise TypeError(f"cannot read a text prompt from {type(prompt).__name__}")
+
+
+def last_tag_content(text: str, open_tag: str = "<answer>", close_tag: str = "</answer>") -> str | None:
+    """The content of the last `<open_tag>...<close_tag>` pair, None without one: the last match of the regex
+    `<answer>(.*?)</answer>` under `re.findall` (non-overlapping, left to right), found in linear time. (The regex
+    itself retries every unclosed `<answer>` to the end of the text: quadratic, a minute on 240 KB of open tags.)"""
+    last, pos = None, 0
+    while (start := text.find(open_tag, pos)) >= 0:
+        end = text.find(close_tag, start + len(open_tag))
+        if end < 0:  # no closing tag after this one, hence none after any later opening tag
+            break
+        last, pos = text[start + len(open_tag) : end], end + len(close_tag)
+    return last

@@ -12,7 +12,8 @@ import re
 from typing import Sequence
 
 from mmrl.registry import REWARDS
-from mmrl.rewards.completions import completion_text
+from mmrl.rewards.isolation import isolated
+from mmrl.rewards.completions import completion_text, last_tag_content
 
 MAX_CHARS = 512
 MAX_TOKENS = 256
@@ -121,13 +122,11 @@ def evaluate_arithmetic(expr: str) -> int | float | None:
         return None
 
 
-_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
-
-
 def last_answer(text: str) -> str | None:
-    """d1's `extract_solution`: the last <answer>...</answer> content, stripped; None without one."""
-    matches = _ANSWER.findall(text)
-    return matches[-1].strip() if matches else None
+    """d1's `extract_solution` (`re.findall(r"<answer>(.*?)</answer>")[-1]`): the last <answer>...</answer> content,
+    stripped; None without one (linear time, `last_tag_content`)."""
+    match = last_tag_content(text)
+    return match.strip() if match is not None else None
 
 
 def uses_numbers(equation: str, numbers: Sequence[int]) -> bool:
@@ -165,6 +164,7 @@ def _numbers(value) -> list[int]:
 
 
 @REWARDS.register("countdown")
+@isolated  # pure CPU string work: under a timeout it runs in a killable child process
 def countdown(prompts, completions, target, numbers, **kwargs) -> list[float]:
     """d1's Countdown reward: 1.0 / 0.1 / 0 (see `countdown_score`); columns `target` and `numbers`
     (a list of ints or "a,b,c")."""
@@ -185,8 +185,9 @@ def eval_expression(text: str) -> str:
     if boxed is not None:
         equation = boxed
     else:
-        m = _ANSWER.search(text)
-        equation = m.group(1).strip() if m else text
+        start = text.find("<answer>")  # the first tag pair, found in linear time (no backtracking regex)
+        end = text.find("</answer>", start + len("<answer>")) if start >= 0 else -1
+        equation = text[start + len("<answer>") : end].strip() if end >= 0 else text
     for latex, op in _LATEX_OPERATORS.items():
         equation = equation.replace(latex, op)
     lhs = _EQUATION_LHS.search(equation)

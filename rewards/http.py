@@ -18,12 +18,13 @@ code in the trainer):
   `completion_ids`); `columns=[...]` in the configuration sends only those.
 - `rewards`: a number, null ("does not apply") or a dict with a "score" key per completion, as any mmrl reward.
 
-Failures are bounded and never a silent 0: a refused connection, a timeout (`timeout` seconds to connect and for each
-read, the whole answer within about twice that) or a 408/429/5xx status is retried up to `retries` times after
+Failures are bounded and never a silent 0: a refused connection, a timeout (`timeout` seconds for the whole request:
+connect, headers and body, however slowly the server trickles them) or a 408/429/5xx status is retried up to `retries` times after
 `backoff * 2**k` seconds (at most `max_backoff`, or the server's `Retry-After` if longer, up to `max_backoff`); then
 the call raises `RewardUnavailable`, which `RewardSet` applies to every sample of the batch (stop, or drop under
 `on_reward_error=drop`). Other statuses (4xx), redirects, an answer that is not JSON, has no `rewards` list or is
-larger than `max_response_bytes` are errors at once. `RewardSet` then checks every value (NaN/inf, wrong length or
+larger than `max_response_bytes` are errors at once (`RewardUnavailable`: the batch as a whole failed, it is not re-sent
+one sample at a time). `RewardSet` then checks every value (NaN/inf, wrong length or
 type are errors naming the reward and the sample). Only http and https URLs are accepted; environment proxies are
 not used unless `proxy` names one.
 """
@@ -36,10 +37,9 @@ import json
 import math
 import numbers
 import socket
+import threading
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from typing import Any, Mapping, Sequence
 
 from mmrl.registry import REWARDS
@@ -47,12 +47,6 @@ from mmrl.rewards.combine import RewardError, RewardUnavailable
 
 RETRY_STATUS = (408, 429, 500, 502, 503, 504)
 """HTTP statuses that mean "try again later"."""
-
-
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    def redirect_request(self, req, fp, code, msg, headers, newurl):
-        raise RewardError(f"the reward server {req.full_url} redirected ({code}) to {newurl!r}; redirects are not "
-                          "followed: configure the final URL")
 
 
 def encode_value(x: Any, where: str = "value") -> Any:
@@ -106,7 +100,7 @@ class HttpReward:
 
     Args:
         url: the endpoint that scores a batch (http or https).
-        timeout: seconds to connect and for each read of the answer (> 0).
+        timeout: seconds for the whole request: connect, send, status, headers and body (> 0).
         retries: retries after a connection error, a timeout or a 408/429/5xx status (>= 0).
         backoff, max_backoff: seconds before retry k + 1 are min(backoff * 2**k, max_backoff).
         headers: extra request headers (e.g. an authorization token of your server).
@@ -139,8 +133,7 @@ class HttpReward:
         self.headers = {str(k): str(v) for k, v in (headers or {}).items()}
         self.columns = None if columns is None else list(columns)
         self.max_response_bytes = max_response_bytes
-        proxies = {} if proxy is None else {"http": proxy, "https": proxy}
-        self._opener = urllib.request.build_opener(urllib.request.ProxyHandler(proxies), _NoRedirect())
+        self.proxy = proxy
 
     def __call__(self, prompts, completions, **kwargs) -> list:
         log_metric = kwargs.pop("log_metric", None)
@@ -157,43 +150,86 @@ class HttpReward:
         for attempt in range(self.retries + 1):
             try:
                 answer = self._post(body)
+                rewards = parse_rewards(answer)
             except _Retryable as e:
                 last = e.cause
                 if attempt < self.retries:
                     time.sleep(min(max(self.backoff * 2**attempt, e.retry_after), self.max_backoff))
                 continue
+            except RewardError as e:  # the server's answer as a whole is unusable: no sample to blame, no re-run per sample
+                raise RewardUnavailable(str(e)) from None
             if log_metric is not None:
                 log_metric("rewards/http/attempts", attempt + 1)
                 log_metric("rewards/http/seconds", time.monotonic() - t0)
-            return parse_rewards(answer)
+            return rewards
         raise RewardUnavailable(f"the reward server {self.url} failed {self.retries + 1} time(s); last: {last}")
 
     def _post(self, body: bytes) -> bytes:
-        """The answer's body; `_Retryable` for failures worth another try, RewardError for the others."""
-        req = urllib.request.Request(self.url, data=body, method="POST",
-                                     headers={"Content-Type": "application/json", "Accept": "application/json", **self.headers})
-        deadline = time.monotonic() + 2 * self.timeout
+        """The answer's body; `_Retryable` for failures worth another try, RewardError for the others.
+
+        The whole exchange (connect, request, status line and headers, body) has `timeout` seconds: a watchdog shuts
+        the socket down at the deadline, so a server that trickles its headers or body a byte at a time cannot hold
+        the trainer (or a SIGTERM waiting for the step to end) longer than that."""
+        conn, target = self._connection()
+        expired = threading.Event()
+
+        def abort():
+            expired.set()
+            sock = conn.sock
+            if sock is not None:
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)  # wakes the blocked recv in the calling thread
+                except OSError:
+                    pass
+
+        watchdog = threading.Timer(self.timeout, abort)
+        watchdog.daemon = True
+        watchdog.start()
         try:
-            with self._opener.open(req, timeout=self.timeout) as resp:
-                chunks, size = [], 0
-                while chunk := resp.read(1 << 16):
-                    size += len(chunk)
-                    if size > self.max_response_bytes:
-                        raise RewardError(f"the reward server {self.url} answered more than {self.max_response_bytes} bytes")
-                    if time.monotonic() > deadline:
-                        raise _Retryable(TimeoutError(f"the answer took longer than {2 * self.timeout:g} s"))
-                    chunks.append(chunk)
-                return b"".join(chunks)
-        except urllib.error.HTTPError as e:
-            snippet = _snippet(e)
-            err = RewardError(f"the reward server {self.url} answered HTTP {e.code} {e.reason}: {snippet}")
-            if e.code in RETRY_STATUS:
-                raise _Retryable(err, _retry_after(e.headers.get("Retry-After"))) from None
-            raise err from None
-        except (urllib.error.URLError, http.client.HTTPException, ConnectionError, socket.timeout, TimeoutError) as e:
-            reason = getattr(e, "reason", e)
-            kind = "timed out" if isinstance(reason, (socket.timeout, TimeoutError)) else "connection failed"
-            raise _Retryable(RewardUnavailable(f"{kind} ({type(reason).__name__}: {reason})")) from None
+            conn.request("POST", target, body=body, headers={"Content-Type": "application/json", "Accept": "application/json",
+                                                             **self.headers})
+            resp = conn.getresponse()
+            if 300 <= resp.status < 400:
+                raise RewardError(f"the reward server {self.url} redirected ({resp.status}) to {resp.getheader('Location')!r}; "
+                                  "redirects are not followed: configure the final URL")
+            if resp.status >= 400:
+                snippet = (resp.read(200).decode("utf-8", "replace").strip() or "(no body)") if not expired.is_set() else "(no body)"
+                err = RewardError(f"the reward server {self.url} answered HTTP {resp.status} {resp.reason}: {snippet}")
+                if resp.status in RETRY_STATUS:
+                    raise _Retryable(err, _retry_after(resp.getheader("Retry-After")))
+                raise err
+            chunks, size = [], 0
+            while chunk := resp.read1(1 << 16):
+                size += len(chunk)
+                if size > self.max_response_bytes:
+                    raise RewardError(f"the reward server {self.url} answered more than {self.max_response_bytes} bytes")
+                chunks.append(chunk)
+            if expired.is_set():
+                raise TimeoutError("deadline")
+            return b"".join(chunks)
+        except (http.client.HTTPException, OSError) as e:
+            if expired.is_set() or isinstance(e, (socket.timeout, TimeoutError)):
+                raise _Retryable(RewardUnavailable(f"timed out (no complete answer within {self.timeout:g} s)")) from None
+            raise _Retryable(RewardUnavailable(f"connection failed ({type(e).__name__}: {e})")) from None
+        finally:
+            watchdog.cancel()
+            conn.close()
+
+    def _connection(self) -> tuple[http.client.HTTPConnection, str]:
+        """A connection to the server (through `proxy` if set) and the request target to send."""
+        parts = urllib.parse.urlsplit(self.url)
+        target = urllib.parse.urlunsplit(("", "", parts.path or "/", parts.query, ""))
+        https = parts.scheme == "https"
+        if self.proxy is None:
+            cls = http.client.HTTPSConnection if https else http.client.HTTPConnection
+            return cls(parts.hostname, parts.port, timeout=self.timeout), target
+        proxy = urllib.parse.urlsplit(self.proxy)
+        cls = http.client.HTTPSConnection if proxy.scheme == "https" else http.client.HTTPConnection
+        if https:  # CONNECT tunnel through the proxy, TLS to the server
+            conn = http.client.HTTPSConnection(proxy.hostname, proxy.port, timeout=self.timeout)
+            conn.set_tunnel(parts.hostname, parts.port)
+            return conn, target
+        return cls(proxy.hostname, proxy.port, timeout=self.timeout), self.url
 
 
 class _Retryable(Exception):
@@ -210,9 +246,3 @@ def _retry_after(value: str | None) -> float:
     return seconds if math.isfinite(seconds) and seconds > 0 else 0.0
 
 
-def _snippet(e: urllib.error.HTTPError, limit: int = 200) -> str:
-    try:
-        text = e.read(limit).decode("utf-8", "replace")
-    except Exception:  # the error body itself failed
-        return "(no body)"
-    return text.strip() or "(no body)"

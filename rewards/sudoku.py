@@ -7,18 +7,15 @@ blanks score 0.
 """
 from __future__ import annotations
 
-import re
-
 from mmrl.registry import REWARDS
-from mmrl.rewards.completions import completion_text
-
-_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
-
+from mmrl.rewards.isolation import isolated
+from mmrl.rewards.completions import completion_text, last_tag_content
 
 def sudoku_digits(text: str) -> str | None:
-    """d1's `extract_answer_sudoku`: the digit characters of the last <answer> block, None without one."""
-    matches = _ANSWER.findall(text)
-    return "".join(ch for ch in matches[-1].strip() if ch.isdigit()) if matches else None
+    """d1's `extract_answer_sudoku`: the digit characters of the last <answer> block, None without one (found in
+    linear time, `last_tag_content`)."""
+    match = last_tag_content(text)
+    return "".join(ch for ch in match.strip() if ch.isdigit()) if match is not None else None
 
 
 def sudoku_score(text: str, puzzle: str, solution: str) -> float:
@@ -38,6 +35,7 @@ def sudoku_score(text: str, puzzle: str, solution: str) -> float:
 
 
 @REWARDS.register("sudoku")
+@isolated  # pure CPU string work: under a timeout it runs in a killable child process
 def sudoku(prompts, completions, puzzle, solution, **kwargs) -> list[float]:
     """d1's Sudoku reward (`sudoku_score`); columns `puzzle` and `solution` (strings, "0" = blank)."""
     return [sudoku_score(completion_text(c), p, s) for c, p, s in zip(completions, puzzle, solution)]

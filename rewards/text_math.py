@@ -14,6 +14,7 @@ import re
 import threading
 
 from mmrl.registry import REWARDS
+from mmrl.rewards.isolation import isolated
 from mmrl.rewards.completions import completion_text
 
 MAX_ANSWER_CHARS = 256
@@ -127,12 +128,14 @@ _STRICT_MULTILINE = re.compile(_STRICT_PATTERN, re.DOTALL)
 
 
 @REWARDS.register("gsm8k_xmlcount")
+@isolated  # pure CPU string work: under a timeout it runs in a killable child process
 def gsm8k_xmlcount(prompts, completions, **kwargs) -> list[float]:
     """d1 `xmlcount_reward_func` (up to 0.5)."""
     return [d1_xmlcount(completion_text(c)) for c in completions]
 
 
 @REWARDS.register("gsm8k_soft_format")
+@isolated  # pure CPU string work: under a timeout it runs in a killable child process
 def gsm8k_soft_format(prompts, completions, **kwargs) -> list[float]:
     """d1 `soft_format_reward_func`: 0.5 if the completion starts with <reasoning>...</reasoning> <answer>...</answer>
     with no newline inside either tag pair (d1's `re.match` without `re.DOTALL`; `gsm8k_soft_format_multiline`
@@ -141,6 +144,7 @@ def gsm8k_soft_format(prompts, completions, **kwargs) -> list[float]:
 
 
 @REWARDS.register("gsm8k_strict_format")
+@isolated  # pure CPU string work: under a timeout it runs in a killable child process
 def gsm8k_strict_format(prompts, completions, **kwargs) -> list[float]:
     """d1 `strict_format_reward_func`: 0.5 for exactly "<reasoning>\\n...\\n</reasoning>\\n<answer>\\n...\\n</answer>\\n"
     where each "..." is a single line (d1's `re.match` without `re.DOTALL`; `gsm8k_strict_format_multiline` allows
@@ -161,12 +165,14 @@ def gsm8k_strict_format_multiline(prompts, completions, **kwargs) -> list[float]
 
 
 @REWARDS.register("gsm8k_int")
+@isolated  # pure CPU string work: under a timeout it runs in a killable child process
 def gsm8k_int(prompts, completions, **kwargs) -> list[float]:
     """d1 `int_reward_func`: 0.5 if the extracted answer is all digits (`str.isdigit`, as d1)."""
     return [0.5 if xml_answer(completion_text(c)).isdigit() else 0.0 for c in completions]
 
 
 @REWARDS.register("gsm8k_correctness")
+@isolated  # pure CPU string work: under a timeout it runs in a killable child process
 def gsm8k_correctness(prompts, completions, answer, **kwargs) -> list[float]:
     """d1 `correctness_reward_func`: 2.0 if the extracted answer equals the reference answer string exactly."""
     return [2.0 if xml_answer(completion_text(c)) == hash_answer(str(a)) else 0.0 for c, a in zip(completions, answer)]
@@ -190,6 +196,7 @@ def _sum_of_parts(parts_fns: dict, prompts, completions, answer) -> list[dict]:
 
 
 @REWARDS.register("gsm8k")
+@isolated  # pure CPU string work: under a timeout it runs in a killable child process
 def gsm8k(prompts, completions, answer, **kwargs) -> list[dict]:
     """d1's GSM8K reward: the sum of its five functions (at most 4.0; a correct answer with multi-line reasoning
     gets 3.0, as in d1, whose format patterns do not cross newlines); each part is logged."""
@@ -217,6 +224,7 @@ def gsm8k_prediction(text: str) -> float | None:
 
 
 @REWARDS.register("gsm8k_accuracy")
+@isolated  # pure CPU string work: under a timeout it runs in a killable child process
 def gsm8k_accuracy(prompts, completions, answer, **kwargs) -> list[float]:
     """1.0 if the predicted number equals the reference number (as floats, relative tolerance 1e-6), else 0.0."""
     out = []
@@ -352,6 +360,7 @@ def reference_answer(answer: str) -> str:
 
 
 @REWARDS.register("math500_correctness")
+@isolated  # pure CPU string work: under a timeout it runs in a killable child process
 def math500_correctness(prompts, completions, answer, **kwargs) -> list[float]:
     """Training reward, 2.0 (d1's scale) if the completion's final answer is math-verify-equivalent to the reference,
     else 0.0; the evaluation metric (1 / 0) is `math500_accuracy`."""
@@ -383,12 +392,14 @@ def math500_accuracy(prompts, completions, answer, **kwargs) -> list[float]:
 
 
 @REWARDS.register("math500_format")
+@isolated  # pure CPU string work: under a timeout it runs in a killable child process
 def math500_format(prompts, completions, **kwargs) -> list[float]:
     """d1's MATH format reward (`d1_boxed_format`)."""
     return [d1_boxed_format(completion_text(c)) for c in completions]
 
 
 @REWARDS.register("math500")
+@isolated  # pure CPU string work: under a timeout it runs in a killable child process
 def math500(prompts, completions, answer, **kwargs) -> list[dict]:
     """MATH500: correctness (2.0, math-verify) + d1's format reward; both parts logged."""
     corr = math500_correctness(prompts, completions, answer)
@@ -397,6 +408,7 @@ def math500(prompts, completions, answer, **kwargs) -> list[dict]:
 
 
 @REWARDS.register("boxed_accuracy")
+@isolated  # pure CPU string work: under a timeout it runs in a killable child process
 def boxed_accuracy(prompts, completions, answer, **kwargs) -> list[float]:
     """1.0 if the last `\\boxed{}` of the completion is equivalent to the reference answer (`math_equal`), else 0.0."""
     return [1.0 if math_equal(last_boxed(completion_text(c)), reference_answer(a)) else 0.0 for c, a in zip(completions, answer)]

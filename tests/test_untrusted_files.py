@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from mmrl.checkpoint import load_checkpoint, load_model_weights
+from mmrl.checkpoint import CheckpointDamaged, load_checkpoint, load_model_weights
 from mmrl.config import ConfigError, load_config
 from mmrl.models import adapter_class
 from mmrl.remote_code import RemoteCodeWarning
@@ -54,8 +54,9 @@ def test_checkpoint_pickles_cannot_run_code(name, trained_checkpoint, tmp_path):
     with open(ck / Path(name).with_suffix(".plain"), "rb") as f:
         pickle.load(f)  # the control: plain unpickling runs the payload
     assert marker.with_suffix(".plain").exists()
-    with pytest.raises(pickle.UnpicklingError, match="Weights only load failed"):
+    with pytest.raises(CheckpointDamaged, match=rf"{name} cannot be read \(UnpicklingError: Weights only load failed") as e:
         load_checkpoint(ck)
+    assert isinstance(e.value.__cause__, pickle.UnpicklingError)
     assert not marker.exists()
 
 

@@ -14,6 +14,7 @@ TRL's format (`[{"role": "user", "content": ...}]`), so every family renders the
 from __future__ import annotations
 
 import csv
+import io
 import json
 import random
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from mmrl.registry import TASKS
+from mmrl.data.validate import DataError, check_rows, read_jsonl, read_lines
 
 FORMAT_INSTRUCTION = "Respond in the following format:\n<reasoning>\n...\n</reasoning>\n<answer>\n...\n</answer>\n"
 """d1's answer format (the GSM8K, MATH, Countdown and Sudoku rewards read the `<answer>` tag)."""
@@ -72,8 +74,13 @@ class Task:
 
 def load_task(name: str, dataset_path: str | None = None, *, seed: int = 0) -> Task:
     """The task `name` from `mmrl.registry.TASKS` (unknown names raise and list the valid ones; the tiny world's
-    tasks are there after `mmrl.tiny_world.register()`)."""
-    return TASKS[name](dataset_path, seed)
+    tasks are there after `mmrl.tiny_world.register()`). Tasks that generate their own data refuse a `dataset_path`
+    rather than ignore it."""
+    loader = TASKS[name]
+    if dataset_path is not None and getattr(loader, "generates_data", False):
+        raise ValueError(f"task {name!r} generates its own data and does not read dataset_path={dataset_path!r}; remove "
+                         "dataset_path, or train on your file with task=jsonl (rows of {\"prompt\": ..., <reward columns>})")
+    return loader(dataset_path, seed)
 
 
 def bundled(relpath: str) -> Path:
@@ -82,24 +89,32 @@ def bundled(relpath: str) -> Path:
 
 
 def read_rows(path: str | Path) -> list[dict]:
-    """Rows of a local JSONL, JSON (list), CSV or parquet file."""
+    """Rows of a local JSONL, JSON (list), CSV or parquet file; empty files, malformed lines, non-UTF-8 bytes and rows
+    that are not objects raise `DataError` naming the file and line (`mmrl.data.validate`)."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"dataset file not found: {path}")
     if path.suffix == ".jsonl":
-        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        return read_jsonl(path)
     if path.suffix == ".json":
-        data = json.loads(path.read_text())
+        try:
+            data = json.loads("\n".join(read_lines(path)))
+        except json.JSONDecodeError as e:
+            raise DataError(f"{path}:{e.lineno}:{e.colno}: not valid JSON ({e.msg})") from None
         if not isinstance(data, list):
-            raise ValueError(f"{path}: expected a JSON list of rows")
+            raise DataError(f"{path}: expected a JSON list of rows, got {type(data).__name__}")
+        check_rows(data, str(path))
         return data
     if path.suffix == ".csv":
-        with open(path, newline="") as f:
-            return list(csv.DictReader(f))
+        rows = list(csv.DictReader(io.StringIO("\n".join(read_lines(path)))))
+        check_rows(rows, str(path))
+        return rows
     if path.suffix == ".parquet":
         import datasets
 
-        return list(datasets.load_dataset("parquet", data_files=str(path), split="train"))
+        rows = list(datasets.load_dataset("parquet", data_files=str(path), split="train"))
+        check_rows(rows, str(path))
+        return rows
     raise ValueError(f"{path}: unsupported dataset format {path.suffix!r}; use .jsonl, .json, .csv or .parquet")
 
 

@@ -204,6 +204,15 @@ def _evaluate(args) -> int:
     unused = sorted(set(getattr(detector, "table", {})) - getattr(detector, "used", set()))
     if unused:
         print(f"warning: {len(unused)} detections lines name images outside {args.imagedir}, e.g. {unused[0]!r}", file=sys.stderr)
+    if rows.ignored:
+        print(f"warning: {len(rows.ignored)} image files are not named <digits>.png and were not scored (the official "
+              f"script skips them too), e.g. {rows.ignored[0]!r}", file=sys.stderr)
+    for path, reason in rows.skipped:
+        print(f"mmrl geneval evaluate: error: prompt folder skipped, not scored: {reason}", file=sys.stderr)
+    if rows.skipped:  # the score above leaves these prompts out: not a complete evaluation
+        print(f"mmrl geneval evaluate: error: {len(rows.skipped)} prompt folder(s) could not be scored; the results "
+              "above cover the others only", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -2,8 +2,13 @@
 
 `score_image` applies the official selection and rule to one image's detections; `evaluate_folder` walks GenEval's
 layout (`<dir>/<NNNNN>/metadata.jsonl` + `samples/<k>.png`) and returns the official `results.jsonl` rows
-(`filename`, `tag`, `prompt`, `correct`, `reason`, `metadata`, `details`). An image that is missing or cannot be
-read is recorded as incorrect with its reason and an extra `error` key; the rest is scored.
+(`filename`, `tag`, `prompt`, `correct`, `reason`, `metadata`, `details`). An image that is missing, cannot be
+read, is larger than `MAX_IMAGE_PIXELS` (checked from its header, before decoding) or makes the detector fail is
+recorded as incorrect with its reason and an extra `error` key; a prompt folder without images is one incorrect row
+(`error: no_images`: its prompt counts as failed, not as absent); the rest is scored. A prompt folder whose
+`metadata.jsonl` is missing or malformed cannot be scored: it is reported in `FolderScan.skipped` and the others
+are scored. Files in `samples/` that look like images but are not named `<digits>.png` (e.g. `0000.PNG`, which the
+official script skips too) are reported in `FolderScan.ignored`.
 """
 from __future__ import annotations
 
@@ -22,6 +27,22 @@ ColorFn = Callable[[Image.Image, Sequence[Detection], str], list]
 """classify(image, detections, classname) -> colour names (e.g. `ClipColorClassifier`)."""
 
 IMAGE_NAME = re.compile(r"\d+\.png")
+IMAGE_LIKE = re.compile(r".*\.(png|jpe?g|webp|bmp|gif)", re.IGNORECASE)
+MAX_IMAGE_PIXELS = 4096 * 4096
+"""Larger images are refused from their header (GenEval's are 512-1024 px; a 9000x9000 PNG decodes to 243 MB)."""
+
+
+class ImageTooLarge(ValueError):
+    """An image whose header announces more than `MAX_IMAGE_PIXELS` pixels (not decoded)."""
+
+
+class FolderScan(list):
+    """`scan_folder`'s [(folder name, metadata record, [image names])], with `skipped` [(metadata path, reason)]
+    for prompt folders that cannot be scored and `ignored` [paths] of image-like files that are not `<digits>.png`."""
+
+    def __init__(self, entries=(), skipped=(), ignored=()):
+        super().__init__(entries)
+        self.skipped, self.ignored = list(skipped), list(ignored)
 
 
 def _colored(image, detected, metadata, classify: ColorFn | None):
@@ -58,33 +79,46 @@ def score_image(
 def load_image(path: str | Path) -> Image.Image:
     """Open an image as GenEval does (EXIF orientation applied) and force a full decode, so corrupt files fail here."""
     with Image.open(path) as im:
+        if im.width * im.height > MAX_IMAGE_PIXELS:
+            raise ImageTooLarge(f"image of {im.width}x{im.height} px is larger than {MAX_IMAGE_PIXELS} pixels; not decoded")
         im = ImageOps.exif_transpose(im)
         im.load()
         return im.convert("RGB")
 
 
-def scan_folder(images_dir: str | Path) -> list[tuple[str, dict, list[str]]]:
+def scan_folder(images_dir: str | Path) -> FolderScan:
     """[(folder name, metadata record, [image names])] over the all-digit folders, in numeric order; images are the
-    `\\d+.png` files of `samples/`, in numeric order. A folder without a readable metadata record raises."""
+    `\\d+.png` files of `samples/`, in numeric order. A folder without a readable metadata record is reported in
+    `.skipped`; with no scorable folder at all this raises, naming the first problem."""
     root = Path(images_dir)
     if not root.is_dir():
         raise FileNotFoundError(f"images folder {str(root)!r} does not exist")
-    entries = []
+    scan = FolderScan()
     for sub in sorted((p for p in root.iterdir() if p.is_dir() and p.name.isdigit()), key=lambda p: (int(p.name), p.name)):
         meta_path = sub / "metadata.jsonl"
-        if not meta_path.is_file():
-            raise FileNotFoundError(f"{meta_path} is missing (each prompt folder holds its metadata record)")
         try:
-            record = json.loads(meta_path.read_text())
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{meta_path}: not a single JSON object ({e.msg})") from None
-        validate_metadata(record, str(meta_path))
+            if not meta_path.is_file():
+                raise FileNotFoundError(f"{meta_path} is missing (each prompt folder holds its metadata record)")
+            try:
+                record = json.loads(meta_path.read_text())
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{meta_path}: not a single JSON object ({e.msg})") from None
+            except UnicodeDecodeError as e:
+                raise ValueError(f"{meta_path}: not UTF-8 text ({e.reason})") from None
+            validate_metadata(record, str(meta_path))
+        except (ValueError, FileNotFoundError) as e:
+            scan.skipped.append((str(meta_path), str(e)))
+            continue
         samples = sub / "samples"
-        names = sorted((n for n in os.listdir(samples) if IMAGE_NAME.fullmatch(n)), key=lambda n: (int(n[:-4]), n)) if samples.is_dir() else []
-        entries.append((sub.name, record, names))
-    if not entries:
+        listed = os.listdir(samples) if samples.is_dir() else []
+        names = sorted((n for n in listed if IMAGE_NAME.fullmatch(n)), key=lambda n: (int(n[:-4]), n))
+        scan.ignored += [str(samples / n) for n in sorted(listed) if IMAGE_LIKE.fullmatch(n) and not IMAGE_NAME.fullmatch(n)]
+        scan.append((sub.name, record, names))
+    if not scan:
+        if scan.skipped:
+            raise ValueError(f"no prompt folder of {str(root)!r} can be scored: {scan.skipped[0][1]}")
         raise ValueError(f"{str(root)!r} holds no prompt folders (<NNNNN>/metadata.jsonl + samples/<k>.png)")
-    return entries
+    return scan
 
 
 def _row(filename: str, record: dict, **fields: Any) -> dict[str, Any]:
@@ -106,9 +140,13 @@ def evaluate_folder(
     """The official `results.jsonl` rows for every image under `images_dir` (see the module docstring)."""
     entries = scan_folder(images_dir)
     jobs: list[tuple[str, str, dict]] = []  # (filename, key relative to images_dir, record)
+    empty: list[dict[str, Any]] = []
     for folder, record, names in entries:
         for n in names:
             jobs.append((os.path.join(str(images_dir), folder, "samples", n), f"{folder}/samples/{n}", record))
+        if not names:  # scored as failed: dropping it would raise the score of its task
+            empty.append(_row(os.path.join(str(images_dir), folder, "samples"), record, reason="no images in the prompt folder",
+                              error="no_images"))
     # Images the detections file names but the folder lacks are missing images.
     table = getattr(detector, "table", None)
     if table is not None:
@@ -138,11 +176,17 @@ def evaluate_folder(
                 ok.append((filename, key, record))
             except FileNotFoundError:
                 rows.append(_row(filename, record, reason="image file is missing", error="missing"))
+            except ImageTooLarge as e:
+                rows.append(_row(filename, record, reason=str(e), error="too_large"))
             except Exception as e:  # any decoder failure: record it and go on
                 rows.append(_row(filename, record, reason=f"image could not be read: {type(e).__name__}: {e}", error="unreadable"))
         if images:
-            results = detector.detect(images, [k for _, k, _ in ok])
+            results = _detect(detector, images, [k for _, k, _ in ok])
             for (filename, key, record), image, dets in zip(ok, images, results):
+                if isinstance(dets, Exception):
+                    rows.append(_row(filename, record, reason=f"the detector failed on this image: {type(dets).__name__}: {dets}",
+                                     error="detector_failed"))
+                    continue
                 if dets is None:
                     rows.append(_row(filename, record, reason=f"no detections for {key!r} in the detections file", error="no_detections"))
                     continue
@@ -155,7 +199,23 @@ def evaluate_folder(
     bar.close()
     order = {job[0]: i for i, job in enumerate(jobs)}
     rows.sort(key=lambda r: order[r["filename"]])
-    return rows
+    return FolderScan(rows + empty, entries.skipped, entries.ignored)
+
+
+def _detect(detector, images: list, keys: list[str]) -> list:
+    """The detector's results for a batch; if the batch fails, image by image, an image's failure in its place."""
+    try:
+        return list(detector.detect(images, keys))
+    except Exception as e:
+        if len(images) == 1:
+            return [e]
+    out: list = []
+    for image, key in zip(images, keys):
+        try:
+            out.extend(detector.detect([image], [key]))
+        except Exception as e:  # e.g. a 1x1 image: this image fails, the evaluation goes on
+            out.append(e)
+    return out
 
 
 def write_results(rows: Sequence[Mapping[str, Any]], outfile: str | Path) -> None:

@@ -251,3 +251,7 @@ def _shapes(dataset_path: str | None, seed: int) -> Task:
     row = lambda p: {"prompt": p, "metadata": by_prompt[p]}  # noqa: E731
     return Task("shapes", [row(p) for p in train], [row(p) for p in test], ["geneval"], "geneval", family="janus",
                 info={"train_prompts": len(train), "test_prompts": len(test)})
+
+
+for _loader in (_sudoku4, _sudoku4_d1, _countdown3, _countdown3_d1, _shapes):
+    _loader.generates_data = True  # load_task refuses a dataset_path for these instead of ignoring it
