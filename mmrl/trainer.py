@@ -5,13 +5,14 @@
             1. draw a batch of prompts                      (each process its own share)
             2. sample G responses each                      policy.sample
             3. score them with the rewards                  RewardSet (weighted sum, per-reward metrics)
-            4. group advantages                             group_advantages   (DMPO: importance weights)
-            5. behaviour / reference log-probs, token credit (DGPO at buffer time; GCPO per micro-batch)
-        6. one optimizer step over the buffer, micro-batched with gradient accumulation
+            4. group advantages                             group_advantages
+            5. the method's per-response quantities          method.prepare (behaviour / reference log-probs, weights)
+        6. one optimizer step over the buffer, micro-batched with gradient accumulation     method.loss
         7. log metrics (TRL names), checkpoint, token-credit pictures
 
-Model differences live in the adapters (`mmrl.models`), method differences in the pure functions of
-`mmrl.algorithms`; this file only wires them. Every random stream is derived from (seed, what, index), so a
+Model differences live in the adapters (`mmrl.models`, class attributes for what the loop must know), method
+differences in `mmrl.methods` (one file each, built on the pure functions of `mmrl.algorithms`); this file only
+wires them and never tests a method's or a family's name. Every random stream is derived from (seed, what, index), so a
 resumed run continues exactly like an uninterrupted one. accelerate owns devices and distribution.
 """
 from __future__ import annotations

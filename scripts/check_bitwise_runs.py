@@ -29,6 +29,10 @@ from mmrl.models import adapter_class  # noqa: E402
 from mmrl.trainer import Trainer  # noqa: E402
 from tiny_world_fixtures import FAMILIES, METHODS, dataset_for, reward_for  # noqa: E402
 
+import mmrl.tiny_world  # noqa: E402
+
+mmrl.tiny_world.register()  # the presets use the tiny world's tasks (the engine does not import it)
+
 PRESETS = ["tiny_dgpo_countdown3", "tiny_dmpo_sudoku4", "tiny_gcpo_shapes"]
 """configs/<name>.yaml run with a tiny random model of its family and small sizes."""
 
