@@ -62,7 +62,8 @@ class TrainConfig:
     dataset_path: str | None = None
     """Local data file or directory for the task (JSONL/CSV/parquet); None uses the task's bundled or cached data."""
     reward_funcs: list[str] = field(default_factory=list)
-    """Reward names from `mmrl.rewards.REWARDS`; empty uses the task's default rewards."""
+    """Reward names from `mmrl.rewards.REWARDS`, or import paths of your own reward functions as TRL accepts them
+    (`my_pkg.rewards.correctness`, `path/to/file.py:correctness`); empty uses the task's default rewards."""
     reward_weights: list[float] | None = None
     """One weight per reward (TRL `reward_weights`); None means all 1."""
     reward_kwargs: dict = field(default_factory=dict)
@@ -585,9 +586,18 @@ def _validate(cfg: TrainConfig) -> list[str]:
         try:
             from mmrl.rewards import REWARDS
 
-            unknown = [r for r in cfg.reward_funcs if r not in REWARDS]
+            from mmrl.rewards.imports import RewardImportError, import_reward, is_import_path
+
+            unknown = [r for r in cfg.reward_funcs if r not in REWARDS and not is_import_path(r)]
             if unknown:
-                e.append(f"reward_funcs: unknown rewards {unknown}; valid: {sorted(REWARDS)}")
+                e.append(f"reward_funcs: unknown rewards {unknown}; valid: {sorted(REWARDS)}, or an import path "
+                         "(package.module.function or path/to/file.py:function)")
+            for r in cfg.reward_funcs:
+                if r not in REWARDS and is_import_path(r):
+                    try:
+                        import_reward(r)
+                    except RewardImportError as err:
+                        e.append(f"reward_funcs: {err}")
         except ImportError:  # pragma: no cover - the rewards package is part of mmrl
             pass
     return e
@@ -625,7 +635,9 @@ def _validate_reliability(cfg: TrainConfig) -> list[str]:
     if bad_cfg:
         e.append(f"reward_kwargs: the configuration of each reward is a mapping of options, got {bad_cfg}")
     if cfg.reward_funcs:
-        stray = sorted(set(cfg.reward_kwargs) - set(cfg.reward_funcs))
+        from mmrl.rewards.imports import reward_name
+
+        stray = sorted(set(cfg.reward_kwargs) - set(cfg.reward_funcs) - {reward_name(r) for r in cfg.reward_funcs})
         if stray:
             e.append(f"reward_kwargs configures {stray}, which are not in reward_funcs={cfg.reward_funcs}")
     for name in ("adam_beta1", "adam_beta2"):

@@ -49,6 +49,7 @@ def evaluate(policy, rows: Sequence[dict], metric: str, *, task: str = "", batch
              seed: int = 0, **generation: Any) -> EvalResult:
     """Sample one response per row (greedy unless `generation` says otherwise) and score it with reward `metric`."""
     from mmrl.rewards import RewardSet
+    from mmrl.rewards.completions import in_prompt_format
 
     scorer = RewardSet([metric])
     rows = list(rows)
@@ -65,7 +66,7 @@ def evaluate(policy, rows: Sequence[dict], metric: str, *, task: str = "", batch
         seeds = [seed * 1_000_003 + start + i for i in range(len(batch))]
         rollout = policy.sample([r["prompt"] for r in batch], 1, seeds=seeds, **generation)
         columns = {k: [r.get(k) for r in batch] for k in batch[0] if k != "prompt"}
-        out = scorer(rollout.prompts, rollout.completions, **columns)
+        out = scorer(rollout.prompts, in_prompt_format(rollout.prompts, rollout.completions), **columns)  # as in training
         scores += out.per_reward[metric].tolist()
         completions += list(rollout.completions)
     if metric == "sudoku":

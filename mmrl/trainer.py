@@ -46,12 +46,14 @@ from mmrl.algorithms import (
 from mmrl.algorithms.groups import group_softmax
 from mmrl.buffer import Buffer, concat_rollouts
 from mmrl.checkpoint import latest_checkpoint, load_checkpoint, load_model_weights, remove_stale, save_checkpoint
+from mmrl.completion_stats import length_metrics, terminated
 from mmrl.config import TrainConfig
 from mmrl.faults import fault_point
 from mmrl.metrics_log import MetricLogger
 from mmrl.models.base import is_peft_model
 from mmrl.policy_factory import apply_lora, build_policy, estimator_options, generation_options, needs_reference, set_generation_defaults
 from mmrl.protocol import NoisedBatch, Rollout
+from mmrl.reward_inputs import make_trainer_state, reward_arguments
 
 
 class TrainingError(RuntimeError):
@@ -179,6 +181,7 @@ class Trainer:
         self.step = 0
         self.rollout_index = 0
         self.nonfinite_in_a_row = 0
+        self.num_tokens = 0
         self.buffer: Buffer | None = None
         self.stream = PromptStream(self.dataset, cfg.seed, self.rank, self.world)
         self._stop_signal: int | None = None
@@ -289,8 +292,9 @@ class Trainer:
             _fault_injection("during_rollout", self.step + 1)
             stats["sample_time"] += time.perf_counter() - ts
             ts = time.perf_counter()
-            columns = {k: [row.get(k) for row in rows for _ in range(G)] for k in rows[0] if k != "prompt"}
-            out = self.rewards(rollout.prompts, rollout.completions, completion_ids=_completion_ids(rollout), **columns)
+            state = make_trainer_state(self.step, cfg.max_steps, self.stream.position * self.world / len(self.dataset))
+            r_prompts, r_completions, r_columns = reward_arguments(rollout, rows, G, trainer_state=state)  # TRL's arguments
+            out = self.rewards(r_prompts, r_completions, **r_columns)
             stats["reward_time"] += time.perf_counter() - ts
             total = out.total.to(torch.float32)  # [N]
             if cfg.overlong_penalty and cfg.family in ("causal_lm", "vlm", "masked_diffusion"):
@@ -322,9 +326,9 @@ class Trainer:
         # 4. advantages (DMPO keeps them for logging only: its update is weight-based)
         advantages = self._advantages(rewards.to(self.accelerator.device))
         loss_mask = rollout.response_mask.clone()
+        is_terminated = terminated(rollout).to(loss_mask.device)  # [N] ended with EOS (not: as long as the longest)
         if cfg.mask_truncated_completions:
-            truncated = rollout.response_mask.sum(-1) >= rollout.response_ids.shape[1]
-            loss_mask &= ~truncated[:, None]
+            loss_mask &= is_terminated[:, None]
         # 5. behaviour / reference log-probs and token credit, on the micro-batches the updates will use
         seeds = [derived_seed(cfg.seed, "mask", self.rollout_index, k) for k in range(cfg.num_iterations if cfg.random_masking else 1)]
         if cfg.method == "dmpo":
@@ -338,14 +342,14 @@ class Trainer:
                 self._old_logprobs(buf)
         # buffer metrics (TRL names)
         lengths = rollout.response_mask.sum(-1).float()
+        seen = (rollout.prompt_mask.sum() + rollout.response_mask.sum()).to(self.accelerator.device, torch.float64)
+        self.num_tokens += int(self.accelerator.reduce(seen, reduction="sum") if self.world > 1 else seen)
         m: dict[str, float] = {
             "reward": float(first_total.mean()),
             "reward_std": float(first_total.view(-1, G).std(-1).mean()),
             "frac_reward_zero_std": float((first_total.view(-1, G).std(-1) == 0).float().mean()),
-            "completions/mean_length": float(lengths.mean()),
-            "completions/min_length": float(lengths.min()),
-            "completions/max_length": float(lengths.max()),
-            "completions/clipped_ratio": float((lengths >= rollout.response_ids.shape[1]).float().mean()),
+            **length_metrics(lengths, is_terminated),
+            "num_tokens": float(self.num_tokens),  # TRL: prompt + completion tokens seen so far, all processes
             "perf/rollout_time": stats["sample_time"],
             "perf/reward_time": stats["reward_time"],
             "perf/buffer_time": time.perf_counter() - t_sampled,
@@ -487,6 +491,7 @@ class Trainer:
                 sums[k] = sums.get(k, 0.0) + float(v) * w
                 counts[k] = counts.get(k, 0.0) + w
         metrics = {k: sums[k] / counts[k] for k in sums}
+        metrics.update(self._clip_extremes(metrics))
         if buf.token_stats:  # statistics the gradient forward took for the buffer (one step per rollout)
             _token_metrics(buf, buf.token_stats["entropy"], buf.token_stats.get("h2"))
             buf.token_stats = {}
@@ -518,6 +523,19 @@ class Trainer:
         metrics["loss"] = loss_total
         metrics["grad_norm"] = grad_norm
         return metrics
+
+    def _clip_extremes(self, metrics: dict[str, float]) -> dict[str, float]:
+        """TRL's `clip_ratio/low_min` and `clip_ratio/high_max`: the lowest low-clip and highest high-clip ratio
+        over the processes (each process's ratio is its step mean; one process: equal to the mean)."""
+        if "clip_ratio/low_mean" not in metrics:
+            return {}
+        t = torch.tensor([metrics["clip_ratio/low_mean"], metrics["clip_ratio/high_mean"]], device=self.accelerator.device)
+        if self.world > 1:
+            every = self.accelerator.gather(t[None])  # [P, 2]
+            low, high = float(every[:, 0].min()), float(every[:, 1].max())
+        else:
+            low, high = float(t[0]), float(t[1])
+        return {"clip_ratio/low_min": low, "clip_ratio/high_max": high}
 
     def _policy_gradient_loss(self, buf: Buffer, idx: torch.Tensor, seed_k: int, inner: int, g_tokens: float, g_seqs: float):
         """GRPO / DAPO / Dr.GRPO / diffu-GRPO / GCPO / DGPO: clipped surrogate with token-level advantages."""
@@ -643,7 +661,8 @@ class Trainer:
         if self.is_main:
             positions = [self.stream.position]
             state = {"step": self.step, "rollout_index": self.rollout_index, "positions": positions,
-                     "nonfinite_in_a_row": self.nonfinite_in_a_row, "config": self.cfg.to_dict(), "world": self.world}
+                     "nonfinite_in_a_row": self.nonfinite_in_a_row, "config": self.cfg.to_dict(), "world": self.world,
+                     "num_tokens": self.num_tokens}
             path = save_checkpoint(
                 self.run_dir, self.step, save_model=self._save_model, optimizer=self.optimizer, scheduler=self.scheduler,
                 buffer=self.buffer.to_state() if self.buffer is not None else None, state=state, keep=self.cfg.save_total_limit)
@@ -681,6 +700,7 @@ class Trainer:
         self.step = int(st["step"])
         self.rollout_index = int(st["rollout_index"])
         self.nonfinite_in_a_row = int(st.get("nonfinite_in_a_row", 0))
+        self.num_tokens = int(st.get("num_tokens", 0))
         self.stream.position = int(st["positions"][0])
         self.buffer = Buffer.from_state(ck["buffer"]) if ck["buffer"] is not None else None
         if self.buffer is not None:
@@ -741,10 +761,6 @@ class Trainer:
 def _fault_injection(point: str, step: int) -> None:
     """Test hook: `MMRL_KILL_AT=<point>:K` makes the process SIGKILL itself there (crash tests; `mmrl.faults`)."""
     fault_point(point, step)
-
-
-def _completion_ids(rollout: Rollout) -> list[list[int]]:
-    return [ids[m].tolist() for ids, m in zip(rollout.response_ids, rollout.response_mask)]
 
 
 def _soft_overlong_penalty(lengths: torch.Tensor, max_len: int, buffer_len: int | None) -> torch.Tensor:
