@@ -20,6 +20,8 @@ def generation_options(cfg: TrainConfig) -> dict[str, Any]:
     if cfg.family in ("causal_lm", "vlm"):
         opts = {"max_new_tokens": cfg.max_completion_length, "temperature": cfg.temperature, "top_p": cfg.top_p, "top_k": cfg.top_k,
                 "negative_instruction": cfg.negative_instruction}
+        if cfg.chat_template_kwargs:
+            opts["chat_template_kwargs"] = dict(cfg.chat_template_kwargs)
     elif cfg.family == "janus":
         opts = {"cfg_scale": cfg.cfg_scale, "temperature": cfg.temperature, "score": cfg.score_logits}
     else:

@@ -43,11 +43,13 @@ from mmrl.algorithms import (
     wdce_loss,
     wddo_loss,
 )
+from mmrl import grad_checkpointing
 from mmrl.algorithms.groups import group_softmax
 from mmrl.buffer import Buffer, concat_rollouts
 from mmrl.checkpoint import latest_checkpoint, load_checkpoint, load_model_weights, remove_stale, save_checkpoint
 from mmrl.completion_stats import length_metrics, terminated
 from mmrl.config import TrainConfig
+from mmrl.epochs import resolve_max_steps
 from mmrl.faults import fault_point
 from mmrl.metrics_log import MetricLogger
 from mmrl.models.base import is_peft_model
@@ -157,10 +159,13 @@ class Trainer:
                                  on_error=cfg.on_reward_error, timeout=cfg.reward_timeout, retries=cfg.reward_retries,
                                  retry_backoff=cfg.reward_retry_backoff, **cfg.reward_kwargs)
         self.dataset = list(dataset)
+        cfg.max_steps = resolve_max_steps(cfg, len(self.dataset), self.accelerator.num_processes)  # TRL's num_train_epochs
         self.policy = policy if policy is not None else build_policy(cfg, device=self.accelerator.device)
         set_generation_defaults(self.policy, generation_options(cfg))  # the config's sampling options, also for a given policy
         if cfg.use_peft and not is_peft_model(self.policy.model):
             self.policy.model = apply_lora(self.policy.model, cfg)
+        if cfg.gradient_checkpointing:
+            grad_checkpointing.enable(self.policy.model)
         self.policy.model.eval()  # dropout off (ratio exactly 1 at the first inner step)
         if policy is not None and needs_reference(cfg) and not self.policy.has_reference:
             import copy
@@ -479,7 +484,8 @@ class Trainer:
         for j, idx in enumerate(mbs):
             sync = j == len(mbs) - 1
             ctx = acc.no_sync(model) if (not sync and self.world > 1) else nullcontext()
-            with ctx:
+            # gradient checkpointing recomputes activations only in the gradient forwards (mmrl.grad_checkpointing)
+            with ctx, (grad_checkpointing.active(model) if cfg.gradient_checkpointing else nullcontext()):
                 if cfg.method == "dmpo":
                     loss, m = self._dmpo_loss(buf, idx, g_groups, g_seqs, step_in_buffer=inner, micro=j)
                 else:

@@ -1,0 +1,127 @@
+"""A TRL user's configuration: method defaults from Python as from YAML, TRL's command-line spellings and key names,
+num_train_epochs, gradient checkpointing."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from mmrl.config import METHOD_DEFAULTS, ConfigError, TrainConfig, load_config
+from mmrl.models import adapter_class
+from mmrl.train_cli import normalize_argv
+from mmrl.trainer import Trainer
+
+
+@pytest.mark.parametrize("method", sorted(METHOD_DEFAULTS))
+def test_python_constructor_applies_method_defaults_like_yaml(method, tmp_path):
+    (tmp_path / "c.yaml").write_text(f"method: {method}\n")
+    from_python = TrainConfig(method=method)
+    assert from_python == load_config(tmp_path / "c.yaml") == load_config(None, [f"method={method}"])
+    for key, value in METHOD_DEFAULTS[method].items():
+        assert getattr(from_python, key) == value
+
+
+def test_dapo_from_python_has_clip_higher_dynamic_sampling_overlong():
+    cfg = TrainConfig(method="dapo")
+    assert (cfg.epsilon_high, cfg.dynamic_sampling, cfg.overlong_penalty) == (0.28, True, True)
+    # an explicit value wins, also when it equals the dataclass default
+    cfg = TrainConfig(method="dapo", epsilon_high=None, dynamic_sampling=False)
+    assert cfg.epsilon_high is None and cfg.dynamic_sampling is False and cfg.overlong_penalty is True
+    # replace() with another method gets that method's defaults for the fields never given
+    assert dataclasses.replace(TrainConfig(method="grpo"), method="dmpo").num_iterations == 8
+
+
+def test_trl_key_names():
+    cfg = load_config(None, {"bf16": True, "resume_from_checkpoint": True}, validate=False)
+    assert cfg.mixed_precision == "bf16" and cfg.resume_from == "auto"
+    assert load_config(None, {"fp16": "true"}, validate=False).mixed_precision == "fp16"
+    assert load_config(None, {"bf16": False}, validate=False).mixed_precision == "no"
+    assert load_config(None, {"resume_from_checkpoint": "/ck/x"}, validate=False).resume_from == "/ck/x"
+    with pytest.raises(ConfigError, match="contradicts"):
+        load_config(None, {"bf16": True, "mixed_precision": "fp16"}, validate=False)
+    cfg = load_config(None, ["gradient_checkpointing=true", "log_completions=true", "num_train_epochs=2",
+                             "chat_template_kwargs={enable_thinking: false}"])
+    assert cfg.gradient_checkpointing and cfg.log_completions and cfg.num_train_epochs == 2.0
+    assert cfg.chat_template_kwargs == {"enable_thinking": False}
+
+
+def test_cli_spellings_are_normalized():
+    assert normalize_argv(["--config", "x.yaml", "--max_steps", "2", "--bf16", "--use-peft", "false", "--lr_scheduler_type=linear",
+                           "--reward_funcs", "a.b.c", "f.py:g", "seed=3", "--print-config"]) == [
+        "x.yaml", "max_steps=2", "bf16=true", "use_peft=false", "lr_scheduler_type=linear", "reward_funcs=a.b.c,f.py:g",
+        "seed=3", "--print-config"]
+    assert normalize_argv(["--gradient_checkpointing", "--max_steps", "1"]) == ["gradient_checkpointing=true", "max_steps=1"]
+
+
+def test_cli_trl_spelling_gives_the_same_config(tmp_path):
+    (tmp_path / "c.yaml").write_text("method: dapo\nfamily: causal_lm\n")
+
+    def printed(*args):
+        out = subprocess.run([sys.executable, "-m", "mmrl.cli", "train", *args, "--print-config"], capture_output=True,
+                             text=True, cwd=tmp_path, env={**os.environ, "OMP_WAIT_POLICY": "PASSIVE"})
+        assert out.returncode == 0, out.stderr[-2000:]
+        return json.loads(out.stdout)
+
+    a = printed("--config", "c.yaml", "--max_steps", "2", "--bf16", "--output_dir", "o")
+    b = printed("c.yaml", "max_steps=2", "mixed_precision=bf16", "output_dir=o")
+    assert a == b and a["max_steps"] == 2 and a["epsilon_high"] == 0.28
+    out = subprocess.run([sys.executable, "-m", "mmrl.cli", "train", "--max_stepz", "2", "--print-config"], capture_output=True,
+                         text=True, cwd=tmp_path)
+    assert out.returncode == 2 and "unknown config key 'max_stepz'" in out.stderr and "max_steps" in out.stderr
+
+
+def test_num_train_epochs_sets_max_steps(tmp_path):
+    from mmrl.epochs import steps_for_epochs
+
+    assert steps_for_epochs(1, 16, 2, 1) == 8 and steps_for_epochs(1.5, 10, 4, 2) == 8  # ceil(3.75) = 4 rollouts x 2
+    rows = [{"prompt": f"say a {i}"} for i in range(6)]
+    cfg = load_config(None, dict(family="causal_lm", max_steps=-1, num_train_epochs=1, num_generations=2,
+                                 per_device_train_batch_size=4, max_completion_length=4, output_dir=str(tmp_path),
+                                 progress_bar=False, save_steps=0, report_to=["jsonl"]))
+    t = Trainer(cfg, policy=adapter_class("causal_lm").tiny(seed=0), dataset=rows,
+                reward_funcs=[lambda completions, **kw: [float(len(c)) for c in completions]])
+    assert t.cfg.max_steps == 3  # 6 prompts, 2 per rollout batch
+    t.train()
+    assert t.step == 3 and t.stream.position == 6  # one pass over the data
+    with pytest.raises(ConfigError, match="max_steps=-1 needs num_train_epochs"):
+        load_config(None, {"max_steps": -1})
+
+
+@pytest.mark.parametrize("family", ["causal_lm", "masked_diffusion", "vlm", "janus"])
+def test_gradient_checkpointing_gives_the_same_gradients(tmp_path, family):
+    """Recomputed activations give the same update: one step with and without checkpointing lands on the same
+    weights, and checkpointing was really active (the layers' forward ran twice per micro-batch)."""
+    from tiny_world_fixtures import dataset_for, reward_for
+
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
+    from mmrl import grad_checkpointing
+
+    def run(gc: bool, out):
+        kw = dict(max_completion_length=8, block_length=4) if family == "masked_diffusion" else {}
+        cfg = load_config(None, dict(family=family, method="grpo", max_steps=1, num_generations=2, per_device_train_batch_size=4,
+                                     learning_rate=1e-2, output_dir=str(out), progress_bar=False, save_steps=0,
+                                     report_to=["jsonl"], gradient_checkpointing=gc, max_completion_length=kw.get("max_completion_length", 6),
+                                     **({"block_length": 4} if kw else {})))
+        policy = adapter_class(family).tiny(seed=0)
+        t = Trainer(cfg, policy=policy, dataset=dataset_for(family, 4), reward_funcs=[reward_for(family)])
+        layers = grad_checkpointing.checkpointed_layers(policy.model)
+        first = [m for m in policy.model.modules() if isinstance(m, GradientCheckpointingLayer)][-1]  # a decoder layer
+        calls = []
+        first.mlp.register_forward_pre_hook(lambda m, a: calls.append(1))  # inside the checkpointed forward
+        t.train()
+        return {k: v.detach().clone() for k, v in policy.unwrapped.state_dict().items()}, layers, len(calls)
+
+    plain, no_layers, plain_calls = run(False, tmp_path / "a")
+    ckpt, layers, ckpt_calls = run(True, tmp_path / "b")
+    assert not no_layers and layers
+    assert all(not m.training for m in layers)  # switched on only around the gradient forwards
+    assert ckpt_calls == plain_calls + 1  # the one gradient micro-batch's layer ran again in the backward
+    assert torch.is_grad_enabled()
+    for k in plain:
+        torch.testing.assert_close(ckpt[k], plain[k], rtol=0, atol=1e-6, msg=k)
