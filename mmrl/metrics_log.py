@@ -21,20 +21,22 @@ class MetricLogger:
         self.enabled = enabled
         self.run_dir = Path(run_dir)
         self.path = self.run_dir / "metrics.jsonl"
+        self.completions_path = self.run_dir / "completions.jsonl"
         self._tb = None
         self._wandb = None
         if not enabled:
             return
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        if resume_step is not None and self.path.exists():
-            # drop records of steps after the checkpoint we resume from (they will be recomputed), and a last line
-            # cut short by a killed process; rewritten through a temporary file so a kill now loses nothing
-            keep = [line for line in self.path.read_text().splitlines() if (rec := _record(line)) is not None and rec.get("step", 0) <= resume_step]
-            tmp = self.path.with_name(self.path.name + ".tmp")
-            tmp.write_text("".join(line + "\n" for line in keep))
-            os.replace(tmp, self.path)
-        elif resume_step is None and self.path.exists():
-            self.path.unlink()
+        for path in (self.path, self.completions_path):
+            if resume_step is not None and path.exists():
+                # drop records of steps after the checkpoint we resume from (they will be recomputed), and a last line
+                # cut short by a killed process; rewritten through a temporary file so a kill now loses nothing
+                keep = [line for line in path.read_text().splitlines() if (rec := _record(line)) is not None and rec.get("step", 0) <= resume_step]
+                tmp = path.with_name(path.name + ".tmp")
+                tmp.write_text("".join(line + "\n" for line in keep))
+                os.replace(tmp, path)
+            elif resume_step is None and path.exists():
+                path.unlink()
         if "tensorboard" in report_to:
             from torch.utils.tensorboard import SummaryWriter
 
@@ -62,6 +64,26 @@ class MetricLogger:
             self._tb.flush()
         if self._wandb is not None:
             self._wandb.log(clean, step=step)
+
+    def log_completions(self, step: int, rows: list[dict]) -> None:
+        """The completions table of a rollout batch (`mmrl.completions_log`): JSONL, TensorBoard text, W&B table."""
+        if not self.enabled or not rows:
+            return
+        from mmrl.completions_log import jsonl_lines, markdown_table
+
+        with open(self.completions_path, "a") as f:
+            f.write(jsonl_lines(step, rows))
+        if self._tb is not None:
+            self._tb.add_text("completions", markdown_table(rows), step)
+            self._tb.flush()
+        if self._wandb is not None:
+            import wandb
+
+            names = sorted({k for r in rows for k in r["rewards"]})
+            table = wandb.Table(columns=["step", "prompt", "completion", *names, "reward", "advantage"])
+            for r in rows:
+                table.add_data(step, r["prompt"], r["completion"], *(r["rewards"].get(n) for n in names), r["reward"], r["advantage"])
+            self._wandb.log({"completions": table}, step=step)
 
     def close(self) -> None:
         if self._tb is not None:

@@ -48,6 +48,7 @@ from mmrl.algorithms.groups import group_softmax
 from mmrl.buffer import Buffer, concat_rollouts
 from mmrl.checkpoint import latest_checkpoint, load_checkpoint, load_model_weights, remove_stale, save_checkpoint
 from mmrl.completion_stats import length_metrics, terminated
+from mmrl.completions_log import completion_rows, with_advantages
 from mmrl.config import TrainConfig
 from mmrl.epochs import resolve_max_steps
 from mmrl.faults import fault_point
@@ -187,6 +188,7 @@ class Trainer:
         self.rollout_index = 0
         self.nonfinite_in_a_row = 0
         self.num_tokens = 0
+        self._completions_table: list[dict] = []
         self.buffer: Buffer | None = None
         self.stream = PromptStream(self.dataset, cfg.seed, self.rank, self.world)
         self._stop_signal: int | None = None
@@ -224,6 +226,8 @@ class Trainer:
                     metrics.update(self.evaluate())
                 if self.step % cfg.logging_steps == 0 or self.step == cfg.max_steps:  # step 7
                     logger.log(self.step, metrics)
+                    logger.log_completions(self.step, self._completions_table)  # each rollout batch once
+                    self._completions_table = []
                 if cfg.credit_steps and self.step % cfg.credit_steps == 0 and self.is_main:
                     self._write_credit_pictures(self.buffer)
                 if bar is not None:
@@ -273,6 +277,7 @@ class Trainer:
         t0 = time.perf_counter()
         kept: list[Rollout] = []
         kept_rewards: list[torch.Tensor] = []
+        table: list[dict] = []  # log_completions: one row per kept response
         reward_logs: dict[str, list[float]] = {}
         stats = {"dropped_groups": 0, "zero_std_groups": 0, "groups_seen": 0, "sample_time": 0.0, "reward_time": 0.0}
         tries = 0
@@ -322,6 +327,8 @@ class Trainer:
                 idx = torch.nonzero(keep_rows).flatten()
                 kept.append(rollout.select(idx))
                 kept_rewards.append(total[idx.to(total.device)])
+                if cfg.log_completions:
+                    table += completion_rows(r_prompts, r_completions, out.per_reward, idx.tolist())
         rollout = concat_rollouts(kept)
         rewards = torch.cat(kept_rewards)
         if rollout.num_groups > need:  # refills may overshoot: keep whole groups only
@@ -330,6 +337,8 @@ class Trainer:
         t_sampled = time.perf_counter()
         # 4. advantages (DMPO keeps them for logging only: its update is weight-based)
         advantages = self._advantages(rewards.to(self.accelerator.device))
+        if cfg.log_completions:
+            self._completions_table = with_advantages(table[: rollout.num_responses], advantages, rewards)
         loss_mask = rollout.response_mask.clone()
         is_terminated = terminated(rollout).to(loss_mask.device)  # [N] ended with EOS (not: as long as the longest)
         if cfg.mask_truncated_completions:

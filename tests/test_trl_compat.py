@@ -285,3 +285,30 @@ def test_truncated_responses_are_masked_when_asked(tmp_path):
     assert 0 < int(term.sum()) < 8  # both kinds in the batch
     assert torch.equal(kept, term)  # exactly the responses without EOS lose their tokens
     assert last["completions/clipped_ratio"] == pytest.approx(float((~term).float().mean()))
+
+
+# ------------------------------------------------------------------------------------------ completions table
+
+def test_log_completions_writes_the_table(tmp_path):
+    cfg = base(tmp_path, log_completions=True, report_to=["jsonl", "tensorboard"], max_steps=2)
+    def reward_len(completions, **kwargs):  # TRL's length reward, conversational format
+        return [-abs(20 - len(completion[0]["content"])) for completion in completions]
+
+    Trainer(cfg, policy=tiny_policy("causal_lm"), dataset=chat_rows(), reward_funcs=[reward_len, format_reward_func]).train()
+    rows = [json.loads(line) for line in (tmp_path / "completions.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1] * 8 + [2] * 8
+    for r in rows:
+        assert r["prompt"].startswith("say a ") and isinstance(r["completion"], str)
+        assert r["rewards"]["reward_len"] == -abs(20 - len(r["completion"]))  # TRL's reward, recomputed by hand
+        assert r["rewards"]["format_reward_func"] == 0.0
+        assert r["reward"] == r["rewards"]["reward_len"]
+    for g in range(4):  # group advantages (r - mean) / (std + 1e-6) recomputed from the logged rewards
+        grp = rows[4 * g : 4 * g + 4]
+        r = torch.tensor([x["reward"] for x in grp], dtype=torch.float64)
+        want = (r - r.mean()) / (r.std() + 1e-6)
+        assert [x["advantage"] for x in grp] == pytest.approx(want.tolist(), abs=1e-4)
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(tmp_path / "tensorboard"), size_guidance={"tensors": 0})
+    acc.Reload()
+    assert any("completions" in tag for tag in acc.Tags()["tensors"])
