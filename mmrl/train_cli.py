@@ -89,10 +89,18 @@ def run(args: argparse.Namespace) -> int:
     if args.print_config:
         print(json.dumps(cfg.to_dict(), indent=2, default=str))
         return 0
+    from mmrl.data.loading import DatasetError
+    from mmrl.policy_factory import ModelSourceError
+    from mmrl.rewards.imports import RewardImportError
     from mmrl.trainer import Trainer, TrainingError, TrainingStopped
 
     try:
-        last = Trainer(cfg).train()
+        trainer = Trainer(cfg)
+    except (DatasetError, ModelSourceError, RewardImportError, FileNotFoundError) as e:  # start-up: one line, no traceback
+        print(f"mmrl train: {e}", file=sys.stderr)
+        return 2
+    try:
+        last = trainer.train()
     except TrainingError as e:
         print(f"mmrl train: {e}", file=sys.stderr)
         return 1

@@ -54,7 +54,8 @@ from mmrl.epochs import resolve_max_steps
 from mmrl.faults import fault_point
 from mmrl.metrics_log import MetricLogger
 from mmrl.models.base import is_peft_model
-from mmrl.policy_factory import apply_lora, build_policy, estimator_options, generation_options, needs_reference, set_generation_defaults
+from mmrl.data.loading import require_column
+from mmrl.policy_factory import apply_lora, build_policy, check_model_source, estimator_options, generation_options, needs_reference, set_generation_defaults
 from mmrl.protocol import NoisedBatch, Rollout
 from mmrl.reward_inputs import make_trainer_state, reward_arguments
 
@@ -141,11 +142,13 @@ class Trainer:
                                 "resume it with resume_from=auto, or choose a new output_dir")
         if self.is_main:
             self.run_dir.mkdir(parents=True, exist_ok=True)
-        # data and rewards before the model: a bad task or reward fails fast
+        # data and rewards before the model: a bad model path, task, dataset or reward fails fast
+        if policy is None:
+            check_model_source(cfg)
         if dataset is None:
             from mmrl.data.tasks import load_task
 
-            task = load_task(cfg.task, cfg.dataset_path, seed=cfg.seed)
+            task = load_task(cfg.task, cfg.dataset_path, seed=cfg.seed, eval_split=cfg.eval_split)
             dataset = task.train
             reward_funcs = reward_funcs or cfg.reward_funcs or task.reward_funcs
             eval_dataset = task.test if eval_dataset is None else eval_dataset
@@ -160,6 +163,7 @@ class Trainer:
                                  on_error=cfg.on_reward_error, timeout=cfg.reward_timeout, retries=cfg.reward_retries,
                                  retry_backoff=cfg.reward_retry_backoff, **cfg.reward_kwargs)
         self.dataset = list(dataset)
+        require_column(self.dataset, "prompt", "the training dataset" if cfg.dataset_path is None else cfg.dataset_path)
         cfg.max_steps = resolve_max_steps(cfg, len(self.dataset), self.accelerator.num_processes)  # TRL's num_train_epochs
         self.policy = policy if policy is not None else build_policy(cfg, device=self.accelerator.device)
         set_generation_defaults(self.policy, generation_options(cfg))  # the config's sampling options, also for a given policy

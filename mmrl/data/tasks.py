@@ -11,8 +11,7 @@ our own words; the rewards parse the same tags.
 """
 from __future__ import annotations
 
-import csv
-import json
+import inspect
 import random
 from dataclasses import dataclass, field
 from importlib import resources
@@ -20,6 +19,7 @@ from pathlib import Path
 from typing import Callable
 
 from mmrl.algorithms.registry import Registry
+from mmrl.data.loading import FILE_BUILDERS, DatasetError, holdout, hub_rows, is_saved_dataset, load_rows, require_column
 
 FORMAT_INSTRUCTION = "Respond in the following format:\n<reasoning>\n...\n</reasoning>\n<answer>\n...\n</answer>\n"
 """d1's answer format (the GSM8K, MATH, Countdown and Sudoku rewards read the `<answer>` tag)."""
@@ -49,10 +49,13 @@ TASKS = Registry("task")
 """name -> loader(dataset_path: str | None, seed: int) -> Task."""
 
 
-def load_task(name: str, dataset_path: str | None = None, *, seed: int = 0) -> Task:
-    """The task `name` (unknown names raise and list the valid ones)."""
+def load_task(name: str, dataset_path: str | None = None, *, seed: int = 0, **options) -> Task:
+    """The task `name` (unknown names raise and list the valid ones). `options` (e.g. `eval_split`) go to the
+    loaders that take them."""
     _register_tiny_world()
-    return TASKS[name](dataset_path, seed)
+    loader = TASKS[name]
+    accepted = inspect.signature(loader).parameters
+    return loader(dataset_path, seed, **{k: v for k, v in options.items() if k in accepted})
 
 
 def _register_tiny_world() -> None:
@@ -68,53 +71,34 @@ def bundled(relpath: str) -> Path:
 
 
 def read_rows(path: str | Path) -> list[dict]:
-    """Rows of a local JSONL, JSON (list), CSV or parquet file."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"dataset file not found: {path}")
-    if path.suffix == ".jsonl":
-        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    if path.suffix == ".json":
-        data = json.loads(path.read_text())
-        if not isinstance(data, list):
-            raise ValueError(f"{path}: expected a JSON list of rows")
-        return data
-    if path.suffix == ".csv":
-        with open(path, newline="") as f:
-            return list(csv.DictReader(f))
-    if path.suffix == ".parquet":
-        import datasets
-
-        return list(datasets.load_dataset("parquet", data_files=str(path), split="train"))
-    raise ValueError(f"{path}: unsupported dataset format {path.suffix!r}; use .jsonl, .json, .csv or .parquet")
+    """Rows of a JSONL, JSON (list), CSV or Parquet file, or of a saved `datasets` directory, read by
+    `datasets.load_dataset` (`mmrl.data.loading`)."""
+    return load_rows(path)
 
 
-def _split_files(dataset_path: str | None, name: str) -> tuple[Path, Path] | None:
-    """`<dir>/train.<ext>` and `<dir>/test.<ext>` inside a local dataset directory, if present."""
+def _split_rows(dataset_path: str | None, name: str) -> tuple[list[dict], list[dict]] | None:
+    """(train, test) rows of a local dataset directory: `<dir>/train.<ext>` and `<dir>/test.<ext>` files, or a
+    DatasetDict with train and test splits written by `save_to_disk`; None without a dataset_path."""
     if dataset_path is None:
         return None
     d = Path(dataset_path)
+    if is_saved_dataset(d) and (d / "dataset_dict.json").is_file():
+        return load_rows(d, split="train"), load_rows(d, split="test")
     if not d.is_dir():
-        raise FileNotFoundError(f"{name}: dataset_path {d} is not a directory with train/test files")
-    for ext in (".jsonl", ".json", ".csv", ".parquet"):
+        raise DatasetError(f"{name}: dataset_path {d} is not a directory with train/test files" if not d.exists() else
+                           f"{name}: dataset_path {d} is a file; this task needs a directory with train and test files")
+    exts = sorted(FILE_BUILDERS)
+    for ext in exts:
         if (d / f"train{ext}").is_file():
-            test = next((d / f"test{e}" for e in (".jsonl", ".json", ".csv", ".parquet") if (d / f"test{e}").is_file()), None)
+            test = next((d / f"test{e}" for e in exts if (d / f"test{e}").is_file()), None)
             if test is None:
-                raise FileNotFoundError(f"{name}: {d} has train{ext} but no test file")
-            return d / f"train{ext}", test
-    raise FileNotFoundError(f"{name}: no train.jsonl/.json/.csv/.parquet in {d}")
+                raise DatasetError(f"{name}: {d} has train{ext} but no test file")
+            return load_rows(d / f"train{ext}"), load_rows(test)
+    raise DatasetError(f"{name}: no train file ({', '.join('train' + e for e in exts)}) or saved DatasetDict in {d}")
 
 
 def _hub_rows(repo: str, config: str | None, split: str) -> list[dict]:
-    import datasets
-
-    try:
-        return list(datasets.load_dataset(repo, config, split=split))
-    except Exception as e:  # offline, or the hub is unreachable
-        raise FileNotFoundError(
-            f"could not load {repo} ({split}) from the Hugging Face Hub ({type(e).__name__}); download it once and pass "
-            f"dataset_path=<directory with train/test files>"
-        ) from e
+    return hub_rows(repo, config, split)
 
 
 # ------------------------------------------------------------------------------------------------- GSM8K, MATH
@@ -126,8 +110,7 @@ def gsm8k_prompt(question: str) -> str:
 
 @TASKS.register("gsm8k")
 def _gsm8k(dataset_path: str | None, seed: int) -> Task:
-    files = _split_files(dataset_path, "gsm8k")
-    train, test = (read_rows(files[0]), read_rows(files[1])) if files else (_hub_rows("openai/gsm8k", "main", "train"), _hub_rows("openai/gsm8k", "main", "test"))
+    train, test = _split_rows(dataset_path, "gsm8k") or (_hub_rows("openai/gsm8k", "main", "train"), _hub_rows("openai/gsm8k", "main", "test"))
     conv = lambda r: {"prompt": gsm8k_prompt(r["question"]), "answer": r["answer"]}  # noqa: E731
     return Task("gsm8k", [conv(r) for r in train], [conv(r) for r in test], ["gsm8k"], "gsm8k_accuracy")
 
@@ -138,9 +121,9 @@ def math_prompt(problem: str) -> str:
 
 @TASKS.register("math500")
 def _math500(dataset_path: str | None, seed: int) -> Task:
-    files = _split_files(dataset_path, "math500")
-    if files:
-        train, test = read_rows(files[0]), read_rows(files[1])
+    split = _split_rows(dataset_path, "math500")
+    if split:
+        train, test = split
     else:
         train, test = _hub_rows("ankner/math-500", None, "train"), _hub_rows("HuggingFaceH4/MATH-500", None, "test")
 
@@ -231,26 +214,30 @@ def _geneval(dataset_path: str | None, seed: int) -> Task:
 
 
 @TASKS.register("jsonl")
-def _jsonl(dataset_path: str | None, seed: int) -> Task:
-    """Your own rows: a file (or a directory with train/test files) of `{"prompt": ..., <reward columns>}`.
+def _jsonl(dataset_path: str | None, seed: int, eval_split: float | int = 0.0) -> Task:
+    """Your own rows: `{"prompt": ..., <reward columns>}` in a JSON/JSONL/CSV/Parquet file, a saved `datasets`
+    directory, a directory with train/test files, or (online) a Hub dataset name (`mmrl.data.loading`).
 
     `images` (or `image`) columns holding file paths are opened as PIL images (VLM prompts then become
-    `{"prompt": ..., "images": [...]}`). With a single file, the last 5% (at least one row) is held out as the test split.
+    `{"prompt": ..., "images": [...]}`). With a single source, `eval_split` rows (a count, or a fraction) at its end
+    are held out as the test split, and the count is printed; 0 (the default) trains on every row.
     """
     if dataset_path is None:
-        raise FileNotFoundError("task 'jsonl' needs dataset_path=<file or directory with train/test files>")
-    if Path(dataset_path).is_dir():
-        tr, te = _split_files(dataset_path, "jsonl")
-        train, test = read_rows(tr), read_rows(te)
+        raise DatasetError("task 'jsonl' needs dataset_path=<data file, saved dataset, directory with train/test files or Hub name>")
+    path = Path(dataset_path)
+    if path.is_dir() and not is_saved_dataset(path) or (path / "dataset_dict.json").is_file():
+        train, test = _split_rows(dataset_path, "jsonl")
     else:
-        rows = read_rows(dataset_path)
-        cut = max(1, len(rows) // 20)
-        train, test = rows[:-cut], rows[-cut:]
-    base = Path(dataset_path) if Path(dataset_path).is_dir() else Path(dataset_path).parent
+        rows = load_rows(dataset_path)
+        require_column(rows, "prompt", str(dataset_path))
+        train, test = holdout(rows, eval_split)
+        if test:
+            print(f"task 'jsonl': holding out the last {len(test)} of {len(rows)} rows of {dataset_path} as the test split "
+                  f"(eval_split={eval_split})")
+    require_column(train, "prompt", str(dataset_path))
+    base = path if path.is_dir() else path.parent
 
     def conv(r: dict) -> dict:
-        if "prompt" not in r:
-            raise ValueError(f"task 'jsonl': every row needs a 'prompt' field; got keys {sorted(r)}")
         r = dict(r)
         imgs = r.pop("images", None) or ([r.pop("image")] if r.get("image") else None)
         if imgs:
