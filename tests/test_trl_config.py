@@ -125,3 +125,28 @@ def test_gradient_checkpointing_gives_the_same_gradients(tmp_path, family):
     assert torch.is_grad_enabled()
     for k in plain:
         torch.testing.assert_close(ckpt[k], plain[k], rtol=0, atol=1e-6, msg=k)
+
+
+def test_eval_reads_the_family_from_the_checkpoint(tmp_path, capsys):
+    from mmrl.checkpoint import latest_checkpoint
+    from mmrl.cli import main
+
+    rows = [{"nums": [3, 4, 5], "target": 17}, {"nums": [2, 9, 7], "target": 25}]
+    (tmp_path / "cd.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = load_config(None, dict(family="masked_diffusion", method="dmpo", max_steps=1, num_generations=2, per_device_train_batch_size=2,
+                                 max_completion_length=8, block_length=4, output_dir=str(tmp_path / "run"), progress_bar=False,
+                                 report_to=["jsonl"], task="countdown", dataset_path=str(tmp_path / "cd.jsonl")))
+    Trainer(cfg).train()
+    ck = latest_checkpoint(tmp_path / "run")
+    common = ["--task", "countdown", "--dataset-path", str(tmp_path / "cd.jsonl"), "--limit", "2", "--gen-length", "8",
+              "--block-length", "4", "--steps", "4"]
+    assert main(["eval", "--model", str(ck), *common]) == 0
+    assert main(["eval", "--model", str(ck / "model"), *common, "--metric", "countdown3"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-2].startswith("countdown: countdown accuracy") and " on 2 rows" in out[-2]
+    assert out[-1].startswith("countdown: countdown3 accuracy")
+    assert main(["eval", "--model", str(ck), *common, "--metric", "nope"]) == 2
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    assert main(["eval", "--model", str(plain), *common]) == 2
+    assert "pass --family" in capsys.readouterr().err
