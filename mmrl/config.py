@@ -272,8 +272,9 @@ class TrainConfig:
     """Write a completions table every logged step (TRL's name): prompt, completion, each reward, advantage, one
     row per response, to `completions.jsonl` in the run directory and to TensorBoard / W&B as text / a table."""
     report_to: list[str] = field(default_factory=lambda: ["jsonl", "tensorboard"])
-    """Metric sinks: jsonl and tensorboard (always available), wandb (if installed). TRL: none; here the JSONL
-    record the reports read, and TensorBoard, which is a dependency."""
+    """Metric sinks: jsonl (always written) and accelerate's trackers: tensorboard, wandb, mlflow, comet_ml, aim,
+    clearml, dvclive, swanlab, trackio (each when installed). TRL: none; here the JSONL record the reports read, and
+    TensorBoard, which is a dependency."""
     save_steps: int = 50
     """Write a checkpoint every this many optimizer steps (0 = only at the end). TRL: 500; RL steps are slower."""
     save_total_limit: int = 2
@@ -631,9 +632,12 @@ def _validate(cfg: TrainConfig) -> list[str]:
         e.append(f"dgpo_tau={cfg.dgpo_tau} must be > 0")
     if cfg.reward_weights is not None and cfg.reward_funcs and len(cfg.reward_weights) != len(cfg.reward_funcs):
         e.append(f"reward_weights has {len(cfg.reward_weights)} entries but reward_funcs has {len(cfg.reward_funcs)}")
-    bad_sinks = [s for s in cfg.report_to if s not in ("jsonl", "tensorboard", "wandb", "none")]
+    from mmrl.trackers import TRACKER_NAMES
+
+    sinks = ["jsonl", *TRACKER_NAMES, "none"]
+    bad_sinks = [s for s in cfg.report_to if s not in sinks]
     if bad_sinks:
-        e.append(f"report_to={cfg.report_to}: unknown sinks {bad_sinks}; choose from ['jsonl', 'tensorboard', 'wandb', 'none']")
+        e.append(f"report_to={cfg.report_to}: unknown sinks {bad_sinks}; choose from {sinks}")
     if cfg.eval_steps < 0:
         e.append(f"eval_steps={cfg.eval_steps} must be >= 0 (0 = off)")
     if cfg.save_steps < 0 or cfg.save_total_limit < 1 or cfg.credit_steps < 0:

@@ -312,3 +312,60 @@ def test_log_completions_writes_the_table(tmp_path):
     acc = EventAccumulator(str(tmp_path / "tensorboard"), size_guidance={"tensors": 0})
     acc.Reload()
     assert any("completions" in tag for tag in acc.Tags()["tensors"])
+
+
+# ---------------------------------------------------------------------------------------------------- trackers
+
+def test_trackers_go_through_accelerate_and_wandb_resumes_the_same_run(tmp_path, monkeypatch):
+    from accelerate import tracking
+
+    started = []
+
+    class FakeWandB(tracking.GeneralTracker):  # stands in for wandb (not installed here), same constructor call
+        name = "wandb"
+        requires_logging_directory = False
+        main_process_only = False
+
+        def __init__(self, run_name, **kwargs):
+            super().__init__()
+            self.kwargs, self.logged, self.tables = dict(kwargs, project=run_name), [], []
+
+        def start(self):
+            started.append(self)
+
+        @property
+        def tracker(self):
+            return self
+
+        def log(self, values, step=None, **kw):
+            self.logged.append((step, dict(values)))
+
+        def log_table(self, table_name, columns=None, data=None, dataframe=None, step=None, **kw):
+            self.tables.append((table_name, columns, data, step))
+
+        def finish(self):
+            pass
+
+    monkeypatch.setitem(tracking.LOGGER_TYPE_TO_CLASS, "wandb", FakeWandB)
+    kw = dict(report_to=["jsonl", "wandb"], log_completions=True, save_steps=1)
+    Trainer(base(tmp_path, max_steps=1, **kw), policy=tiny_policy("causal_lm"), dataset=text_rows(), reward_funcs=[reward_len]).train()
+    Trainer(base(tmp_path, max_steps=2, resume_from="auto", **kw), policy=tiny_policy("causal_lm"), dataset=text_rows(),
+            reward_funcs=[reward_len]).train()
+    first, second = started
+    assert first.kwargs["id"] == second.kwargs["id"] and second.kwargs["resume"] == "allow"
+    assert first.kwargs["dir"] == str(tmp_path) and first.kwargs["project"] == "mmrl" and first.kwargs["config"]["max_steps"] == 1
+    assert [s for s, _ in first.logged] == [1] and [s for s, _ in second.logged] == [2]
+    assert "reward" in second.logged[0][1] and "completions/clipped_ratio" in second.logged[0][1]
+    name, columns, data, step = second.tables[0]
+    assert name == "completions" and columns[:3] == ["step", "prompt", "completion"] and len(data) == 8 and step == 2
+    # a fresh run in a new directory gets a new W&B run
+    Trainer(base(tmp_path / "new", max_steps=1, **kw), policy=tiny_policy("causal_lm"), dataset=text_rows(), reward_funcs=[reward_len]).train()
+    assert started[2].kwargs["id"] != first.kwargs["id"]
+
+
+def test_report_to_accepts_accelerate_tracker_names():
+    from mmrl.config import ConfigError
+
+    assert load_config(None, {"report_to": ["jsonl", "mlflow", "trackio"]}).report_to == ["jsonl", "mlflow", "trackio"]
+    with pytest.raises(ConfigError, match="unknown sinks \\['tensorbord'\\]"):
+        load_config(None, {"report_to": ["tensorbord"]})
