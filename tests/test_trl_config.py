@@ -150,3 +150,27 @@ def test_eval_reads_the_family_from_the_checkpoint(tmp_path, capsys):
     plain.mkdir()
     assert main(["eval", "--model", str(plain), *common]) == 2
     assert "pass --family" in capsys.readouterr().err
+
+
+def test_every_hard_dependency_is_imported_and_fast_movers_are_bounded():
+    import re
+    import tomllib
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
+    module_of = {"pyyaml": "yaml", "pillow": "PIL", "math-verify": "math_verify"}
+    indirect = {"torchvision": "transformers' Qwen2-VL image processors", "tensorboard": "torch.utils.tensorboard"}
+    source = "\n".join(p.read_text() for d in ("mmrl", "models", "rewards") for p in (root / d).rglob("*.py"))
+    for dep in project["dependencies"]:
+        name = re.split(r"[<>=!~\[; ]", dep, maxsplit=1)[0].lower()
+        mod = module_of.get(name, name.replace("-", "_"))
+        if name in indirect:
+            continue
+        assert re.search(rf"^\s*(import|from) {mod}\b", source, re.M), f"{name} is a hard dependency that mmrl never imports"
+    deps = {re.split(r"[<>=!~\[; ]", d, maxsplit=1)[0].lower(): d for d in project["dependencies"]}
+    assert "diffusers" not in deps and "open_clip_torch" not in deps
+    for name in ("transformers", "accelerate"):
+        assert "<" in deps[name], f"{name} needs an upper bound"
+    assert any(d.startswith("trl") and "<" in d for d in project["optional-dependencies"]["bench"])
+    assert "deepspeed" in project["optional-dependencies"]
