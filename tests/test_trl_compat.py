@@ -101,13 +101,25 @@ def test_plain_prompts_keep_string_completions(tmp_path):
     assert all(isinstance(c, str) for c in call["completions"])
 
 
-def test_builtin_rewards_accept_both_formats():
-    from mmrl.rewards.text_math import gsm8k_correctness
+@pytest.mark.parametrize("name,text,columns,want", [
+    ("gsm8k_correctness", "<reasoning>2+2</reasoning>\n<answer>\n4\n</answer>", {"answer": ["#### 4"]}, 2.0),
+    ("gsm8k_accuracy", "<answer>4</answer>", {"answer": ["#### 4"]}, 1.0),
+    ("math500_correctness", "<answer>\\boxed{4}</answer>", {"answer": ["\\boxed{4}"]}, 2.0),
+    ("boxed_accuracy", "so \\boxed{4}", {"answer": ["4"]}, 1.0),
+    ("countdown", "<answer>3*4+5</answer>", {"numbers": [[3, 4, 5]], "target": [17]}, 1.0),
+    ("countdown3", "3*4+5", {"numbers": [[3, 4, 5]], "target": [17]}, 1.0),
+])
+def test_builtin_rewards_accept_both_formats(name, text, columns, want):
+    from mmrl.data.tasks import task_names
+    from mmrl.rewards import REWARDS
 
-    text = "<reasoning>2+2</reasoning>\n<answer>\n4\n</answer>"
-    as_text = gsm8k_correctness(["q"], [text], answer=["#### 4"])
-    as_chat = gsm8k_correctness([[{"role": "user", "content": "q"}]], [[{"role": "assistant", "content": text}]], answer=["#### 4"])
-    assert as_text == as_chat == [2.0]
+    task_names()  # registers the tiny-world rewards
+    fn = REWARDS[name]
+    as_text = fn(["q"], [text], **columns)
+    as_chat = fn([[{"role": "user", "content": "q"}]], [[{"role": "assistant", "content": text}]], **columns)
+    as_text = [v["score"] if isinstance(v, dict) else v for v in as_text]
+    as_chat = [v["score"] if isinstance(v, dict) else v for v in as_chat]
+    assert as_text == as_chat == [want]
 
 
 # -------------------------------------------------------------------------------------------- async rewards
