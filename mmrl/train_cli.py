@@ -75,7 +75,11 @@ def run(args: argparse.Namespace) -> int:
     from mmrl.config import ConfigError, describe_fields, load_config
 
     if args.help_config:
+        from mmrl.config_aliases import PRECISION_FLAGS, RENAMED
+
         print(describe_fields())
+        print("TRL spellings also accepted: " + ", ".join([*(f"{k} (= {v})" for k, v in RENAMED.items()),
+                                                          *(f"{k} (= mixed_precision: {v})" for k, v in PRECISION_FLAGS.items())]))
         return 0
     path, overrides = args.config, list(args.overrides)
     if path is not None and "=" in path and not path.endswith((".yaml", ".yml")):

@@ -3,9 +3,11 @@
 A reward is TRL's reward function: `fn(prompts, completions, **kwargs) -> list[float | None]` (reference notes
 `ecosystem_style.md` A1): one value per completion, `None` meaning "does not apply to this sample"; completions are
 strings (or chat messages) for text models and PIL images for image models; the dataset's other columns arrive as
-keyword arguments. mmrl also accepts a dict per sample with a `"score"` key: the score is the reward, the other keys
-are logged. A plain TRL reward function works unchanged; functions without `**kwargs` receive only the arguments they
-name.
+keyword arguments (in training also `completion_ids` and `trainer_state`, `mmrl.reward_inputs`). mmrl also accepts
+a dict per sample with a `"score"` key: the score is the reward, the other keys are logged. A plain TRL reward
+function works unchanged; functions without `**kwargs` receive only the arguments they name. A reward may be given
+by import path (`my_pkg.rewards.fn`, `path/to/file.py:fn`; `mmrl.rewards.imports`). `async def` rewards run
+concurrently, all on one event loop (`asyncio.gather`, as TRL), each within `timeout`; then the synchronous ones run.
 
 `RewardSet` looks rewards up by name in `REWARDS` (or takes callables), builds configurable ones once (registered
 classes are instantiated with their config and load heavy models lazily, once), and returns the weighted sum
