@@ -30,6 +30,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from mmrl import grad_checkpointing
 from mmrl.algorithms import (
     aggregate,
     dgpo_token_weights,
@@ -43,18 +44,17 @@ from mmrl.algorithms import (
     wdce_loss,
     wddo_loss,
 )
-from mmrl import grad_checkpointing
 from mmrl.algorithms.groups import group_softmax
 from mmrl.buffer import Buffer, concat_rollouts
 from mmrl.checkpoint import latest_checkpoint, load_checkpoint, load_model_weights, remove_stale, save_checkpoint
 from mmrl.completion_stats import length_metrics, terminated
 from mmrl.completions_log import completion_rows, with_advantages
 from mmrl.config import TrainConfig
+from mmrl.data.loading import require_column
 from mmrl.epochs import resolve_max_steps
 from mmrl.faults import fault_point
 from mmrl.metrics_log import MetricLogger
 from mmrl.models.base import is_peft_model
-from mmrl.data.loading import require_column
 from mmrl.policy_factory import apply_lora, build_policy, check_model_source, estimator_options, generation_options, needs_reference, set_generation_defaults
 from mmrl.protocol import NoisedBatch, Rollout
 from mmrl.reward_inputs import make_trainer_state, reward_arguments
