@@ -174,3 +174,19 @@ def test_every_hard_dependency_is_imported_and_fast_movers_are_bounded():
         assert "<" in deps[name], f"{name} needs an upper bound"
     assert any(d.startswith("trl") and "<" in d for d in project["optional-dependencies"]["bench"])
     assert "deepspeed" in project["optional-dependencies"]
+
+
+def test_gradient_checkpointing_benchmark_smoke(tmp_path):
+    """benchmarks/gradient_checkpointing.py at its smoke size writes the JSON with both variants (timings and
+    memory are never checked here: the machine may be busy)."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, str(root / "benchmarks" / "gradient_checkpointing.py"), "--smoke", "--out",
+                          str(tmp_path / "gc.json")], capture_output=True, text=True, timeout=600, cwd=root)
+    assert out.returncode == 0, out.stderr[-3000:]
+    res = json.loads((tmp_path / "gc.json").read_text())
+    for v in ("off", "on"):
+        assert res[v]["memory"]["peak_bytes"] > 0 and res[v]["step_time"]["n"] == 1
+    assert res["off"]["response_tokens"] == res["on"]["response_tokens"]  # the same rollouts in both variants
+    assert {"peak_ratio", "extra_ratio", "step_time_ratio"} <= set(res)
