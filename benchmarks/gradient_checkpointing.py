@@ -66,7 +66,7 @@ def child(args: argparse.Namespace, checkpointing: bool) -> dict:
     return {"memory": pm.as_dict(), "step_time": summarize(times), "update_time": summarize(updates), "response_tokens": tokens}
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--smoke", action="store_true", help="a tiny size that runs in seconds")
     p.add_argument("--device", default="cpu")
@@ -83,6 +83,11 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.smoke:
         args.hidden, args.layers, args.vocab, args.tokens, args.responses, args.group, args.steps = 64, 2, 512, 8, 4, 2, 1
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     if args.child:
         print(json.dumps(child(args, args.child == "on")))
         return 0

@@ -223,27 +223,30 @@ def test_reward_import_errors_name_the_path(tmp_path):
 
 
 def test_cli_train_with_reward_by_import_path(tmp_path):
+    """`mmrl train` in a fresh process, as a user runs it: a reward file by path, and a package by dotted path."""
     (tmp_path / "my_rewards.py").write_text(REWARD_FILE)
     (tmp_path / "pkg_r").mkdir()
-    (tmp_path / "pkg_r" / "__init__.py").write_text(REWARD_FILE)
+    (tmp_path / "pkg_r" / "__init__.py").write_text(REWARD_FILE.replace("def correctness", "def has_answer"))
     data = tmp_path / "rows.jsonl"
     data.write_text("".join(json.dumps({"prompt": [{"role": "user", "content": f"say {i}"}], "answer": str(i)}) + "\n" for i in range(8)))
     env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE", "PYTHONPATH": str(tmp_path)}
     out = subprocess.run([sys.executable, "-m", "mmrl.cli", "train", "task=jsonl", f"dataset_path={data}",
-                          f"reward_funcs=[{tmp_path}/my_rewards.py:correctness, pkg_r.correctness]",
-                          "reward_kwargs={}", "max_steps=1", "num_generations=2", "per_device_train_batch_size=4",
-                          "max_completion_length=6", f"output_dir={tmp_path / 'run'}", "progress_bar=false",
-                          "report_to=[jsonl]"],
-                         capture_output=True, text=True, cwd=tmp_path, env=env)
-    assert out.returncode != 0 and "appear more than once" in out.stderr  # both are named 'correctness'
-    out = subprocess.run([sys.executable, "-m", "mmrl.cli", "train", "task=jsonl", f"dataset_path={data}",
-                          f"reward_funcs=[{tmp_path}/my_rewards.py:correctness]", "max_steps=1", "num_generations=2",
-                          "per_device_train_batch_size=4", "max_completion_length=6", f"output_dir={tmp_path / 'run'}",
-                          "progress_bar=false", "report_to=[jsonl]"],
+                          "--reward_funcs", f"{tmp_path}/my_rewards.py:correctness", "pkg_r.has_answer", "--max_steps", "1",
+                          "num_generations=2", "per_device_train_batch_size=4", "max_completion_length=6",
+                          f"output_dir={tmp_path / 'run'}", "progress_bar=false", "report_to=[jsonl]"],
                          capture_output=True, text=True, cwd=tmp_path, env=env)
     assert out.returncode == 0, out.stderr[-3000:]
     rec = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[-1])
-    assert "rewards/correctness/mean" in rec
+    assert "rewards/correctness/mean" in rec and "rewards/has_answer/mean" in rec
+
+
+def test_two_rewards_with_one_name_are_refused(tmp_path, monkeypatch):
+    (tmp_path / "my_rewards.py").write_text(REWARD_FILE)
+    (tmp_path / "pkg_r").mkdir()
+    (tmp_path / "pkg_r" / "__init__.py").write_text(REWARD_FILE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ValueError, match="appear more than once"):
+        RewardSet([f"{tmp_path}/my_rewards.py:correctness", "pkg_r.correctness"])
 
 
 # ------------------------------------------------------------------------------------------- truncation (TRL)

@@ -4,9 +4,6 @@ model loads."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
@@ -78,13 +75,9 @@ def test_eval_split_is_explicit_and_printed(tmp_path, capsys):
         load_config(None, {"eval_split": 1.5})
 
 
-def _cli(tmp_path, *args):
-    return subprocess.run([sys.executable, "-m", "mmrl.cli", "train", *args, f"output_dir={tmp_path / 'run'}",
-                           "progress_bar=false", "max_steps=1"], capture_output=True, text=True, cwd=tmp_path,
-                          env={**os.environ, "OMP_WAIT_POLICY": "PASSIVE"})
+def test_startup_errors_are_one_line(tmp_path, capsys):
+    from mmrl.cli import main
 
-
-def test_startup_errors_are_one_line(tmp_path):
     d = write_formats(tmp_path / "data")
     (tmp_path / "noprompt.jsonl").write_text('{"question": "a"}\n')
     (tmp_path / "bad.jsonl").write_text('{"prompt": \n')
@@ -95,10 +88,11 @@ def test_startup_errors_are_one_line(tmp_path):
         (["task=jsonl", f"dataset_path={tmp_path / 'noprompt.jsonl'}"], "'prompt'"),
     ]
     for args, needle in cases:
-        out = _cli(tmp_path, *args)
-        assert out.returncode == 2, out.stderr[-2000:]
-        lines = [ln for ln in out.stderr.splitlines() if ln.startswith("mmrl train:")]
-        assert len(lines) == 1 and needle in lines[0] and "Traceback" not in out.stderr, out.stderr[-2000:]
+        code = main(["train", *args, f"output_dir={tmp_path / 'run'}", "progress_bar=false", "max_steps=1"])
+        err = capsys.readouterr().err
+        assert code == 2, err[-2000:]
+        lines = [ln for ln in err.splitlines() if ln.startswith("mmrl train:")]
+        assert len(lines) == 1 and needle in lines[0] and "Traceback" not in err, err[-2000:]
 
 
 def test_no_prompt_column_fails_before_the_model_loads(tmp_path, monkeypatch):
