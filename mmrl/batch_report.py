@@ -60,3 +60,15 @@ def peak_memory_gb(device) -> float:
     import resource
 
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB -> GiB
+
+
+def clip_extremes(metrics: dict[str, float], accelerator, world: int) -> dict[str, float]:
+    """TRL's `clip_ratio/low_min` and `clip_ratio/high_max`: the lowest low-clip and highest high-clip ratio over the
+    processes (each process's ratio is its step mean; one process: equal to the mean)."""
+    if "clip_ratio/low_mean" not in metrics:
+        return {}
+    t = torch.tensor([metrics["clip_ratio/low_mean"], metrics["clip_ratio/high_mean"]], device=accelerator.device)
+    if world > 1:
+        every = accelerator.gather(t[None])  # [P, 2]
+        return {"clip_ratio/low_min": float(every[:, 0].min()), "clip_ratio/high_max": float(every[:, 1].max())}
+    return {"clip_ratio/low_min": float(t[0]), "clip_ratio/high_max": float(t[1])}

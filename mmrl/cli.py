@@ -1,7 +1,8 @@
 """The `mmrl` command. Each subcommand lives in its own module, imported only when it is used.
 
 A subcommand module defines `configure(parser: argparse.ArgumentParser) -> None` and
-`run(args: argparse.Namespace) -> int | None`.
+`run(args: argparse.Namespace) -> int | None`, and may define `normalize_argv(args: list[str]) -> list[str]` to
+rewrite its arguments before parsing (e.g. TRL's `--key value` spelling).
 """
 from __future__ import annotations
 
@@ -32,7 +33,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] in SUBCOMMANDS:  # a subcommand may accept other spellings (train: TRL's --key value)
+        normalize = getattr(importlib.import_module(SUBCOMMANDS[argv[0]][0]), "normalize_argv", None)
+        if normalize is not None:
+            argv = [argv[0], *normalize(argv[1:])]
     import mmrl.tiny_world
 
     # the command is the application: it adds the tiny world's tasks, rewards and base models (built on first use)

@@ -6,7 +6,12 @@ Field names follow TRL's `GRPOConfig` wherever the concept is the same (`num_gen
 (the string under it); `mmrl train --help-config` prints them.
 
 Method defaults: a method (e.g. `dapo`) implies some settings (clip-higher, token-mean loss, dynamic sampling).
-They fill every field the YAML file and the command line leave unset, see `METHOD_DEFAULTS`.
+They fill every field the YAML file, the command line or the Python call `TrainConfig(method=...)` leave unset,
+see `METHOD_DEFAULTS`; the three ways give the same configuration. TRL's spellings `resume_from_checkpoint`, `bf16`
+and `fp16` are accepted as keys too (`mmrl.config_aliases`).
+
+Defaults are TRL's where mmrl has no reason to differ; each deliberate difference is stated in the field's
+docstring ("TRL: ...").
 
 Validation happens in `TrainConfig.validate()`, before any model is loaded: every bad value is reported with the
 field, the value and what is allowed.
@@ -14,8 +19,10 @@ field, the value and what is allowed.
 from __future__ import annotations
 
 import ast
+import copy
 import dataclasses
 import difflib
+import functools
 import inspect
 import math
 import os
@@ -29,6 +36,7 @@ from typing import Any
 
 import yaml
 
+from mmrl.config_errors import ConfigError
 from mmrl.constants import DEFAULT_NEGATIVE_INSTRUCTION
 
 
@@ -53,16 +61,27 @@ class TrainConfig:
     torch_dtype: str = "float32"
     """Weights dtype: float32, bfloat16 or float16."""
     mixed_precision: str = "no"
-    """accelerate mixed precision: no, bf16 or fp16."""
+    """accelerate mixed precision: no, bf16 or fp16 (TRL's `bf16: true` / `fp16: true` set it). TRL: bf16 where the
+    hardware has it; here off, so that a CPU run and its tests need no flag."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass (transformers' `gradient_checkpointing_enable`, every family):
+    less memory, about a third more compute. TRL: on by default; here off, since the tiny and CPU models this
+    runs by default are compute-bound (benchmarks/gradient_checkpointing.py measures both)."""
 
     # ---- data and rewards ---------------------------------------------------------------------------------
     task: str = "countdown3"
     """Prompt set / task name (see `mmrl.data.tasks`), e.g. gsm8k, math500, countdown, sudoku, geneval, and the
     tiny-world tasks sudoku4, countdown3, shapes."""
     dataset_path: str | None = None
-    """Local data file or directory for the task (JSONL/CSV/parquet); None uses the task's bundled or cached data."""
+    """Data for the task, read by `datasets.load_dataset`: a JSON/JSONL/CSV/Parquet file, a directory with
+    train/test files, a directory written by `Dataset.save_to_disk`, or (online) a Hub dataset name; None uses the
+    task's bundled or cached data."""
+    eval_split: float | int = 0.0
+    """Task `jsonl` with a single file: the rows held out as the test split, a fraction in (0, 1) or a count >= 1
+    (the last rows; the count is printed). 0 holds nothing out (TRL trains on the whole train split)."""
     reward_funcs: list[str] = field(default_factory=list)
-    """Reward names from `mmrl.rewards.REWARDS`; empty uses the task's default rewards."""
+    """Reward names from `mmrl.rewards.REWARDS`, or import paths of your own reward functions as TRL accepts them
+    (`my_pkg.rewards.correctness`, `path/to/file.py:correctness`); empty uses the task's default rewards."""
     reward_weights: list[float] | None = None
     """One weight per reward (TRL `reward_weights`); None means all 1."""
     reward_kwargs: dict = field(default_factory=dict)
@@ -91,9 +110,14 @@ class TrainConfig:
     """Optimizer steps per rollout batch (TRL's mu; DMPO's buffer reuse F): rollouts are refreshed every
     num_iterations steps."""
     max_steps: int = 100
-    """Optimizer steps to train."""
+    """Optimizer steps to train; -1 with `num_train_epochs` derives them from the dataset size. TRL: -1 (3
+    epochs); here a fixed step count, as the papers' recipes give one."""
+    num_train_epochs: float | None = None
+    """Passes over the prompt dataset (TRL's name); used when `max_steps` is -1 or not given: max_steps =
+    ceil(epochs x prompts / prompts per rollout batch, all processes) x num_iterations."""
     seed: int = 0
-    """Seed of every random stream (data order, sampling, masks, initialisation of tiny models)."""
+    """Seed of every random stream (data order, sampling, masks, initialisation of tiny models). TRL: 42; here 0,
+    which the bundled presets and recorded results use."""
 
     # ---- generation ---------------------------------------------------------------------------------------
     max_prompt_length: int | None = None
@@ -102,7 +126,7 @@ class TrainConfig:
     cannot be cut); Janus prompts are not limited. None keeps them whole."""
     max_completion_length: int = 256
     """Response tokens: max new tokens (AR families) or the generated span (masked diffusion). Janus generates its
-    fixed number of image tokens."""
+    fixed number of image tokens. TRL: 512; here d1's 256."""
     temperature: float = 1.0
     """Sampling temperature (> 0; log-probs are of the temperature-scaled distribution, as in TRL). Masked
     diffusion samplers also accept 0 (greedy)."""
@@ -128,6 +152,9 @@ class TrainConfig:
     """Masked diffusion: Fast-dLLM KV cache for any sampler, `prefix` or `dual` (native backbones); None = no cache."""
     generation_kwargs: dict = field(default_factory=dict)
     """Further family-specific sampling options passed to `sample()`."""
+    chat_template_kwargs: dict = field(default_factory=dict)
+    """Keyword arguments of the tokenizer's `apply_chat_template` for conversational prompts (TRL's name), e.g.
+    `{enable_thinking: false}` (causal_lm and vlm)."""
     negative_instruction: str = DEFAULT_NEGATIVE_INSTRUCTION
     """GCPO's negative condition for text, VLM and diffusion LMs (appended to the prompt)."""
 
@@ -135,7 +162,8 @@ class TrainConfig:
     learning_rate: float = 1e-6
     """AdamW learning rate (> 0)."""
     lr_scheduler_type: str = "constant"
-    """transformers scheduler name: constant, constant_with_warmup, linear, cosine, ..."""
+    """transformers scheduler name: constant, constant_with_warmup, linear, cosine, ... TRL: linear; here constant,
+    as the GRPO/DAPO/d1/DMPO recipes train."""
     warmup_ratio: float = 0.0
     """Fraction of max_steps used for warm-up."""
     weight_decay: float = 0.0
@@ -248,15 +276,22 @@ class TrainConfig:
     output_dir: str = "runs/mmrl"
     """Run directory: metrics, TensorBoard, checkpoints and pictures are written only inside it."""
     logging_steps: int = 1
-    """Write metrics every this many optimizer steps."""
+    """Write metrics every this many optimizer steps. TRL: 10; here every step (RL curves are noisy and short)."""
+    log_completions: bool = False
+    """Write a completions table every logged step (TRL's name): prompt, completion, each reward, advantage, one
+    row per response, to `completions.jsonl` in the run directory and to TensorBoard / W&B as text / a table."""
     report_to: list[str] = field(default_factory=lambda: ["jsonl", "tensorboard"])
-    """Metric sinks: jsonl and tensorboard (always available), wandb (if installed)."""
+    """Metric sinks: jsonl (always written) and accelerate's trackers: tensorboard, wandb, mlflow, comet_ml, aim,
+    clearml, dvclive, swanlab, trackio (each when installed). TRL: none; here the JSONL record the reports read, and
+    TensorBoard, which is a dependency."""
     save_steps: int = 50
-    """Write a checkpoint every this many optimizer steps (0 = only at the end)."""
+    """Write a checkpoint every this many optimizer steps (0 = only at the end). TRL: 500; RL steps are slower."""
     save_total_limit: int = 2
-    """Keep this many most recent checkpoints."""
+    """Keep this many most recent checkpoints. TRL: all (None); a full-model checkpoint here also holds the
+    optimizer and the rollout buffer, so unbounded keeping fills disks."""
     resume_from: str | None = None
-    """Resume from `auto` (latest checkpoint in output_dir) or a checkpoint directory."""
+    """Resume from `auto` (latest checkpoint in output_dir) or a checkpoint directory (TRL's key
+    `resume_from_checkpoint` sets it; `true` means `auto`)."""
     ddp_timeout: int = 1800
     """Seconds a process waits for the others at a collective (TRL's `ddp_timeout`); past it the run stops with a
     message naming the cause (a frozen, killed or far slower process) instead of waiting forever."""
@@ -320,10 +355,6 @@ METHOD_DEFAULTS: dict[str, dict[str, Any]] = {
     "gspo": {"epsilon": 3e-4, "epsilon_high": 4e-4, "scale_rewards": "group", "beta": 0.0},
 }
 """Settings a method implies; applied to every field not set explicitly in the YAML file or on the command line."""
-
-
-class ConfigError(ValueError):
-    """A bad configuration value; the message names the field, the value and what is allowed."""
 
 
 def field_docs() -> dict[str, str]:
@@ -421,7 +452,9 @@ def _parse_override(item: str) -> tuple[str, Any]:
 
 
 def _unknown_key_error(key: str) -> ConfigError:
-    names = sorted(_public_fields())
+    from mmrl.config_aliases import alias_names
+
+    names = sorted([*_public_fields(), *alias_names()])
     close = difflib.get_close_matches(key, names, n=3)
     hint = f" (did you mean {', '.join(close)}?)" if close else ""
     return ConfigError(f"unknown config key {key!r}{hint}; valid keys: {', '.join(names)}")
@@ -472,19 +505,38 @@ def _read_yaml(path: Path, depth: int = 0) -> dict:
 
 def build_config(values: dict, *, validate: bool = True) -> TrainConfig:
     """A `TrainConfig` from a dict of explicitly given values (method defaults fill the rest)."""
+    from mmrl.config_aliases import translate
+
     fields_ = _public_fields()
     kwargs: dict[str, Any] = {}
-    for key, value in values.items():
+    for key, value in translate(values).items():  # TRL's spellings (resume_from_checkpoint, bf16, ...) first
         key = key.replace("-", "_")
         if key not in fields_:
             raise _unknown_key_error(key)
         kwargs[key] = _coerce(key, value)
-    method = kwargs.get("method", TrainConfig.method)
-    if method in METHOD_DEFAULTS:
-        for key, value in METHOD_DEFAULTS[method].items():
-            kwargs.setdefault(key, value)
-    cfg = TrainConfig(**kwargs, _explicit=frozenset(values))
+    cfg = TrainConfig(**kwargs, _explicit=frozenset(kwargs))  # method defaults fill the rest (TrainConfig.__init__)
     return cfg.validate() if validate else cfg
+
+
+def _with_method_defaults(init):
+    """Wrap the dataclass `__init__` so that `TrainConfig(method="dapo")` from Python gets the method's defaults
+    exactly as `load_config` does: every field of METHOD_DEFAULTS[method] not passed explicitly takes the method's
+    value. The names passed are recorded in `_explicit` (`dataclasses.replace` passes them on)."""
+    names = [f.name for f in dataclasses.fields(TrainConfig)]
+
+    @functools.wraps(init)
+    def __init__(self, *args, **kwargs):
+        if not kwargs.get("_explicit"):
+            kwargs["_explicit"] = frozenset((set(names[: len(args)]) | set(kwargs)) - {"_explicit"})
+        init(self, *args, **kwargs)
+        for key, value in METHOD_DEFAULTS.get(self.method, {}).items():
+            if key not in self._explicit:
+                setattr(self, key, copy.deepcopy(value))
+
+    return __init__
+
+
+TrainConfig.__init__ = _with_method_defaults(TrainConfig.__init__)
 
 
 def _one_of(errors: list[str], cfg: TrainConfig, name: str, allowed: typing.Iterable[str]) -> None:
@@ -526,10 +578,18 @@ def _validate(cfg: TrainConfig) -> list[str]:
         _one_of(e, cfg, "diffusion_cache", ["prefix", "dual"])
     if cfg.num_generations < 2:
         e.append(f"num_generations={cfg.num_generations}: a group needs at least 2 responses (group-relative advantages); use >= 2")
-    for name in ("per_device_train_batch_size", "gradient_accumulation_steps", "num_iterations", "max_steps", "max_completion_length",
+    if cfg.num_train_epochs is not None and not cfg.num_train_epochs > 0:
+        e.append(f"num_train_epochs={cfg.num_train_epochs} must be > 0 (or null)")
+    if cfg.max_steps == -1 and cfg.num_train_epochs is None:
+        e.append("max_steps=-1 needs num_train_epochs (TRL: the step count then comes from the epochs)")
+    if not (cfg.eval_split == 0 or 0 < cfg.eval_split < 1 or (cfg.eval_split >= 1 and float(cfg.eval_split).is_integer())):
+        e.append(f"eval_split={cfg.eval_split} must be 0 (no hold-out), a fraction in (0, 1) or a whole number of rows")
+    for name in ("per_device_train_batch_size", "gradient_accumulation_steps", "num_iterations", "max_completion_length",
                  "logging_steps", "dmpo_num_copies", "dmpo_elbo_copies", "max_nonfinite_steps", "dynamic_sampling_max_tries", "block_length"):
         if getattr(cfg, name) < 1:
             e.append(f"{name}={getattr(cfg, name)} must be >= 1")
+    if cfg.max_steps < 1 and not (cfg.max_steps == -1 and cfg.num_train_epochs is not None):
+        e.append(f"max_steps={cfg.max_steps} must be >= 1 (or -1 with num_train_epochs)")
     if cfg.num_generations >= 2 and cfg.rollout_batch_size % cfg.num_generations:
         e.append(
             f"per_device_train_batch_size x gradient_accumulation_steps = {cfg.rollout_batch_size} responses is not a multiple of "
@@ -595,9 +655,12 @@ def _validate(cfg: TrainConfig) -> list[str]:
         e.append(f"dgpo_tau={cfg.dgpo_tau} must be > 0")
     if cfg.reward_weights is not None and cfg.reward_funcs and len(cfg.reward_weights) != len(cfg.reward_funcs):
         e.append(f"reward_weights has {len(cfg.reward_weights)} entries but reward_funcs has {len(cfg.reward_funcs)}")
-    bad_sinks = [s for s in cfg.report_to if s not in ("jsonl", "tensorboard", "wandb", "none")]
+    from mmrl.trackers import TRACKER_NAMES
+
+    sinks = ["jsonl", *TRACKER_NAMES, "none"]
+    bad_sinks = [s for s in cfg.report_to if s not in sinks]
     if bad_sinks:
-        e.append(f"report_to={cfg.report_to}: unknown sinks {bad_sinks}; choose from ['jsonl', 'tensorboard', 'wandb', 'none']")
+        e.append(f"report_to={cfg.report_to}: unknown sinks {bad_sinks}; choose from {sinks}")
     if cfg.eval_steps < 0:
         e.append(f"eval_steps={cfg.eval_steps} must be >= 0 (0 = off)")
     if cfg.save_steps < 0 or cfg.save_total_limit < 1 or cfg.credit_steps < 0:
@@ -609,9 +672,18 @@ def _validate(cfg: TrainConfig) -> list[str]:
         try:
             from mmrl.rewards import REWARDS
 
-            unknown = [r for r in cfg.reward_funcs if r not in REWARDS]
+            from mmrl.rewards.imports import RewardImportError, import_reward, is_import_path
+
+            unknown = [r for r in cfg.reward_funcs if r not in REWARDS and not is_import_path(r)]
             if unknown:
-                e.append(f"reward_funcs: unknown rewards {unknown}; valid: {sorted(REWARDS)}")
+                e.append(f"reward_funcs: unknown rewards {unknown}; valid: {sorted(REWARDS)}, or an import path "
+                         "(package.module.function or path/to/file.py:function)")
+            for r in cfg.reward_funcs:
+                if r not in REWARDS and is_import_path(r):
+                    try:
+                        import_reward(r)
+                    except RewardImportError as err:
+                        e.append(f"reward_funcs: {err}")
         except ImportError:  # pragma: no cover - the rewards package is part of mmrl
             pass
     return e
@@ -679,7 +751,9 @@ def _validate_reliability(cfg: TrainConfig) -> list[str]:
     if bad_cfg:
         e.append(f"reward_kwargs: the configuration of each reward is a mapping of options, got {bad_cfg}")
     if cfg.reward_funcs:
-        stray = sorted(set(cfg.reward_kwargs) - set(cfg.reward_funcs))
+        from mmrl.rewards.imports import reward_name
+
+        stray = sorted(set(cfg.reward_kwargs) - set(cfg.reward_funcs) - {reward_name(r) for r in cfg.reward_funcs})
         if stray:
             e.append(f"reward_kwargs configures {stray}, which are not in reward_funcs={cfg.reward_funcs}")
     for name in ("adam_beta1", "adam_beta2"):

@@ -93,6 +93,7 @@ def evaluate(policy, rows: Sequence[dict], metric: str, *, task: str = "", batch
              seed: int = 0, **generation: Any) -> EvalResult:
     """Sample one response per row (greedy unless `generation` says otherwise) and score it with reward `metric`."""
     from mmrl.rewards import RewardSet
+    from mmrl.rewards.completions import in_prompt_format
 
     scorer = RewardSet([metric])
     rows = list(rows)
@@ -109,7 +110,7 @@ def evaluate(policy, rows: Sequence[dict], metric: str, *, task: str = "", batch
         seeds = [(seed * 1_000_003 + start + i) % 2**63 for i in range(len(batch))]  # torch seeds are 64-bit
         rollout = policy.sample([r["prompt"] for r in batch], 1, seeds=seeds, **generation)
         columns = {k: [r.get(k) for r in batch] for k in batch[0] if k != "prompt"}
-        out = scorer(rollout.prompts, rollout.completions, **columns)
+        out = scorer(rollout.prompts, in_prompt_format(rollout.prompts, rollout.completions), **columns)  # as in training
         scores += out.per_reward[metric].tolist()
         completions += list(rollout.completions)
     if metric == "sudoku":
@@ -123,3 +124,19 @@ def evaluate(policy, rows: Sequence[dict], metric: str, *, task: str = "", batch
 def write_result(result: EvalResult, path: str) -> None:
     with open(path, "w") as f:
         json.dump(result.to_dict(with_samples=True), f, indent=2)
+
+
+def evaluate_during_training(policy, eval_rows: Sequence[dict], metric: str, cfg, accelerator, rank: int, world: int) -> dict[str, float]:
+    """The trainer's periodic evaluation: each process scores its share of `eval_rows` with `cfg.eval_generation`
+    (default: DMPO's decoding for the family, `dmpo_generation`); the accuracy is the mean over all rows."""
+    gen = dict(cfg.eval_generation) or dmpo_generation(cfg.family, cfg.max_completion_length, cfg.block_length, None)
+    known = getattr(policy, "generation_defaults", {})
+    gen = {k: v for k, v in gen.items() if k in known}
+    rows = list(eval_rows)[rank::world]
+    t0 = time.perf_counter()
+    res = evaluate(policy, rows, metric, batch_size=max(16, cfg.per_device_train_batch_size), progress=False,
+                   seed=cfg.seed, **gen)
+    total = torch.tensor([res.accuracy * max(1, len(rows)), float(len(rows))], device=accelerator.device)
+    if world > 1:
+        total = accelerator.reduce(total, reduction="sum")
+    return {"eval/accuracy": float(total[0] / total[1].clamp(min=1)), "perf/eval_time": time.perf_counter() - t0}

@@ -1,4 +1,5 @@
-"""Metric sinks: JSONL and TensorBoard always, Weights & Biases when installed and asked for.
+"""Metric sinks: the JSONL record always; TensorBoard, W&B, MLflow and accelerate's other trackers when asked for
+in `report_to` (`mmrl.trackers`).
 
 Metric names follow TRL's GRPOTrainer where the concept is the same (`reward`, `reward_std`,
 `rewards/<name>/mean`, `frac_reward_zero_std`, `completions/mean_length`, `entropy`, `kl`, `clip_ratio/*`), plus
@@ -9,43 +10,39 @@ from __future__ import annotations
 import json
 import math
 import os
-import warnings
 from pathlib import Path
 from typing import Any
 
 
 class MetricLogger:
-    """Writes one record per logged step to `<run>/metrics.jsonl`, `<run>/tensorboard/` and optionally wandb."""
+    """Writes one record per logged step to `<run>/metrics.jsonl` and to every tracker of `report_to`."""
 
     def __init__(self, run_dir: str | Path, report_to: list[str], *, config: dict | None = None, resume_step: int | None = None, enabled: bool = True):
         self.enabled = enabled
         self.run_dir = Path(run_dir)
         self.path = self.run_dir / "metrics.jsonl"
-        self._tb = None
-        self._wandb = None
+        self.completions_path = self.run_dir / "completions.jsonl"
+        self._trackers: list = []
         if not enabled:
             return
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        if resume_step is not None and self.path.exists():
-            # drop records of steps after the checkpoint we resume from (they will be recomputed), and a last line
-            # cut short by a killed process; rewritten through a temporary file so a kill now loses nothing
-            keep = [line for line in self.path.read_text().splitlines() if (rec := _record(line)) is not None and rec.get("step", 0) <= resume_step]
-            tmp = self.path.with_name(self.path.name + ".tmp")
-            tmp.write_text("".join(line + "\n" for line in keep))
-            os.replace(tmp, self.path)
-        elif resume_step is None and self.path.exists():
-            self.path.unlink()
-        if "tensorboard" in report_to:
-            from torch.utils.tensorboard import SummaryWriter
+        for path in (self.path, self.completions_path):
+            if resume_step is not None and path.exists():
+                # drop records of steps after the checkpoint we resume from (they will be recomputed), and a last line
+                # cut short by a killed process; rewritten through a temporary file so a kill now loses nothing
+                keep = [line for line in path.read_text().splitlines() if (rec := _record(line)) is not None and rec.get("step", 0) <= resume_step]
+                tmp = path.with_name(path.name + ".tmp")
+                tmp.write_text("".join(line + "\n" for line in keep))
+                os.replace(tmp, path)
+            elif resume_step is None and path.exists():
+                path.unlink()
+        from mmrl.trackers import TRACKER_NAMES, start_tracker
 
-            self._tb = SummaryWriter(log_dir=str(self.run_dir / "tensorboard"), purge_step=(resume_step + 1) if resume_step is not None else None)
-        if "wandb" in report_to:
-            try:
-                import wandb
-
-                self._wandb = wandb.init(project="mmrl", dir=str(self.run_dir), config=config or {}, resume="allow")
-            except ImportError:
-                warnings.warn("report_to includes wandb but wandb is not installed; logging to JSONL and TensorBoard only")
+        for name in dict.fromkeys(report_to):
+            if name in TRACKER_NAMES:
+                tracker = start_tracker(name, self.run_dir, config=config, resume_step=resume_step)
+                if tracker is not None:
+                    self._trackers.append(tracker)
         self._jsonl = "jsonl" in report_to or True  # JSONL is the record the reports read; always written
 
     def log(self, step: int, metrics: dict[str, Any]) -> None:
@@ -55,19 +52,31 @@ class MetricLogger:
         record = {"step": step, **clean}
         with open(self.path, "a") as f:
             f.write(json.dumps(record) + "\n")
-        if self._tb is not None:
-            for k, v in clean.items():
-                if isinstance(v, float) and math.isfinite(v):
-                    self._tb.add_scalar(k, v, step)
-            self._tb.flush()
-        if self._wandb is not None:
-            self._wandb.log(clean, step=step)
+        finite = {k: v for k, v in clean.items() if isinstance(v, float) and math.isfinite(v)}
+        for tracker in self._trackers:
+            tracker.log(finite, step=step)
+
+    def log_completions(self, step: int, rows: list[dict]) -> None:
+        """The completions table of a rollout batch (`mmrl.completions_log`): JSONL, TensorBoard text, W&B table."""
+        if not self.enabled or not rows:
+            return
+        from mmrl.completions_log import jsonl_lines, markdown_table
+
+        with open(self.completions_path, "a") as f:
+            f.write(jsonl_lines(step, rows))
+        if self._trackers:
+            from mmrl.trackers import log_table
+
+            names = sorted({k for r in rows for k in r["rewards"]})
+            columns = ["step", "prompt", "completion", *names, "reward", "advantage"]
+            data = [[step, r["prompt"], r["completion"], *(r["rewards"].get(n) for n in names), r["reward"], r["advantage"]] for r in rows]
+            markdown = markdown_table(rows)
+            for tracker in self._trackers:
+                log_table(tracker, "completions", columns, data, markdown, step)
 
     def close(self) -> None:
-        if self._tb is not None:
-            self._tb.close()
-        if self._wandb is not None:
-            self._wandb.finish()
+        for tracker in self._trackers:
+            tracker.finish()
 
 
 def _to_float(v: Any) -> Any:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import os
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -25,6 +26,8 @@ def generation_options(cfg: TrainConfig) -> dict[str, Any]:
     from mmrl.models import adapter_class
 
     opts = adapter_class(cfg.family).generation_options(cfg)
+    if cfg.chat_template_kwargs:
+        opts["chat_template_kwargs"] = dict(cfg.chat_template_kwargs)
     opts.update(cfg.generation_kwargs)
     return opts
 
@@ -52,6 +55,25 @@ def model_source(src: str):
     if re.fullmatch(r"[a-z][a-z0-9_-]+", prefix) and not os.path.exists(src):
         MODEL_SOURCES[prefix]  # raises: unknown model source, with the registered ones and where more come from
     return None
+
+
+class ModelSourceError(FileNotFoundError):
+    """A model directory that does not exist (or is no model directory); the message names the path."""
+
+
+def check_model_source(cfg: TrainConfig) -> None:
+    """The model (and reference) directories exist and hold a config, checked before anything loads: models are
+    never downloaded at run time, so anything but `tiny`, `tiny-world:NAME` or a local directory is an error."""
+    for key in ("model_name_or_path", "ref_model_name_or_path"):
+        src = getattr(cfg, key)
+        if src is None or src == "tiny" or str(src).startswith("tiny-world:"):
+            continue
+        path = Path(src).expanduser()
+        if not path.is_dir():
+            raise ModelSourceError(f"{key}={src!r}: no such model directory (models are never downloaded at run time; "
+                                   "download it once, e.g. `huggingface-cli download`, and pass its local path)")
+        if not any((path / f).is_file() for f in ("config.json", "adapter_config.json", "mmrl_adapter.json")):
+            raise ModelSourceError(f"{key}={src!r}: the directory holds no config.json, so it is not a saved model")
 
 
 def build_policy(cfg: TrainConfig, device: torch.device | str | None = None):

@@ -76,7 +76,8 @@ class Rollout:
     extras: dict = field(default_factory=dict)
     """Family-specific per-response payload (e.g. VLM pixel inputs, the image-token grid `(h, w)`, the sampler's
     unmasking order). Tensors and lists with a leading N dimension are sliced by `select`; tuples are kept as
-    metadata."""
+    metadata. Every adapter sets `terminated` ([N] bool): the response ended by itself (an EOS; masked diffusion:
+    an EOS inside the generated span; always True for images), as opposed to being cut at the length limit."""
 
     @property
     def num_responses(self) -> int:

@@ -44,3 +44,27 @@ def resume_run(run_dir: Path, resume_from: str | None, restore: Callable, accele
         remove_stale(run_dir)
     accelerator.wait_for_everyone()
     return True
+
+
+def restore_trainer_state(trainer, path: Path, ck: dict) -> None:
+    """Put a loaded checkpoint `ck` (`mmrl.checkpoint.load_checkpoint`) back into `trainer`: the settings that win on
+    resume (`apply_resume_settings`), weights, optimizer, scheduler, RNG, counters, the prompt stream's position and
+    the rollout buffer."""
+    import torch
+
+    from mmrl.buffer import Buffer
+    from mmrl.checkpoint import load_model_weights
+    from mmrl.resume_settings import apply_resume_settings
+
+    st = ck["state"]
+    trainer.cfg = apply_resume_settings(trainer.cfg, st.get("config") or {}, path)
+    load_model_weights(trainer.policy.unwrapped, path / "model")
+    trainer.optimizer.load_state_dict(ck["optimizer"])
+    trainer.scheduler.load_state_dict(ck["scheduler"])
+    torch.set_rng_state(ck["rng"])
+    trainer.step, trainer.rollout_index = int(st["step"]), int(st["rollout_index"])
+    trainer.nonfinite_in_a_row, trainer.num_tokens = int(st.get("nonfinite_in_a_row", 0)), int(st.get("num_tokens", 0))
+    trainer.stream.position = int(st["positions"][0])
+    trainer.buffer = Buffer.from_state(ck["buffer"]) if ck["buffer"] is not None else None
+    if trainer.buffer is not None:
+        trainer.buffer.rollout = trainer.buffer.rollout.to(trainer.accelerator.device)

@@ -30,27 +30,33 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from mmrl import grad_checkpointing
 from mmrl.algorithms import group_advantages, soft_overlong_penalty
-from mmrl.batch_report import add_failures, completion_ids, peak_memory_gb, reward_metrics, unfilled_batch_message
+from mmrl.batch_report import add_failures, clip_extremes, peak_memory_gb, reward_metrics, unfilled_batch_message
 from mmrl.buffer import Buffer, concat_rollouts
-from mmrl.checkpoint import latest_checkpoint, load_model_weights, save_checkpoint
+from mmrl.checkpoint import latest_checkpoint, save_checkpoint
+from mmrl.completion_stats import length_metrics, terminated
+from mmrl.completions_log import completion_rows, with_advantages
 from mmrl.config import TrainConfig
+from mmrl.data.loading import require_column
 from mmrl.data.validate import check_prompts
-from mmrl.faults import fault_point
+from mmrl.epochs import resolve_max_steps
+from mmrl.faults import fault_point  # test hook: MMRL_KILL_AT=<point>:K kills the process there (crash tests)
 from mmrl.metrics_log import MetricLogger
 from mmrl.methods import METHODS, MicroBatch, behaviour_is_current
 from mmrl.methods.gcpo import stage_entropy_reward
 from mmrl.models import adapter_class
 from mmrl.models.base import is_peft_model
 from mmrl.peer_failure import is_peer_failure, peer_failure_message
-from mmrl.policy_factory import apply_lora, build_policy, estimator_options, generation_options, needs_reference, set_generation_defaults
+from mmrl.policy_factory import apply_lora, build_policy, check_model_source, estimator_options, generation_options, needs_reference, set_generation_defaults
 from mmrl.prompt_stream import PromptStream
 from mmrl.protocol import Rollout
+from mmrl.reward_inputs import make_trainer_state, reward_arguments
 from mmrl.seeds import derived_seed
 from mmrl.stop_signals import StopRequests
-from mmrl.resume_settings import apply_resume_settings, check_before_loading
+from mmrl.resume_settings import check_before_loading
 from mmrl.run_lock import RunLock
-from mmrl.run_checkpoints import resume_run, save_model_dir
+from mmrl.run_checkpoints import restore_trainer_state, resume_run, save_model_dir
 from mmrl.sharded_save import gather_full_state_dict
 
 
@@ -106,16 +112,20 @@ class Trainer:
         if self.is_main:
             self._lock.acquire().release()  # another live trainer here fails fast; held from the end of __init__
             self.run_dir.mkdir(parents=True, exist_ok=True)
-        # data and rewards before the model: a bad task or reward fails fast
+        # data and rewards before the model: a bad model path, task, dataset or reward fails fast
         if dataset is None:
             from mmrl.data.tasks import load_task
 
-            task = load_task(cfg.task, cfg.dataset_path, seed=cfg.seed)
+            task = load_task(cfg.task, cfg.dataset_path, seed=cfg.seed, eval_split=cfg.eval_split)
             dataset = task.train
             reward_funcs = reward_funcs or cfg.reward_funcs or task.reward_funcs
             eval_dataset = task.test if eval_dataset is None else eval_dataset
             eval_metric = eval_metric or task.metric
-        check_prompts(list(dataset), "the training dataset")  # null or missing prompts stop here, before the model loads
+        where = "the training dataset" if cfg.dataset_path is None else cfg.dataset_path
+        require_column(list(dataset), "prompt", where)  # no prompt column, or null / missing prompts: stop here
+        check_prompts(list(dataset), "the training dataset")
+        if policy is None:
+            check_model_source(cfg)
         self.eval_dataset = list(eval_dataset or [])[: cfg.eval_limit] if cfg.eval_limit else list(eval_dataset or [])
         self.eval_metric = eval_metric
         if cfg.eval_steps and (not self.eval_dataset or not self.eval_metric):
@@ -126,10 +136,13 @@ class Trainer:
                                  on_error=cfg.on_reward_error, timeout=cfg.reward_timeout, retries=cfg.reward_retries,
                                  retry_backoff=cfg.reward_retry_backoff, **cfg.reward_kwargs)
         self.dataset = list(dataset)
+        cfg.max_steps = resolve_max_steps(cfg, len(self.dataset), self.accelerator.num_processes)  # TRL's num_train_epochs
         self.policy = policy if policy is not None else build_policy(cfg, device=self.accelerator.device)
         set_generation_defaults(self.policy, generation_options(cfg))  # the config's sampling options, also for a given policy
         if cfg.use_peft and not is_peft_model(self.policy.model):
             self.policy.model = apply_lora(self.policy.model, cfg)
+        if cfg.gradient_checkpointing:
+            grad_checkpointing.enable(self.policy.model)
         self.policy.model.eval()  # dropout off (ratio exactly 1 at the first inner step)
         if policy is not None and needs_reference(cfg) and not self.policy.has_reference:
             import copy
@@ -151,6 +164,8 @@ class Trainer:
         self.step = 0
         self.rollout_index = 0
         self.nonfinite_in_a_row = 0
+        self.num_tokens = 0
+        self._completions_table: list[dict] = []
         self.buffer: Buffer | None = None
         self.stream = PromptStream(self.dataset, cfg.seed, self.rank, self.world)
         self._stop = StopRequests()
@@ -196,6 +211,8 @@ class Trainer:
                     metrics.update(self.evaluate())
                 if self.step % cfg.logging_steps == 0 or self.step == cfg.max_steps:  # step 7
                     logger.log(self.step, metrics)
+                    logger.log_completions(self.step, self._completions_table)  # each rollout batch once
+                    self._completions_table = []
                 if cfg.credit_steps and self.step % cfg.credit_steps == 0 and self.is_main:
                     self._write_credit_pictures(self.buffer)
                 if bar is not None:
@@ -204,7 +221,7 @@ class Trainer:
                 saved = None
                 if (cfg.save_steps and self.step % cfg.save_steps == 0) or self.step == cfg.max_steps:
                     saved = self.save()
-                _fault_injection("after_step", self.step)
+                fault_point("after_step", self.step)
                 signum = self._stop.agreed(self.world, self.accelerator.device)
                 if signum and self.step < cfg.max_steps:
                     path = saved or self.save()
@@ -225,20 +242,10 @@ class Trainer:
 
     def evaluate(self) -> dict[str, float]:
         """Accuracy on the evaluation rows (each process scores its share; the mean is over all of them)."""
-        from mmrl.evaluate import dmpo_generation, evaluate
+        from mmrl.evaluate import evaluate_during_training
 
-        cfg = self.cfg
-        gen = dict(cfg.eval_generation) or dmpo_generation(cfg.family, cfg.max_completion_length, cfg.block_length, None)
-        known = getattr(self.policy, "generation_defaults", {})
-        gen = {k: v for k, v in gen.items() if k in known}
-        rows = self.eval_dataset[self.rank :: self.world]
-        t0 = time.perf_counter()
-        res = evaluate(self.policy, rows, self.eval_metric, batch_size=max(16, cfg.per_device_train_batch_size), progress=False,
-                       seed=cfg.seed, **gen)
-        total = torch.tensor([res.accuracy * max(1, len(rows)), float(len(rows))], device=self.accelerator.device)
-        if self.world > 1:
-            total = self.accelerator.reduce(total, reduction="sum")
-        return {"eval/accuracy": float(total[0] / total[1].clamp(min=1)), "perf/eval_time": time.perf_counter() - t0}
+        return evaluate_during_training(self.policy, self.eval_dataset, self.eval_metric, self.cfg, self.accelerator,
+                                        self.rank, self.world)
 
     # ======================================================================================= 1-5: the buffer
 
@@ -249,6 +256,7 @@ class Trainer:
         need = cfg.prompts_per_rollout
         kept: list[Rollout] = []
         kept_rewards: list[torch.Tensor] = []
+        table: list[dict] = []  # log_completions: one row per kept response
         reward_logs: dict[str, list[float]] = {}
         stats = {"dropped_groups": 0, "zero_std_groups": 0, "groups_seen": 0, "sample_time": 0.0, "reward_time": 0.0}
         failures: list[str] = []  # the rewards' own messages for dropped samples (quoted if the batch cannot be filled)
@@ -267,11 +275,12 @@ class Trainer:
             seeds = [derived_seed(cfg.seed, "sample", g, j) for g, _ in items for j in range(G)]
             ts = time.perf_counter()
             rollout = policy.sample([row["prompt"] for row in rows], G, seeds=seeds)
-            _fault_injection("during_rollout", self.step + 1)
+            fault_point("during_rollout", self.step + 1)
             stats["sample_time"] += time.perf_counter() - ts
             ts = time.perf_counter()
-            columns = {k: [row.get(k) for row in rows for _ in range(G)] for k in rows[0] if k != "prompt"}
-            out = self.rewards(rollout.prompts, rollout.completions, completion_ids=completion_ids(rollout), **columns)
+            state = make_trainer_state(self.step, cfg.max_steps, self.stream.position * self.world / len(self.dataset))
+            r_prompts, r_completions, r_columns = reward_arguments(rollout, rows, G, trainer_state=state)  # TRL's arguments
+            out = self.rewards(r_prompts, r_completions, **r_columns)
             stats["reward_time"] += time.perf_counter() - ts
             add_failures(failures, out.failures)
             total = out.total.to(torch.float32)  # [N]
@@ -295,6 +304,8 @@ class Trainer:
                 idx = torch.nonzero(keep_rows).flatten()
                 kept.append(rollout.select(idx))
                 kept_rewards.append(total[idx.to(total.device)])
+                if cfg.log_completions:
+                    table += completion_rows(r_prompts, r_completions, out.per_reward, idx.tolist())
         rollout = concat_rollouts(kept)
         rewards = torch.cat(kept_rewards)
         if rollout.num_groups > need:  # refills may overshoot: keep whole groups only
@@ -308,10 +319,12 @@ class Trainer:
         t_sampled = time.perf_counter()
         # 4. advantages (weight-based methods such as DMPO keep them for logging only)
         advantages = self._advantages(rewards.to(self.accelerator.device))
+        if cfg.log_completions:
+            self._completions_table = with_advantages(table[: rollout.num_responses], advantages, rewards)
         loss_mask = rollout.response_mask.clone()
+        is_terminated = terminated(rollout).to(loss_mask.device)  # [N] ended with EOS (not: as long as the longest)
         if cfg.mask_truncated_completions:
-            truncated = rollout.response_mask.sum(-1) >= rollout.response_ids.shape[1]
-            loss_mask &= ~truncated[:, None]
+            loss_mask &= is_terminated[:, None]
         # 5. the method's per-response quantities, on the micro-batches the updates will use
         seeds = [derived_seed(cfg.seed, "mask", self.rollout_index, k) for k in range(self.method.num_mask_seeds(cfg))]
         buf = Buffer(rollout=rollout, rewards=rewards, advantages=advantages, loss_mask=loss_mask, mask_seeds=seeds,
@@ -320,12 +333,12 @@ class Trainer:
             self.method.prepare(buf, self._micro_batches(rollout.num_responses), current=behaviour_is_current(cfg))
         # buffer metrics (TRL names)
         lengths = rollout.response_mask.sum(-1).float()
+        seen = (rollout.prompt_mask.sum() + rollout.response_mask.sum()).to(self.accelerator.device, torch.float64)
+        self.num_tokens += int(self.accelerator.reduce(seen, reduction="sum") if self.world > 1 else seen)
         m: dict[str, float] = {
             **reward_metrics(first_total, first_valid, G),  # over the groups whose rewards succeeded
-            "completions/mean_length": float(lengths.mean()),
-            "completions/min_length": float(lengths.min()),
-            "completions/max_length": float(lengths.max()),
-            "completions/clipped_ratio": float((lengths >= rollout.response_ids.shape[1]).float().mean()),
+            **length_metrics(lengths, is_terminated),
+            "num_tokens": float(self.num_tokens),  # TRL: prompt + completion tokens seen so far, all processes
             "perf/rollout_time": stats["sample_time"],
             "perf/reward_time": stats["reward_time"],
             "perf/buffer_time": time.perf_counter() - t_sampled,
@@ -378,7 +391,8 @@ class Trainer:
         for j, idx in enumerate(mbs):
             sync = j == len(mbs) - 1
             ctx = acc.no_sync(model) if (not sync and self.world > 1) else nullcontext()
-            with ctx:
+            # gradient checkpointing recomputes activations only in the gradient forwards (mmrl.grad_checkpointing)
+            with ctx, (grad_checkpointing.active(model) if cfg.gradient_checkpointing else nullcontext()):
                 out = self.method.loss(buf, MicroBatch(idx, inner, j, self.step, self.rank, g_tokens, g_seqs, g_groups))
                 loss, m = out.loss, out.metrics
                 self._store(buf, idx, out)
@@ -389,10 +403,11 @@ class Trainer:
                 sums[k] = sums.get(k, 0.0) + float(v) * w
                 counts[k] = counts.get(k, 0.0) + w
         metrics = {k: sums[k] / counts[k] for k in sums}
+        metrics.update(clip_extremes(metrics, self.accelerator, self.world))
         if buf.token_stats:  # statistics the gradient forward took for the buffer (one step per rollout)
             buf.metrics.update(self.method.token_stat_metrics(buf, buf.token_stats))
             buf.token_stats = {}
-        _fault_injection("in_optimizer_step", self.step + 1)
+        fault_point("in_optimizer_step", self.step + 1)
         # clip, check, step
         max_norm = cfg.max_grad_norm if cfg.max_grad_norm > 0 else float("inf")
         grad_norm = acc.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], max_norm)
@@ -444,7 +459,8 @@ class Trainer:
         if self.is_main:
             positions = [self.stream.position]
             state = {"step": self.step, "rollout_index": self.rollout_index, "positions": positions,
-                     "nonfinite_in_a_row": self.nonfinite_in_a_row, "config": self.cfg.to_dict(), "world": self.world}
+                     "nonfinite_in_a_row": self.nonfinite_in_a_row, "config": self.cfg.to_dict(), "world": self.world,
+                     "num_tokens": self.num_tokens}
             path = save_checkpoint(
                 self.run_dir, self.step, save_model=self._save_model, optimizer=self.optimizer, scheduler=self.scheduler,
                 buffer=self.buffer.to_state() if self.buffer is not None else None, state=state, keep=self.cfg.save_total_limit)
@@ -459,21 +475,9 @@ class Trainer:
         return resume_run(self.run_dir, self.cfg.resume_from, self._restore, self.accelerator, self.is_main)
 
     def _restore(self, path: Path, ck: dict) -> None:
-        st = ck["state"]
-        if st.get("world", 1) != self.world:
-            raise TrainingError(f"checkpoint {path} was written by {st.get('world')} processes; this run has {self.world}")
-        self.cfg = apply_resume_settings(self.cfg, st.get("config") or {}, path)
-        load_model_weights(self.policy.unwrapped, path / "model")
-        self.optimizer.load_state_dict(ck["optimizer"])
-        self.scheduler.load_state_dict(ck["scheduler"])
-        torch.set_rng_state(ck["rng"])
-        self.step = int(st["step"])
-        self.rollout_index = int(st["rollout_index"])
-        self.nonfinite_in_a_row = int(st.get("nonfinite_in_a_row", 0))
-        self.stream.position = int(st["positions"][0])
-        self.buffer = Buffer.from_state(ck["buffer"]) if ck["buffer"] is not None else None
-        if self.buffer is not None:
-            self.buffer.rollout = self.buffer.rollout.to(self.accelerator.device)
+        if ck["state"].get("world", 1) != self.world:
+            raise TrainingError(f"checkpoint {path} was written by {ck['state'].get('world')} processes; this run has {self.world}")
+        restore_trainer_state(self, path, ck)
 
     # ========================================================================================= pictures
 
@@ -486,11 +490,6 @@ class Trainer:
 
 
 # ===================================================================================================== helpers
-
-def _fault_injection(point: str, step: int) -> None:
-    """Test hook: `MMRL_KILL_AT=<point>:K` makes the process SIGKILL itself there (crash tests; `mmrl.faults`)."""
-    fault_point(point, step)
-
 
 def train(cfg: TrainConfig, **kwargs) -> dict[str, Any]:
     """Build a `Trainer` for `cfg` and run it; returns the last step's metrics."""

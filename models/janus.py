@@ -449,6 +449,7 @@ class JanusAdapter(BaseAdapter):
             )
         finally:
             model.train(was_training)
+        extras["terminated"] = torch.ones(tokens.shape[0], dtype=torch.bool, device=tokens.device)  # an image is never cut short
         return Rollout(
             prompt_ids=prompt_ids,
             prompt_mask=prompt_mask,

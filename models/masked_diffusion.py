@@ -443,7 +443,9 @@ class MaskedDiffusionAdapter(BaseAdapter):
         fixed = init != self.mask_token_id if init is not None else None  # [N, T]
         response_mask = span_mask & ~fixed if fixed is not None else span_mask
         neg_ids, neg_mask = self.encode_prompts([self.negative_prompt(x, opts["negative_instruction"]) for x in rep], opts["max_prompt_length"])
-        extras = {"sampler": opts["sampler"], "temperature": float(opts["temperature"]), "nfe": out["nfe"]}
+        extras = {"sampler": opts["sampler"], "temperature": float(opts["temperature"]), "nfe": out["nfe"],
+                  # finished iff an EOS was generated inside the span (else the answer ran into the span's end)
+                  "terminated": torch.isin(response_ids, torch.as_tensor(self.eos_token_ids, device=response_ids.device)).any(-1)}
         if fixed is not None:
             extras["fixed"] = fixed
         old_logp = None

@@ -3,9 +3,11 @@
 A reward is TRL's reward function: `fn(prompts, completions, **kwargs) -> list[float | None]` (reference notes
 `ecosystem_style.md` A1): one value per completion, `None` meaning "does not apply to this sample"; completions are
 strings (or chat messages) for text models and PIL images for image models; the dataset's other columns arrive as
-keyword arguments. mmrl also accepts a dict per sample with a `"score"` key: the score is the reward, the other keys
-are logged. A plain TRL reward function works unchanged; functions without `**kwargs` receive only the arguments they
-name.
+keyword arguments (in training also `completion_ids` and `trainer_state`, `mmrl.reward_inputs`). mmrl also accepts
+a dict per sample with a `"score"` key: the score is the reward, the other keys are logged. A plain TRL reward
+function works unchanged; functions without `**kwargs` receive only the arguments they name. A reward may be given
+by import path (`my_pkg.rewards.fn`, `path/to/file.py:fn`; `mmrl.rewards.imports`). `async def` rewards run
+concurrently, all on one event loop (`asyncio.gather`, as TRL), each within `timeout`; then the synchronous ones run.
 
 `RewardSet` looks rewards up by name in `REWARDS` (or takes callables), builds configurable ones once (registered
 classes are instantiated with their config and load heavy models lazily, once), and returns the weighted sum
@@ -47,6 +49,7 @@ import torch
 
 from mmrl.registry import REWARDS
 from mmrl.rewards.isolation import DEFAULT_MEMORY_LIMIT, ChildFailed, ChildTimeout, is_isolated, run_in_child, stop_thread
+from mmrl.rewards.imports import import_reward, is_import_path, reward_name
 
 
 class RewardError(ValueError):
@@ -100,6 +103,7 @@ class _Reward:
     fn: Callable
     weight: float
     params: set[str] | None = field(default=None)  # None: accepts **kwargs
+    is_async: bool = False  # an `async def` reward: run concurrently with the other async rewards (TRL)
 
 
 def _accepted_params(fn: Callable) -> set[str] | None:
@@ -160,25 +164,27 @@ class RewardSet:
         self.on_error = on_error
         self.timeout, self.retries, self.retry_backoff = timeout, retries, float(retry_backoff)
         self.memory_limit = int(memory_limit)
-        names = [r if isinstance(r, str) else _name_of(r) for r in rewards]
+        specs = list(rewards)
+        rewards = [_resolve(r) for r in specs]  # import paths (TRL's dotted paths, file.py:fn) become callables
+        names = [r if isinstance(r, str) else reward_name(s) if isinstance(s, str) else _name_of(r) for r, s in zip(rewards, specs)]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise ValueError(f"reward name(s) {dupes} appear more than once; each reward must have its own name")
-        unknown_cfg = sorted(set(reward_kwargs) - set(names))
+        unknown_cfg = sorted(set(reward_kwargs) - set(names) - {s for s in specs if isinstance(s, str)})
         if unknown_cfg:
             raise ValueError(f"configuration given for {unknown_cfg}, which are not among the rewards {names}")
         self.rewards: list[_Reward] = []
-        for r, name, w in zip(rewards, names, weights):
+        for r, spec, name, w in zip(rewards, specs, names, weights):
             if isinstance(w, bool) or not isinstance(w, numbers.Real) or not math.isfinite(w):
                 raise ValueError(f"the weight of reward {name!r} must be a finite number, got {w!r}")
-            cfg = dict(reward_kwargs.get(name, {}))
+            cfg = dict(reward_kwargs.get(name) or (reward_kwargs.get(spec) if isinstance(spec, str) else None) or {})
             if isinstance(r, str):
                 fn = build_reward(r, **cfg)
             elif callable(r):
                 fn = partial(r, **cfg) if cfg else r
             else:
                 raise TypeError(f"a reward is a registered name or a callable, got {type(r).__name__}")
-            self.rewards.append(_Reward(name, fn, float(w), _accepted_params(fn)))
+            self.rewards.append(_Reward(name, fn, float(w), _accepted_params(fn), _is_async(fn)))
 
     @property
     def names(self) -> list[str]:
@@ -197,8 +203,9 @@ class RewardSet:
         valid = [True] * n
         self._failures: list[str] = []
         values: dict[str, list[float | None]] = {}
+        first = self._run_async_rewards(prompts, completions, columns)
         for r in self.rewards:
-            scores, logged = self._run(r, prompts, completions, columns, metrics, extras, valid)
+            scores, logged = self._run(r, prompts, completions, columns, metrics, extras, valid, first=first.get(r.name))
             values[r.name] = scores
             for key, col in logged.items():
                 extras[f"{r.name}/{key}"] = col
@@ -244,10 +251,14 @@ class RewardSet:
         if failures is not None and len(failures) < MAX_FAILURES_KEPT and message not in failures:
             failures.append(message)
 
-    def _guarded_call(self, r: _Reward, prompts, completions, columns, metrics, extras, *, retries: int):
-        """`_call` with the timeout and up to `retries` retries with exponential backoff."""
+    def _guarded_call(self, r: _Reward, prompts, completions, columns, metrics, extras, *, retries: int,
+                      first: "_Outcome | None" = None):
+        """`_call` with the timeout and up to `retries` retries with exponential backoff; `first` is the outcome
+        of a first attempt already made (async rewards, run concurrently beforehand)."""
         for attempt in range(retries + 1):
             try:
+                if attempt == 0 and first is not None:
+                    return first.unwrap(metrics, extras)
                 return self._timed_call(r, prompts, completions, columns, metrics, extras)
             except Exception as e:
                 if attempt == retries:
@@ -297,22 +308,51 @@ class RewardSet:
         extras.update(own_extras)
         return box["out"]
 
-    def _call(self, r: _Reward, prompts, completions, columns, metrics, extras):
+    def _kwargs(self, r: _Reward, prompts, completions, columns, metrics, extras) -> dict:
         kwargs = dict(columns)
         kwargs["log_metric"] = lambda name, value: metrics.__setitem__(name, float(value))
         kwargs["log_extra"] = lambda column, vals: extras.__setitem__(column, list(vals))
         kwargs["prompts"], kwargs["completions"] = prompts, completions
         if r.params is not None:
             kwargs = {k: v for k, v in kwargs.items() if k in r.params}
-        out = r.fn(**kwargs)
+        return kwargs
+
+    def _call(self, r: _Reward, prompts, completions, columns, metrics, extras):
+        out = r.fn(**self._kwargs(r, prompts, completions, columns, metrics, extras))
         if inspect.isawaitable(out):
-            out = asyncio.run(_await(out))
+            out = _run_coroutine(_await(out))
         return out
 
-    def _run(self, r, prompts, completions, columns, metrics, extras, valid):
+    def _run_async_rewards(self, prompts, completions, columns) -> dict[str, "_Outcome"]:
+        """First attempt of every async reward, all at once on one event loop (`asyncio.gather`, as TRL), each
+        bounded by `timeout`; name -> outcome. Retries and the one-sample-at-a-time search run afterwards, per
+        reward, as for synchronous rewards."""
+        todo = [r for r in self.rewards if r.is_async]
+        if not todo:
+            return {}
+        outcomes = {r.name: _Outcome() for r in todo}
+
+        async def one(r: _Reward):
+            o = outcomes[r.name]
+            try:
+                coro = r.fn(**self._kwargs(r, prompts, completions, columns, o.metrics, o.extras))
+                o.value = await (asyncio.wait_for(coro, self.timeout) if self.timeout is not None else coro)
+            except (asyncio.TimeoutError, TimeoutError):
+                o.error = RewardTimeout(f"reward {r.name!r} did not return within {self.timeout:g} s on "
+                                        f"{len(completions)} samples (timeout)")
+            except Exception as e:  # kept for the caller: retried or located sample by sample like a sync failure
+                o.error = e
+
+        async def all_of_them():
+            await asyncio.gather(*(one(r) for r in todo))
+
+        _run_coroutine(all_of_them())
+        return outcomes
+
+    def _run(self, r, prompts, completions, columns, metrics, extras, valid, first: "_Outcome | None" = None):
         n = len(completions)
         try:
-            out = self._guarded_call(r, prompts, completions, columns, metrics, extras, retries=self.retries)
+            out = self._guarded_call(r, prompts, completions, columns, metrics, extras, retries=self.retries, first=first)
         except RewardUnavailable as e:  # nothing to locate: the whole batch failed
             if self.on_error == "raise":
                 raise RewardError(f"reward {r.name!r} could not score samples 0..{n - 1}: {e}") from e
@@ -376,6 +416,58 @@ class RewardSet:
 
 async def _await(x):
     return await x
+
+
+@dataclass
+class _Outcome:
+    """What one call of a reward gave: its value or its exception, and what it logged."""
+
+    value: Any = None
+    error: BaseException | None = None
+    metrics: dict = field(default_factory=dict)
+    extras: dict = field(default_factory=dict)
+
+    def unwrap(self, metrics: dict, extras: dict):
+        if self.error is not None:
+            raise self.error
+        metrics.update(self.metrics)
+        extras.update(self.extras)
+        return self.value
+
+
+def _is_async(fn: Callable) -> bool:
+    """An `async def` function, a partial of one, or an object whose `__call__` is one (TRL `is_async_callable`)."""
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))
+
+
+def _run_coroutine(coro):
+    """Run a coroutine to completion from synchronous code, also when this thread already runs an event loop
+    (a notebook): then on a fresh loop in a helper thread."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    box: dict[str, Any] = {}
+
+    def work():
+        try:
+            box["out"] = asyncio.run(coro)
+        except BaseException as e:
+            box["error"] = e
+
+    t = threading.Thread(target=work, name="mmrl-async-rewards", daemon=True)
+    t.start()
+    t.join()
+    if "error" in box:
+        raise box["error"]
+    return box["out"]
+
+
+def _resolve(r: Any) -> Any:
+    """A reward spec as RewardSet uses it: registered names stay names, import paths become the callables."""
+    if isinstance(r, str) and r not in REWARDS and is_import_path(r):
+        return import_reward(r)
+    return r
 
 
 def _check_value(v: Any) -> tuple[float | None, dict]:

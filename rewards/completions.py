@@ -1,7 +1,7 @@
 """Reading the text out of TRL-style prompts and completions (plain strings or chat messages)."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 
 def _content_text(content: Any) -> str:
@@ -50,3 +50,23 @@ def last_tag_content(text: str, open_tag: str = "<answer>", close_tag: str = "</
             break
         last, pos = text[start + len(open_tag) : end], end + len(close_tag)
     return last
+
+
+def is_conversational(prompt: Any) -> bool:
+    """Whether a prompt is in TRL's conversational format: a list of `{"role", "content"}` messages, or mmrl's
+    `{"prompt": <messages>, "images": [...]}` form of one (TRL `data_utils.is_conversational`)."""
+    if isinstance(prompt, dict) and "prompt" in prompt:
+        prompt = prompt["prompt"]
+    return (isinstance(prompt, (list, tuple)) and len(prompt) > 0 and isinstance(prompt[0], dict)
+            and "role" in prompt[0] and "content" in prompt[0])
+
+
+def in_prompt_format(prompts: Sequence[Any], completions: Sequence[Any]) -> list:
+    """The completions as TRL passes them to reward functions: for conversational prompts each text completion
+    becomes `[{"role": "assistant", "content": text}]` (so TRL's `completion[0]["content"]` works); plain-text
+    prompts keep plain strings; images (and anything else that is not a string) are passed unchanged.
+
+    TRL decides once per batch from the first prompt (`is_conversational({"prompt": prompts[0]})`); so does this."""
+    if not prompts or not is_conversational(prompts[0]):
+        return list(completions)
+    return [[{"role": "assistant", "content": c}] if isinstance(c, str) else c for c in completions]

@@ -16,6 +16,7 @@ code in the trainer):
 - `completions`: strings for text models; an image (PIL) is `{"type": "image", "format": "png", "data": <base64>}`.
 - `columns`: the dataset's other columns, one value per completion, encoded the same way (e.g. `answer`, `metadata`,
   `completion_ids`); `columns=[...]` in the configuration sends only those.
+- `trainer_state` (in training): `{"global_step", "max_steps", "epoch"}` of TRL's `trainer_state` argument.
 - `rewards`: a number, null ("does not apply") or a dict with a "score" key per completion, as any mmrl reward.
 
 Failures are bounded and never a silent 0: a refused connection, a timeout (`timeout` seconds for the whole request:
@@ -138,12 +139,15 @@ class HttpReward:
     def __call__(self, prompts, completions, **kwargs) -> list:
         log_metric = kwargs.pop("log_metric", None)
         kwargs.pop("log_extra", None)
+        state = kwargs.pop("trainer_state", None)
         columns = {k: v for k, v in kwargs.items() if (self.columns is None or k in self.columns) and not callable(v)}
         payload = {
             "prompts": encode_value(list(prompts), "prompts"),
             "completions": encode_value(list(completions), "completions"),
             "columns": {k: encode_value(v, f"column {k!r}") for k, v in columns.items()},
         }
+        if state is not None:
+            payload["trainer_state"] = {k: getattr(state, k, None) for k in ("global_step", "max_steps", "epoch")}
         body = json.dumps(payload).encode()
         t0 = time.monotonic()
         last: BaseException | None = None

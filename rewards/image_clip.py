@@ -38,7 +38,10 @@ def load_open_clip(model_name: str, pretrained: str | None = None, device: str =
     _check_local(model_name, pretrained)
 
     def load():
-        import open_clip
+        try:
+            import open_clip
+        except ImportError as e:
+            raise ImportError("the clip_score reward needs open_clip: pip install 'mmrl[clip]'") from e
 
         model, _, preprocess = open_clip.create_model_and_transforms(
             model_name, pretrained=None if model_name.startswith("local-dir:") else pretrained, device=device)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import inspect
 import random
 from dataclasses import dataclass, field
 from importlib import resources
@@ -24,6 +25,7 @@ from typing import Any, Callable
 
 from mmrl.registry import TASKS
 from mmrl.data.validate import DataError, check_rows, read_jsonl, read_lines
+from mmrl.data.loading import FILE_BUILDERS, DatasetError, holdout, hub_rows, is_saved_dataset, load_rows, require_column
 
 FORMAT_INSTRUCTION = "Respond in the following format:\n<reasoning>\n...\n</reasoning>\n<answer>\n...\n</answer>\n"
 """d1's answer format (the GSM8K, MATH, Countdown and Sudoku rewards read the `<answer>` tag)."""
@@ -72,15 +74,16 @@ class Task:
     answer in `\\boxed{}`, in mmrl's words), used by `mmrl eval --protocol d1|dmpo`; None = the row's own prompt."""
 
 
-def load_task(name: str, dataset_path: str | None = None, *, seed: int = 0) -> Task:
+def load_task(name: str, dataset_path: str | None = None, *, seed: int = 0, **options) -> Task:
     """The task `name` from `mmrl.registry.TASKS` (unknown names raise and list the valid ones; the tiny world's
-    tasks are there after `mmrl.tiny_world.register()`). Tasks that generate their own data refuse a `dataset_path`
-    rather than ignore it."""
+    tasks are there after `mmrl.tiny_world.register()`). `options` (e.g. `eval_split`) go to the loaders that take
+    them. Tasks that generate their own data refuse a `dataset_path` rather than ignore it."""
     loader = TASKS[name]
     if dataset_path is not None and getattr(loader, "generates_data", False):
         raise ValueError(f"task {name!r} generates its own data and does not read dataset_path={dataset_path!r}; remove "
                          "dataset_path, or train on your file with task=jsonl (rows of {\"prompt\": ..., <reward columns>})")
-    return loader(dataset_path, seed)
+    accepted = inspect.signature(loader).parameters
+    return loader(dataset_path, seed, **{k: v for k, v in options.items() if k in accepted})
 
 
 def bundled(relpath: str) -> Path:
@@ -89,14 +92,20 @@ def bundled(relpath: str) -> Path:
 
 
 def read_rows(path: str | Path) -> list[dict]:
-    """Rows of a local JSONL, JSON (list), CSV or parquet file; empty files, malformed lines, non-UTF-8 bytes and rows
-    that are not objects raise `DataError` naming the file and line (`mmrl.data.validate`)."""
+    """Rows of a JSONL, JSON (list), CSV or Parquet file, or of a saved `datasets` directory, read by
+    `datasets.load_dataset` (`mmrl.data.loading`). Local JSON / JSONL / CSV files are validated first (empty files,
+    malformed lines, non-UTF-8 bytes and rows that are not objects raise `DataError` naming the file and line,
+    `mmrl.data.validate`)."""
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"dataset file not found: {path}")
+    if path.is_file():
+        _validate_file(path)
+    return load_rows(path)
+
+
+def _validate_file(path: Path) -> None:
     if path.suffix == ".jsonl":
-        return read_jsonl(path)
-    if path.suffix == ".json":
+        read_jsonl(path)
+    elif path.suffix == ".json":
         try:
             data = json.loads("\n".join(read_lines(path)))
         except json.JSONDecodeError as e:
@@ -104,46 +113,33 @@ def read_rows(path: str | Path) -> list[dict]:
         if not isinstance(data, list):
             raise DataError(f"{path}: expected a JSON list of rows, got {type(data).__name__}")
         check_rows(data, str(path))
-        return data
-    if path.suffix == ".csv":
-        rows = list(csv.DictReader(io.StringIO("\n".join(read_lines(path)))))
-        check_rows(rows, str(path))
-        return rows
-    if path.suffix == ".parquet":
-        import datasets
-
-        rows = list(datasets.load_dataset("parquet", data_files=str(path), split="train"))
-        check_rows(rows, str(path))
-        return rows
-    raise ValueError(f"{path}: unsupported dataset format {path.suffix!r}; use .jsonl, .json, .csv or .parquet")
+    elif path.suffix == ".csv":
+        check_rows(list(csv.DictReader(io.StringIO("\n".join(read_lines(path))))), str(path))
 
 
-def _split_files(dataset_path: str | None, name: str) -> tuple[Path, Path] | None:
-    """`<dir>/train.<ext>` and `<dir>/test.<ext>` inside a local dataset directory, if present."""
+def _split_rows(dataset_path: str | None, name: str) -> tuple[list[dict], list[dict]] | None:
+    """(train, test) rows of a local dataset directory: `<dir>/train.<ext>` and `<dir>/test.<ext>` files, or a
+    DatasetDict with train and test splits written by `save_to_disk`; None without a dataset_path."""
     if dataset_path is None:
         return None
     d = Path(dataset_path)
+    if is_saved_dataset(d) and (d / "dataset_dict.json").is_file():
+        return load_rows(d, split="train"), load_rows(d, split="test")
     if not d.is_dir():
-        raise FileNotFoundError(f"{name}: dataset_path {d} is not a directory with train/test files")
-    for ext in (".jsonl", ".json", ".csv", ".parquet"):
+        raise DatasetError(f"{name}: dataset_path {d} is not a directory with train/test files" if not d.exists() else
+                           f"{name}: dataset_path {d} is a file; this task needs a directory with train and test files")
+    exts = sorted(FILE_BUILDERS)
+    for ext in exts:
         if (d / f"train{ext}").is_file():
-            test = next((d / f"test{e}" for e in (".jsonl", ".json", ".csv", ".parquet") if (d / f"test{e}").is_file()), None)
+            test = next((d / f"test{e}" for e in exts if (d / f"test{e}").is_file()), None)
             if test is None:
-                raise FileNotFoundError(f"{name}: {d} has train{ext} but no test file")
-            return d / f"train{ext}", test
-    raise FileNotFoundError(f"{name}: no train.jsonl/.json/.csv/.parquet in {d}")
+                raise DatasetError(f"{name}: {d} has train{ext} but no test file")
+            return load_rows(d / f"train{ext}"), load_rows(test)
+    raise DatasetError(f"{name}: no train file ({', '.join('train' + e for e in exts)}) or saved DatasetDict in {d}")
 
 
 def _hub_rows(repo: str, config: str | None, split: str) -> list[dict]:
-    import datasets
-
-    try:
-        return list(datasets.load_dataset(repo, config, split=split))
-    except Exception as e:  # offline, or the hub is unreachable
-        raise FileNotFoundError(
-            f"could not load {repo} ({split}) from the Hugging Face Hub ({type(e).__name__}); download it once and pass "
-            f"dataset_path=<directory with train/test files>"
-        ) from e
+    return hub_rows(repo, config, split)
 
 
 # ------------------------------------------------------------------------------------------------- GSM8K, MATH
@@ -165,8 +161,7 @@ def gsm8k_prompt(question: str) -> list[dict]:
 
 @TASKS.register("gsm8k")
 def _gsm8k(dataset_path: str | None, seed: int) -> Task:
-    files = _split_files(dataset_path, "gsm8k")
-    train, test = (read_rows(files[0]), read_rows(files[1])) if files else (_hub_rows("openai/gsm8k", "main", "train"), _hub_rows("openai/gsm8k", "main", "test"))
+    train, test = _split_rows(dataset_path, "gsm8k") or (_hub_rows("openai/gsm8k", "main", "train"), _hub_rows("openai/gsm8k", "main", "test"))
     conv = lambda r: {"prompt": gsm8k_prompt(r["question"]), "answer": r["answer"], "question": r["question"]}  # noqa: E731
     return Task("gsm8k", [conv(r) for r in train], [conv(r) for r in test], ["gsm8k"], "gsm8k_accuracy",
                 eval_prompt=boxed_eval_prompt)
@@ -178,9 +173,9 @@ def math_prompt(problem: str) -> list[dict]:
 
 @TASKS.register("math500")
 def _math500(dataset_path: str | None, seed: int) -> Task:
-    files = _split_files(dataset_path, "math500")
-    if files:
-        train, test = read_rows(files[0]), read_rows(files[1])
+    split = _split_rows(dataset_path, "math500")
+    if split:
+        train, test = split
     else:
         train, test = _hub_rows("ankner/math-500", None, "train"), _hub_rows("HuggingFaceH4/MATH-500", None, "test")
 
@@ -285,26 +280,30 @@ def _geneval(dataset_path: str | None, seed: int) -> Task:
 
 
 @TASKS.register("jsonl")
-def _jsonl(dataset_path: str | None, seed: int) -> Task:
-    """Your own rows: a file (or a directory with train/test files) of `{"prompt": ..., <reward columns>}`.
+def _jsonl(dataset_path: str | None, seed: int, eval_split: float | int = 0.0) -> Task:
+    """Your own rows: `{"prompt": ..., <reward columns>}` in a JSON/JSONL/CSV/Parquet file, a saved `datasets`
+    directory, a directory with train/test files, or (online) a Hub dataset name (`mmrl.data.loading`).
 
     `images` (or `image`) columns holding file paths are opened as PIL images (VLM prompts then become
-    `{"prompt": ..., "images": [...]}`). With a single file, the last 5% (at least one row) is held out as the test split.
+    `{"prompt": ..., "images": [...]}`). With a single source, `eval_split` rows (a count, or a fraction) at its end
+    are held out as the test split, and the count is printed; 0 (the default) trains on every row.
     """
     if dataset_path is None:
-        raise FileNotFoundError("task 'jsonl' needs dataset_path=<file or directory with train/test files>")
-    if Path(dataset_path).is_dir():
-        tr, te = _split_files(dataset_path, "jsonl")
-        train, test = read_rows(tr), read_rows(te)
+        raise DatasetError("task 'jsonl' needs dataset_path=<data file, saved dataset, directory with train/test files or Hub name>")
+    path = Path(dataset_path)
+    if path.is_dir() and not is_saved_dataset(path) or (path / "dataset_dict.json").is_file():
+        train, test = _split_rows(dataset_path, "jsonl")
     else:
-        rows = read_rows(dataset_path)
-        cut = max(1, len(rows) // 20)
-        train, test = rows[:-cut], rows[-cut:]
-    base = Path(dataset_path) if Path(dataset_path).is_dir() else Path(dataset_path).parent
+        rows = read_rows(dataset_path)  # local files validated first: file, line and column of a bad row
+        require_column(rows, "prompt", str(dataset_path))
+        train, test = holdout(rows, eval_split)
+        if test:
+            print(f"task 'jsonl': holding out the last {len(test)} of {len(rows)} rows of {dataset_path} as the test split "
+                  f"(eval_split={eval_split})")
+    require_column(train, "prompt", str(dataset_path))
+    base = path if path.is_dir() else path.parent
 
     def conv(r: dict) -> dict:
-        if "prompt" not in r:
-            raise ValueError(f"task 'jsonl': every row needs a 'prompt' field; got keys {sorted(r)}")
         r = dict(r)
         imgs = r.pop("images", None) or ([r.pop("image")] if r.get("image") else None)
         if imgs:

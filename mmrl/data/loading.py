@@ -1,0 +1,113 @@
+"""Rows of a dataset through `datasets.load_dataset`, as TRL users pass data: a JSON/JSONL/CSV/Parquet file, a
+directory written by `Dataset.save_to_disk` / `DatasetDict.save_to_disk`, or a Hub dataset name (online only).
+
+CSV columns are read as strings (a Sudoku grid `0030...` keeps its leading zeros; numbers a reward needs it
+converts itself), as Python's csv module reads them. Every failure is a `DatasetError` whose one-line message
+names the path (or Hub name) and what is wrong, raised before any model is loaded.
+"""
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+from typing import Any, Sequence
+
+from mmrl.data.validate import DataError
+
+FILE_BUILDERS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
+"""File suffix -> the `datasets` builder that reads it."""
+
+
+DatasetError = DataError
+"""A dataset that cannot be used: missing, malformed, or without a needed column (the message names it); the same
+class as `mmrl.data.validate.DataError`, so one `except` catches every bad-data error."""
+
+
+def is_saved_dataset(path: Path) -> bool:
+    """A directory written by `save_to_disk` (a Dataset or a DatasetDict)."""
+    return path.is_dir() and any((path / f).is_file() for f in ("dataset_dict.json", "state.json", "dataset_info.json"))
+
+
+def load_rows(source: str | Path, *, split: str = "train") -> list[dict]:
+    """The rows of `source` (see the module docstring); `split` picks the split of a DatasetDict or Hub dataset."""
+    import datasets
+
+    path = Path(source).expanduser()
+    try:
+        if path.is_file():
+            builder = FILE_BUILDERS.get(path.suffix.lower())
+            if builder is None:
+                raise DatasetError(f"{path}: unsupported dataset format {path.suffix!r}; use one of {sorted(FILE_BUILDERS)}, "
+                                   "or a directory written by datasets' save_to_disk")
+            kwargs: dict[str, Any] = {}
+            if builder == "csv":
+                kwargs["features"] = datasets.Features({c: datasets.Value("string") for c in _csv_header(path)})
+            ds = datasets.load_dataset(builder, data_files=str(path), split="train", **kwargs)
+        elif is_saved_dataset(path):
+            ds = datasets.load_from_disk(str(path))
+            if isinstance(ds, datasets.DatasetDict):
+                if split not in ds:
+                    raise DatasetError(f"{path}: no split {split!r} in the saved dataset (splits: {sorted(ds)})")
+                ds = ds[split]
+        elif path.exists():
+            raise DatasetError(f"{path}: a directory, but not one written by save_to_disk (no dataset_dict.json or "
+                               "state.json); pass a data file or a saved dataset")
+        elif _looks_like_hub_name(str(source)):
+            ds = _hub(str(source), split)
+        else:
+            raise DatasetError(f"dataset file not found: {path}")
+    except DatasetError:
+        raise
+    except Exception as e:  # malformed JSON, ragged CSV, unreadable parquet, ...
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise DatasetError(f"{source}: could not read the dataset ({type(e).__name__}: {first[:300]})") from e
+    return ds.to_list()
+
+
+def _csv_header(path: Path) -> list[str]:
+    with open(path, newline="") as f:
+        header = next(csv.reader(f), None)
+    if not header:
+        raise DatasetError(f"{path}: empty CSV file (no header row)")
+    return header
+
+
+def _looks_like_hub_name(name: str) -> bool:
+    parts = name.split("/")
+    return len(parts) == 2 and all(parts) and not name.startswith((".", "~")) and not Path(parts[0]).suffix
+
+
+def _hub(name: str, split: str, config: str | None = None):
+    import datasets
+
+    try:
+        return datasets.load_dataset(name, config, split=split)
+    except Exception as e:  # offline, or the hub is unreachable
+        raise DatasetError(f"{name}: not a local path, and loading it from the Hugging Face Hub failed "
+                           f"({type(e).__name__}); download it once and pass its local path") from e
+
+
+def hub_rows(name: str, config: str | None, split: str) -> list[dict]:
+    """Rows of a public Hub prompt set (never model weights)."""
+    return _hub(name, split, config).to_list()
+
+
+def require_column(rows: Sequence[dict], column: str, where: str) -> None:
+    """Rows exist and every row has `column`; else a DatasetError naming the column, the first row without it
+    and its keys."""
+    if len(rows) == 0:
+        raise DatasetError(f"{where}: the dataset has no rows")
+    for i, r in enumerate(rows):
+        if not isinstance(r, dict) or column not in r:
+            keys = sorted(r) if isinstance(r, dict) else type(r).__name__
+            raise DatasetError(f"{where}: row {i} has no {column!r} column (columns: {keys})")
+
+
+def holdout(rows: list[dict], eval_split: float | int) -> tuple[list[dict], list[dict]]:
+    """(train, test): the last `eval_split` rows (a count >= 1, or a fraction in (0, 1) of them, at least one) as
+    the test split; 0 holds nothing out."""
+    if not eval_split:
+        return list(rows), []
+    n = int(eval_split) if eval_split >= 1 else max(1, round(len(rows) * float(eval_split)))
+    if n >= len(rows):
+        raise DatasetError(f"eval_split={eval_split} holds out {n} of {len(rows)} rows: nothing left to train on")
+    return list(rows[:-n]), list(rows[-n:])
