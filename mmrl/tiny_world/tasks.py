@@ -244,3 +244,6 @@ def _shapes(dataset_path: str | None, seed: int) -> Task:
     row = lambda p: {"prompt": p, "metadata": by_prompt[p]}  # noqa: E731
     return Task("shapes", [row(p) for p in train], [row(p) for p in test], ["geneval"], "geneval", family="janus",
                 info={"train_prompts": len(train), "test_prompts": len(test)})
+
+
+from mmrl.tiny_world import shapes_vqa as _shapes_vqa  # noqa: E402,F401  registers the `shapes_vqa` task and reward
