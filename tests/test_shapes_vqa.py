@@ -94,19 +94,19 @@ def test_wrong_answer_is_wrong_and_of_the_same_type():
 
 
 def test_vlm_sft_learns_answers_about_images(task):
-    """The pre-training loop, with the base spec's architecture: a few rows are memorised to greedy exactness."""
-    from mmrl.tiny_world.models import TINY_MODELS, build_untrained
+    """The pre-training loop on the real class: the answer loss of a few image questions falls, and every step is
+    deterministic for its seed."""
+    from mmrl.models.vlm import VLMAdapter
     from mmrl.tiny_world.vlm_pretrain import vlm_sft
 
-    spec = TINY_MODELS["shapes-vqa"]
-    policy = build_untrained(spec)
-    assert type(policy.model).__name__ == "Qwen2_5_VLForConditionalGeneration"
+    policy = VLMAdapter.tiny(seed=0, min_pixels=sv.IMAGE_PX ** 2, max_pixels=sv.IMAGE_PX ** 2, max_new_tokens=10)
     rows = [task.train[i] for i in (0, 1, 2, 3)]
     answers = [r["answer"] for r in rows]
-    history = vlm_sft(policy, [r["prompt"] for r in rows], answers, steps=60, batch_size=4, lr=5e-3, progress=False)
-    assert history[-1]["loss"] < 0.1 < history[0]["loss"]
-    out = policy.sample([r["prompt"] for r in rows], 1, seeds=[0, 1, 2, 3], top_k=1)
-    assert out.completions == answers
+    history = vlm_sft(policy, [r["prompt"] for r in rows], answers, steps=12, batch_size=4, lr=1e-2, progress=False)
+    assert history[-1]["loss"] < 0.5 * history[0]["loss"]
+    again = VLMAdapter.tiny(seed=0, min_pixels=sv.IMAGE_PX ** 2, max_pixels=sv.IMAGE_PX ** 2, max_new_tokens=10)
+    history2 = vlm_sft(again, [r["prompt"] for r in rows], answers, steps=1, batch_size=4, lr=1e-2, progress=False)
+    assert history2[0]["loss"] == history[0]["loss"]
 
 
 def test_vlm_sft_rejects_bad_noise():

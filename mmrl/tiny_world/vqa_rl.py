@@ -148,8 +148,8 @@ def run_gcpo_vs_grpo_vqa(out: str | Path = "runs/replicate", seeds: int = 3, smo
     t_all = time.perf_counter()
     ensure_built(BASE, progress=progress)
     task = load_task("shapes_vqa")
-    test = balanced_rows(task.test, 4) if smoke else task.test
-    curve_rows = balanced_rows(task.test, 2 if smoke else CURVE_PER_TYPE)
+    test = balanced_rows(task.test, 2) if smoke else task.test
+    curve_rows = balanced_rows(task.test, 1 if smoke else CURVE_PER_TYPE)
     base_policy = load_base_policy(BASE, progress=False)
     before = vqa_accuracy(base_policy, test)
     base_pass = pass_at_k(base_policy, test)
