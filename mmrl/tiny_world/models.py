@@ -99,7 +99,9 @@ TINY_MODELS: dict[str, TinySpec] = {
                                      fullatt_block_indexes=[0, 1])),
         steps=200, lr=2e-3, batch_size=32, gen_length=10, data={"label_noise": 0.3},
         description="Qwen2_5_VLForConditionalGeneration (text 2 layers x 64, vision 2 blocks x 64 on 4-pixel patches "
-                    "of 24 px scenes: 9 image tokens), answer cross-entropy on shapes_vqa with 30% wrong labels",
+                    "of 24 px scenes: 9 image tokens, 0.26M parameters), 200 steps of answer cross-entropy on shapes_vqa "
+                    "with 30% wrong labels; 0.32 held-out greedy accuracy, sampled pass@1 0.27 / pass@8 0.85 (about "
+                    "3.5 min on one shared core)",
     ),
 }
 """name -> spec of the tiny base models."""
