@@ -274,12 +274,12 @@ class VLMAdapter(CausalLMAdapter):
         the global RNG.
 
         `overrides`: generation options (`max_new_tokens` defaults to 16 here), `ref_model=True` for an identical
-        frozen reference copy, `text_config={...}` / `vision_config={...}` field overrides, other top-level config
-        fields.
+        frozen reference copy, `min_pixels` / `max_pixels` for `tiny_processor`, `text_config={...}` /
+        `vision_config={...}` field overrides, other top-level config fields.
         """
         from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
 
-        processor = cls.tiny_processor()
+        processor = cls.tiny_processor(**{k: overrides.pop(k) for k in ("min_pixels", "max_pixels") if k in overrides})
         tok = processor.tokenizer
         gen = {k: overrides.pop(k) for k in list(overrides) if k in GENERATION_DEFAULTS}
         gen.setdefault("max_new_tokens", 16)

@@ -89,6 +89,20 @@ TINY_MODELS: dict[str, TinySpec] = {
                     "22-patch codebook: empty or one shape in one colour, mmrl.data.shape_slots) with 2-D image "
                     "positions; 1000 steps on scenes whose captions are wrong 30% of the time",
     ),
+    "shapes-vqa": TinySpec(
+        name="shapes-vqa", family="vlm", task="shapes_vqa",
+        arch=dict(min_pixels=24 * 24, max_pixels=24 * 24,
+                  text_config=dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                                   num_key_value_heads=2, rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                                                           "mrope_section": [2, 3, 3]}),
+                  vision_config=dict(depth=2, hidden_size=64, intermediate_size=128, num_heads=4, out_hidden_size=64,
+                                     fullatt_block_indexes=[0, 1])),
+        steps=200, lr=2e-3, batch_size=32, gen_length=10, data={"label_noise": 0.3},
+        description="Qwen2_5_VLForConditionalGeneration (text 2 layers x 64, vision 2 blocks x 64 on 4-pixel patches "
+                    "of 24 px scenes: 9 image tokens, 0.26M parameters), 200 steps of answer cross-entropy on shapes_vqa "
+                    "with 30% wrong labels; 0.32 held-out greedy accuracy, sampled pass@1 0.27 / pass@8 0.85 (about "
+                    "3.5 min on one shared core)",
+    ),
 }
 """name -> spec of the tiny base models."""
 
@@ -151,6 +165,8 @@ def build_untrained(spec: TinySpec):
         from mmrl.data.shapes import PALETTE
 
         return cls.tiny(seed=spec.seed, codebook_size=len(PALETTE), palette=[rgb for _, rgb in PALETTE], cell_px=8, **arch)
+    if spec.family == "vlm":
+        return cls.tiny(seed=spec.seed, max_new_tokens=spec.gen_length, **spec.arch)
     raise ValueError(f"no tiny builder for family {spec.family!r}")
 
 
@@ -173,6 +189,8 @@ def _training_pairs(spec: TinySpec) -> tuple[list, list]:
         return [r["prompt"] for r in rows], [r["solution"] for r in rows]
     if spec.task == "shapes":
         return [r["prompt"] for r in rows], [r["metadata"] for r in rows]
+    if spec.task == "shapes_vqa":
+        return [r["prompt"] for r in rows], [r["answer"] for r in rows]
     raise ValueError(f"no pre-training data for task {spec.task!r}")
 
 
@@ -189,6 +207,10 @@ def pretrain(spec: TinySpec, *, progress: bool = True):
         history = pt.causal_sft(policy, prompts, targets, **kw)
     elif spec.family == "janus":
         history = pt.janus_sft(policy, prompts, targets, **kw, **_shapes_data(spec, policy))
+    elif spec.family == "vlm":
+        from mmrl.tiny_world.vlm_pretrain import vlm_sft
+
+        history = vlm_sft(policy, prompts, targets, **kw, **_vqa_data(spec))
     else:  # pragma: no cover - every family of TINY_MODELS is handled above
         raise ValueError(spec.family)
     return policy, history
@@ -211,6 +233,18 @@ def _shapes_data(spec: TinySpec, policy) -> dict:
         out["caption_noise"] = noise
         out["corrupt"] = partial(caption_noise.corrupt, classnames=SHAPE_NAMES, colors=COLORS, max_count=4)
     return out
+
+
+def _vqa_data(spec: TinySpec) -> dict:
+    """vlm_sft's data options for a shapes_vqa spec: noisy labels (a wrong answer of the row's question type)."""
+    from mmrl.data.tasks import load_task
+    from mmrl.tiny_world.shapes_vqa import wrong_answer
+
+    noise = float(spec.data.get("label_noise", 0.0))
+    if not noise:
+        return {}
+    rows = load_task(spec.task).train
+    return {"label_noise": noise, "corrupt": lambda i, rng: wrong_answer(rows[i]["answer"], rows[i]["qtype"], rng)}
 
 
 def ensure_built(name: str, *, force: bool = False, progress: bool = True, steps: int | None = None) -> Path:

@@ -253,5 +253,7 @@ def _shapes(dataset_path: str | None, seed: int) -> Task:
                 info={"train_prompts": len(train), "test_prompts": len(test)})
 
 
-for _loader in (_sudoku4, _sudoku4_d1, _countdown3, _countdown3_d1, _shapes):
+from mmrl.tiny_world import shapes_vqa as _shapes_vqa  # noqa: E402,F401  registers the `shapes_vqa` task and reward
+
+for _loader in (_sudoku4, _sudoku4_d1, _countdown3, _countdown3_d1, _shapes, _shapes_vqa._shapes_vqa):
     _loader.generates_data = True  # load_task refuses a dataset_path for these instead of ignoring it

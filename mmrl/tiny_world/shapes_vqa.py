@@ -1,0 +1,157 @@
+"""`shapes_vqa`: visual questions about shapes-world scenes, for the tiny vision-language model (family `vlm`).
+
+A row is a rendered scene (`mmrl.data.shapes`: 1-4 shapes on the 12 x 12 cell grid, random shapes, colours and
+places, `CELL_PX` pixels per cell, so one 4-pixel vision patch of the tiny Qwen2.5-VL is one cell), one question
+and its one-word answer, computed from the scene's objects:
+
+    count     "how many circles?"                         -> "0" .. "4"
+    colour    "colour of the square?"                     -> "red" (only shapes present exactly once)
+    shape     "shape of the blue one?"                    -> "circle" (only colours present exactly once)
+    position  "red circle left or right of blue square?"  -> "left" / "right" (both objects unique by colour and
+              shape, pattern columns at least `MIN_DX` cells apart)
+
+(short questions: the tiny model's tokenizer is by character, and every token costs in each RL step)
+
+Every scene gets one question of each type it supports (drawn at random among that type's templates), so the
+four types are about equally frequent.
+
+Split (leak-free): train and test scenes come from disjoint seed streams, and a training scene whose cell grid
+equals that of any test scene is dropped, so no test image is ever seen in training, under any question; the
+question templates (type x shape / colour combination) are shared, as a VQA benchmark's are. `info` records the
+sizes and the number of dropped duplicates.
+
+Reward `shapes_vqa` (also the metric): 1 when the response, normalised (`normalise_answer`: lower case, outer
+spaces and trailing punctuation stripped), equals the answer, else 0.
+"""
+from __future__ import annotations
+
+import random
+import re
+from functools import lru_cache
+
+import numpy as np
+
+from mmrl.algorithms.registry import REWARDS
+from mmrl.data.shapes import COLORS, GAP, GRID, PATTERN, SHAPE_NAMES, Scene, SceneObject
+from mmrl.data.tasks import TASKS, Task
+from mmrl.rewards.completions import completion_text
+
+QUESTION_TYPES = ("count", "colour", "shape", "position")
+"""The question types, in the order rows of a scene are written."""
+CELL_PX = 2
+"""Pixels per cell of the rendered images (12 cells -> 24 px: 36 vision patches of 2 x 2 cells, 9 image tokens)."""
+IMAGE_PX = GRID * CELL_PX
+"""Side of the rendered images, in pixels."""
+MAX_SHAPES = 4
+"""Shapes per scene: 1 .. MAX_SHAPES."""
+MIN_DX = 2
+"""Least horizontal distance (cells) between two objects' pattern columns for a left/right question."""
+TRAIN_SCENES, TEST_SCENES = 3000, 200
+"""Scenes per split (about 3 rows per scene)."""
+TRAIN_SEED, TEST_SEED = 101, 202
+"""Seeds of the two scene streams (disjoint `random.Random` streams; duplicates are removed on top)."""
+ANSWER_WORDS: tuple[str, ...] = tuple(str(k) for k in range(MAX_SHAPES + 1)) + COLORS + SHAPE_NAMES + ("left", "right")
+"""Every answer the task can have."""
+
+
+def random_scene(rng: random.Random, grid: int = GRID) -> Scene:
+    """1 .. MAX_SHAPES shapes of random shape and colour, at random places on the grid, never touching."""
+    n = rng.randint(1, MAX_SHAPES)
+    last = grid - PATTERN
+    while True:
+        placed: list[SceneObject] = []
+        for _ in range(n):
+            for _ in range(200):
+                row, col = rng.randint(0, last), rng.randint(0, last)
+                if all(max(abs(o.row - row), abs(o.col - col)) >= PATTERN + GAP for o in placed):
+                    placed.append(SceneObject(rng.choice(SHAPE_NAMES), rng.choice(COLORS), row, col))
+                    break
+        if len(placed) == n:
+            return Scene(placed, grid)
+
+
+def plural(shape: str) -> str:
+    return shape + "s"
+
+
+def scene_questions(scene: Scene) -> dict[str, list[tuple[str, str]]]:
+    """question type -> every (question, answer) the scene supports, computed from its objects."""
+    objs = scene.objects
+    out: dict[str, list[tuple[str, str]]] = {t: [] for t in QUESTION_TYPES}
+    for s in SHAPE_NAMES:
+        out["count"].append((f"how many {plural(s)}?", str(sum(o.shape == s for o in objs))))
+        same = [o for o in objs if o.shape == s]
+        if len(same) == 1:
+            out["colour"].append((f"colour of the {s}?", same[0].color))
+    for c in COLORS:
+        same = [o for o in objs if o.color == c]
+        if len(same) == 1:
+            out["shape"].append((f"shape of the {c} one?", same[0].shape))
+    unique = [o for o in objs if sum(p.shape == o.shape and p.color == o.color for p in objs) == 1]
+    for a in unique:
+        for b in unique:
+            if a is not b and abs(a.col - b.col) >= MIN_DX:
+                out["position"].append((f"{a.color} {a.shape} left or right of {b.color} {b.shape}?",
+                                        "left" if a.col < b.col else "right"))
+    return out
+
+
+def scene_rows(scene: Scene, rng: random.Random, scene_id: str) -> list[dict]:
+    """One row per question type the scene supports (a random question of that type)."""
+    image = scene.render(CELL_PX)
+    rows = []
+    for qtype, qa in scene_questions(scene).items():
+        if qa:
+            q, a = rng.choice(qa)
+            rows.append({"prompt": {"prompt": q, "images": [image]}, "answer": a, "qtype": qtype, "scene": scene_id})
+    return rows
+
+
+def _scenes(n: int, seed: int) -> list[Scene]:
+    rng = random.Random(seed)
+    return [random_scene(rng) for _ in range(n)]
+
+
+def cells_key(scene: Scene) -> bytes:
+    """Identity of a scene's image (its cell grid)."""
+    return np.ascontiguousarray(scene.cells()).tobytes()
+
+
+@lru_cache(maxsize=1)
+def _shapes_vqa_task() -> Task:
+    test_scenes = _scenes(TEST_SCENES, TEST_SEED)
+    held = {cells_key(s) for s in test_scenes}
+    train_all = _scenes(TRAIN_SCENES, TRAIN_SEED)
+    train_scenes = [s for s in train_all if cells_key(s) not in held]
+    rng = random.Random(7)
+    train = [r for i, s in enumerate(train_scenes) for r in scene_rows(s, rng, f"train-{i}")]
+    test = [r for i, s in enumerate(test_scenes) for r in scene_rows(s, rng, f"test-{i}")]
+    info = {"train_scenes": len(train_scenes), "test_scenes": len(test_scenes), "dropped_duplicates": len(train_all) - len(train_scenes),
+            "train_rows": len(train), "test_rows": len(test), "image_px": IMAGE_PX}
+    return Task("shapes_vqa", train, test, ["shapes_vqa"], "shapes_vqa", family="vlm", info=info)
+
+
+@TASKS.register("shapes_vqa")
+def _shapes_vqa(dataset_path: str | None, seed: int) -> Task:
+    return _shapes_vqa_task()  # the split is part of the task definition, not of a run's seed
+
+
+_TRAILING = re.compile(r"[\s.!?,;:]+$")
+
+
+def normalise_answer(text: str) -> str:
+    """Lower case, outer whitespace and trailing punctuation removed, inner whitespace collapsed."""
+    return " ".join(_TRAILING.sub("", text.strip().lower()).split())
+
+
+@REWARDS.register("shapes_vqa")
+def shapes_vqa(prompts, completions, answer, **kwargs) -> list[float]:
+    """Exact match of the normalised response and answer: 1.0 or 0.0."""
+    return [float(normalise_answer(completion_text(c)) == normalise_answer(str(a))) for c, a in zip(completions, answer)]
+
+
+def wrong_answer(answer: str, qtype: str, rng: random.Random) -> str:
+    """A wrong answer of the same type (for noisy pre-training labels)."""
+    pool = {"count": [str(k) for k in range(MAX_SHAPES + 1)], "colour": list(COLORS), "shape": list(SHAPE_NAMES),
+            "position": ["left", "right"]}[qtype]
+    return rng.choice([a for a in pool if a != answer])
