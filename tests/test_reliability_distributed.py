@@ -20,7 +20,7 @@ def test_a_frozen_peer_stops_the_surviving_rank_with_a_clear_message(tmp_path):
                   max_completion_length=8, save_steps=1, progress_bar=False, report_to=["jsonl"], output_dir=str(tmp_path / "run"),
                   ddp_timeout=5, freeze_rank=1, pid_file=str(pid_file))
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(HERE.parent / "configs/accelerate/cpu_ddp.yaml"),
-           "--main_process_port", str(29700 + os.getpid() % 1000), str(HERE / "run_rank_freeze.py"), json.dumps(values)]
+           "--main_process_port", str(29700 + os.getpid() % 1000), str(HERE / "helpers" / "run_rank_freeze.py"), json.dumps(values)]
     proc = subprocess.Popen(cmd, env={**os.environ, "OMP_WAIT_POLICY": "PASSIVE", "OMP_NUM_THREADS": "1"},
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines: list[str] = []

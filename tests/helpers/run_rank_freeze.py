@@ -1,7 +1,7 @@
 """A tiny distributed training job in which the process of rank `freeze_rank` freezes itself (SIGSTOP, as a hung
 driver or a debugger would) in its reward function during the rollout of step 2; it writes its pid first.
 
-    accelerate launch --config_file configs/accelerate/cpu_ddp.yaml tests/run_rank_freeze.py '{"freeze_rank": 1, ...}'
+    accelerate launch --config_file configs/accelerate/cpu_ddp.yaml tests/helpers/run_rank_freeze.py '{"freeze_rank": 1, ...}'
 """
 import json
 import os
@@ -10,7 +10,7 @@ import sys
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ["HF_HUB_OFFLINE"] = "1"
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/ (the fixtures)
 
 import torch  # noqa: E402
 
