@@ -159,10 +159,12 @@ def run_shapes_rl(root: str | Path, arms: list[str], *, seeds: int = 3, smoke: b
     for key in list(TASKS) + ["overall"]:
         row = [key, fmt(before[key])]
         for runs in by_arm.values():
-            row.append(fmt(*mean_std([r["after"][key] for r in runs])))
+            m, sd = mean_std([r["after"][key] for r in runs])
+            row.append(fmt(m, sd) if seeds > 1 else fmt(m))
         rows.append(row)
     gains = {a: mean_std([r["after"]["overall"] - before["overall"] for r in runs]) for a, runs in by_arm.items()}
-    rows.append(["gain, overall (points)", "-"] + [f"{100 * m:+.1f} ± {100 * s:.1f}" for m, s in gains.values()])
+    rows.append(["gain, overall (points)", "-"] + [f"{100 * m:+.1f}" + (f" ± {100 * s:.1f}" if seeds > 1 else "")
+                                                   for m, s in gains.values()])
     secs = {a: mean_std([r["train_seconds"] for r in runs])[0] for a, runs in by_arm.items()}
     rows.append(["seconds per run", "-"] + [f"{s:.0f}" for s in secs.values()])
     table = markdown_table(header, rows)
