@@ -87,7 +87,8 @@ TINY_MODELS: dict[str, TinySpec] = {
         steps=1000, lr=2e-3, gen_length=16, data={"caption_noise": 0.3, "balance_tasks": True},
         description="JanusForConditionalGeneration (3 layers, 128 wide, word tokenizer) over 4x4 object slots (a "
                     "22-patch codebook: empty or one shape in one colour, mmrl.data.shape_slots) with 2-D image "
-                    "positions; 1000 steps on scenes whose captions are wrong 30% of the time",
+                    "positions; 1000 steps on scenes whose captions are wrong 30% of the time: 0.53-0.55 held-out "
+                    "GenEval (T = 1, CFG 1; counting, position and colour attribution below 0.4), about 150 s on one core",
     ),
     "shapes-vqa": TinySpec(
         name="shapes-vqa", family="vlm", task="shapes_vqa",
