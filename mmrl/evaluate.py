@@ -1,7 +1,7 @@
 """Accuracy of a policy on a task's test rows, with the d1 or DMPO evaluation protocol.
 
-Both protocols (authors' code: dllm-reasoning/d1 eval/eval.py, yuchen-zhu-zyc/DMPO eval/eval.py; reference notes
-`dmpo_dllm.md` 1.7) decode masked-diffusion models greedily (temperature 0) with low-confidence remasking and
+Both protocols (authors' code: dllm-reasoning/d1 eval/eval.py, yuchen-zhu-zyc/DMPO eval/eval.py; docs/sources.md
+"DMPO") decode masked-diffusion models greedily (temperature 0) with low-confidence remasking and
 semi-autoregressive blocks of 32, after the chat template with the assistant turn pre-filled with `<reasoning>`, and
 score Sudoku on 256 of d1's 500 test puzzles drawn with numpy seed 42. They differ in the number of denoising steps:
 d1 uses half the generation length (`d1_generation`), DMPO the full length (`--full_steps`, `dmpo_generation`).

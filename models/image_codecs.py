@@ -5,8 +5,8 @@ An `ImageCodec` lays the T = h * w tokens of one image out on a row-major (h, w)
 built in:
 
 - `VQCodec`: the Janus model's own VQ tokenizer (`JanusForConditionalGeneration.decode_image_tokens` and the VQ
-  encoder), for real checkpoints (24 x 24 tokens of a 16384 codebook for Janus-Pro, reference notes
-  `geneval_janus.md` section 2.1).
+  encoder), for real checkpoints (24 x 24 tokens of a 16384 codebook for Janus-Pro,
+  docs/sources.md "T2I branch").
 - `PaletteCodec`: token k = one grid cell filled with `palette[k]`; exact on images drawn on the cell grid, which
   lets a tiny Janus model generate pictures of coloured shapes with a small codebook (the tiny world).
 - `PatchCodec`: token k = a fixed pixel patch `patches[k]` (a codebook of whole patches, as a VQ codebook is one of
@@ -157,7 +157,7 @@ class VQCodec:
     mapped to uint8 as `(x + 1) / 2 * 255`, as Janus's `generation_inference.py` does) and the VQ encoder.
 
     The grid is `vq_config.num_patches` squared (`JanusVQVAEVectorQuantizer.quant_state_dims`), the decoded side
-    `num_patches * 2 ** (len(channel_multiplier) - 1)` pixels (reference notes, section 2.3).
+    `num_patches * 2 ** (len(channel_multiplier) - 1)` pixels (transformers' `JanusVQVAE`).
     """
 
     def __init__(self, model: torch.nn.Module):

@@ -1,6 +1,6 @@
 """Janus-Pro adapter: transformers' native `JanusForConditionalGeneration` as an mmrl `Policy`.
 
-Sampling is the classifier-free-guidance loop of Janus-Pro (reference notes `geneval_janus.md` section 2.2 and
+Sampling is the classifier-free-guidance loop of Janus-Pro (docs/sources.md "T2I branch" and
 transformers' `JanusForConditionalGeneration.generate(generation_mode="image")`, section 2.3), written here with
 the KV cache because `generate` runs under `no_grad` and returns no per-step scores:
 
@@ -12,7 +12,7 @@ the KV cache because `generate` runs under `no_grad` and returns no per-step sco
   sampled image token is embedded for both halves with `prepare_embeddings_for_image_generation`
   (`generation_aligner(generation_embeddings(id))`);
 - the per-token log-probs recorded are those of the *scored* distribution: the conditional logits by default
-  (what T2I-R1 and GCPO train, `geneval_janus.md` 2.4 and `gcpo_dgpo.md` 1.7), or the guided logits with
+  (what T2I-R1 and GCPO train, docs/sources.md "T2I branch"), or the guided logits with
   `score="guided"`; both temperature-scaled.
 
 `logprob` recomputes the same quantities teacher-forced in one forward (prompt embeddings followed by the image

@@ -1,7 +1,7 @@
 """Combining named rewards into the one scalar per response that the trainer's advantages use.
 
-A reward is TRL's reward function: `fn(prompts, completions, **kwargs) -> list[float | None]` (reference notes
-`ecosystem_style.md` A1): one value per completion, `None` meaning "does not apply to this sample"; completions are
+A reward is TRL's reward function: `fn(prompts, completions, **kwargs) -> list[float | None]` (TRL
+`GRPOTrainer` reward functions): one value per completion, `None` meaning "does not apply to this sample"; completions are
 strings (or chat messages) for text models and PIL images for image models; the dataset's other columns arrive as
 keyword arguments (in training also `completion_ids` and `trainer_state`, `mmrl.reward_inputs`). mmrl also accepts
 a dict per sample with a `"score"` key: the score is the reward, the other keys are logged. A plain TRL reward

@@ -1,6 +1,6 @@
 """Countdown reward (d1's rule) and the small arithmetic evaluator it uses instead of `eval`.
 
-d1 (`diffu-grpo/reward_func.py`, `compute_score`; reference notes `dmpo_dllm.md` 2.7): take the last
+d1 (`diffu-grpo/reward_func.py`, `compute_score`; docs/sources.md "d1 / diffu-GRPO"): take the last
 <answer>...</answer>; none -> 0. Otherwise 1.0 if the integers in it are exactly the given numbers (as a multiset)
 and the expression evaluates within 1e-5 of the target, else 0.1. d1 evaluates with Python's `eval` behind a
 character whitelist, which lets `9**9**9` through; here `evaluate_arithmetic` parses numbers, + - * /, unary signs

@@ -1,7 +1,7 @@
 """CLIP score reward for image models, with open_clip and local weights only (never a download).
 
-`clip_score` = scale x cos(image embedding, prompt text embedding), the reward SimpleAR trains with (reference notes
-`geneval_janus.md` 2.4; CLIPScore's w = 2.5 and max(., 0) are `scale=2.5, clip_at_zero=True`). The model is an
+`clip_score` = scale x cos(image embedding, prompt text embedding), the reward SimpleAR trains with (docs/sources.md
+"T2I branch"; CLIPScore's w = 2.5 and max(., 0) are `scale=2.5, clip_at_zero=True`). The model is an
 open_clip architecture name with a local checkpoint file (`model_name="ViT-L-14", pretrained="/path/to/weights"`) or a
 local open_clip directory (`model_name="local-dir:/path"` holding `open_clip_config.json` and the weights).
 """

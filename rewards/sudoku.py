@@ -1,6 +1,6 @@
 """Sudoku reward: d1's fraction of the puzzle's blank cells filled correctly.
 
-d1 (`diffu-grpo/reward_func.py`, `sudoku_reward_func`; reference notes `dmpo_dllm.md` 2.7): the digits (`str.isdigit`)
+d1 (`diffu-grpo/reward_func.py`, `sudoku_reward_func`; docs/sources.md "d1 / diffu-GRPO"): the digits (`str.isdigit`)
 of the last <answer>...</answer>, padded with "0" or truncated to the grid size (16 for 4x4), scored as the
 fraction of the puzzle's "0" cells whose digit matches the solution; no answer, no digits, or a puzzle without
 blanks score 0.

@@ -1,8 +1,8 @@
 """Math rewards: GSM8K (d1's five-part reward and plain correctness), MATH500 (math-verify equivalence plus d1's
 format reward) and a generic boxed-answer accuracy.
 
-d1's reward functions (dllm-reasoning/d1 `diffu-grpo/reward_func.py`, identical in DMPO and dllm; reference notes
-`dmpo_dllm.md` 2.7) are re-implemented here with the same arithmetic. Completions are strings or chat messages
+d1's reward functions (dllm-reasoning/d1 `diffu-grpo/reward_func.py`, identical in DMPO and dllm; docs/sources.md
+"d1 / diffu-GRPO") are re-implemented here with the same arithmetic. Completions are strings or chat messages
 (d1 reads `completion[0]["content"]`). Everything here is bounded: answers longer than `MAX_ANSWER_CHARS`, numbers
 with more than `MAX_DIGITS` digits, exponent towers and the like never reach sympy (they are compared as normalised
 strings instead), so adversarial completions score within milliseconds and never raise.
@@ -212,7 +212,7 @@ def gsm8k_multiline(prompts, completions, answer, **kwargs) -> list[dict]:
 
 def gsm8k_prediction(text: str) -> float | None:
     """The predicted number: the first `\\boxed{}` holding a number, else the last number inside the last
-    <answer>...</answer>, else the last number of the completion (d1's evaluation parser, reference notes 1.7,
+    <answer>...</answer>, else the last number of the completion (d1's evaluation parser, docs/sources.md "DMPO",
     plus the last fallback for untagged models)."""
     for content in boxed_contents(text):
         v = parse_number(content)

@@ -1,4 +1,4 @@
-"""STAGE's entropy reward, which the GCPO text-to-image launch turns on (reference notes `gcpo_dgpo.md`, T2I branch).
+"""STAGE's entropy reward, which the GCPO text-to-image launch turns on (docs/sources.md, "T2I branch").
 
 Authors' code: jacklishufan/gcpo t2i/src/grpo/src/open_r1/trainer/grpo_trainer.py (`entropy_reward`, with
 `only_add_max`; on in t2i/src/scripts/launch.sh and run_training_geneval.py). Among the images of maximal reward in a

@@ -4,8 +4,7 @@ A scene is a `grid` x `grid` array of palette indices (`PALETTE[0]` is the grey 
 flat colour, drawn as a `cell_px` x `cell_px` block of pixels. Each shape is a fixed 3 x 3 cell pattern in one
 colour, and shapes never touch (not even diagonally), so the world has an exact detector: connected components of
 same-colour cells whose pattern is one of `SHAPES`. Prompts and scores use the GenEval metadata schema over the shape
-names (`mmrl geneval prompts --vocabulary shapes`), so the GenEval rules apply unchanged (reference notes
-`geneval_janus.md` section 3.3, "synthetic compositional world").
+names (`mmrl geneval prompts --vocabulary shapes`), so the GenEval rules apply unchanged (docs/geneval.md).
 
 A tiny Janus model's image tokens are exactly these cells: `PALETTE` lists (name, RGB) with index 0 = background and
 its RGB values are the first eight colours of `mmrl.models.image_codecs.DEFAULT_PALETTE`, so

@@ -6,7 +6,7 @@ reads local files (`dataset_path`) or bundled data, and falls back to the Huggin
 for public prompt sets when no local path is given (never model weights).
 
 Prompt wording follows d1's format (a system instruction asking for `<reasoning>...</reasoning>` then
-`<answer>...</answer>`, dllm-reasoning/d1 `data_utils.py`; reference notes `dmpo_dllm.md` 2.7), written here in
+`<answer>...</answer>`, dllm-reasoning/d1 `data_utils.py`; docs/sources.md "d1 / diffu-GRPO"), written here in
 our own words; the rewards parse the same tags. Prompts are conversational, as d1's and DMPO's: one user message in
 TRL's format (`[{"role": "user", "content": ...}]`), so every family renders them with the model's chat template
 (`mmrl.models.prompts.render_chat`). `d1_eval_prompt` adds d1's pre-filled `<reasoning>` assistant turn.

@@ -1,4 +1,4 @@
-"""GenEval's colour classifier: zero-shot CLIP over object crops (reference notes `geneval_janus.md` 1.4).
+"""GenEval's colour classifier: zero-shot CLIP over object crops (docs/geneval.md).
 
 For class C the classifier's weight for colour c is the normalised mean of the normalised text embeddings of
 "a photo of a {c} {C}", "a photo of a {c}-colored {C}" and "a photo of a {c} object" (clip_benchmark's zero-shot

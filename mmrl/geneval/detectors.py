@@ -12,7 +12,7 @@ that (`mmrl.geneval.scoring`, `mmrl.geneval.rules`) is the same for every backen
 - `mmdet`: the official detector (mmdetection 2.x `init_detector` / `inference_detector`), when installed.
 
 Scores from detectors other than the official Mask2Former are not comparable to published GenEval numbers (the
-0.3 / 0.9 thresholds were set for it; reference notes 1.10).
+0.3 / 0.9 thresholds were set for it; docs/geneval.md, "Detector backends").
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """GenEval prompt suites: the official 553-prompt metadata (vendored, MIT) and a generator with the official rules.
 
-The generator follows djghosh13/geneval `prompts/create_prompts.py` (reference notes `geneval_janus.md` 1.2): the
+The generator follows djghosh13/geneval `prompts/create_prompts.py` (docs/geneval.md, "Prompt suites"): the
 same six tasks, templates, numpy `default_rng(seed)` draws in the same order (default seed 43, `n` = 100 per task),
 and de-duplication, so `generate_suite()` over the COCO names reproduces the shipped `evaluation_metadata.jsonl`
 line for line. Any other vocabulary (e.g. the shapes world's) gives a new suite under the same rules.

@@ -1,6 +1,6 @@
 """The GenEval decision rule: pure functions over detections, the same for every detector backend.
 
-Facts from djghosh13/geneval `evaluation/evaluate_images.py` (MIT; reference notes `geneval_janus.md` 1.4-1.5) and
+Facts from djghosh13/geneval `evaluation/evaluate_images.py` (MIT; docs/geneval.md) and
 Flow-GRPO's reward server `yifan123/reward-server/reward_server/gen_eval.py` (1.8), re-implemented here:
 
 - keep a detection iff `score > threshold` (strict; `counting_threshold` for the counting task), most confident

@@ -1,5 +1,5 @@
-"""GenEval's summary of a `results.jsonl` (djghosh13/geneval `evaluation/summary_scores.py`; reference notes
-`geneval_janus.md` 1.7): image and prompt counts (prompts = distinct `metadata` strings), % correct images (mean of
+"""GenEval's summary of a `results.jsonl` (djghosh13/geneval `evaluation/summary_scores.py`;
+docs/geneval.md): image and prompt counts (prompts = distinct `metadata` strings), % correct images (mean of
 `correct`), % correct prompts (mean over prompts of "any image correct"), per-task accuracy in first-seen order, and
 the overall score = the unweighted mean of the task accuracies.
 """

@@ -7,7 +7,7 @@
 - causal LM (`causal_sft`): next-token cross-entropy on the response given the prompt.
 - Janus (`janus_sft`): next-image-token cross-entropy given the prompt, with the prompt replaced by the CFG null
   condition 10% of the time so classifier-free guidance has an unconditional model (Janus-Pro's recipe drops the
-  condition the same way, reference notes `geneval_janus.md` 2.2).
+  condition the same way, docs/sources.md "T2I branch").
 
 All loops are deterministic for a seed (own generator, fixed data order) and report held-out accuracy.
 """
