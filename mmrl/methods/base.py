@@ -9,6 +9,7 @@ method's name.
 """
 from __future__ import annotations
 
+import abc
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -54,7 +55,7 @@ class LossOutput:
     rollout); gathered over the step and turned into buffer metrics by `Method.token_stat_metrics`."""
 
 
-class Method:
+class Method(abc.ABC):
     """A training method: what it needs, `prepare` at buffer time and `loss` per micro-batch.
 
     Subclasses register themselves with `@METHODS.register(name)` for every method name they implement (GRPO,
@@ -79,15 +80,15 @@ class Method:
         """How many estimator mask seeds one buffer draws (one per inner step with `random_masking`)."""
         return cfg.num_iterations if cfg.random_masking else 1
 
+    @abc.abstractmethod
     def prepare(self, buf, micro_batches: list[torch.Tensor], *, current: bool) -> None:
         """Fill the buffer's per-response quantities (runs under `torch.no_grad()`).
 
         `current`: the behaviour policy is the policy being updated (see `behaviour_is_current`)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def loss(self, buf, mb: MicroBatch) -> LossOutput:
         """The loss of one micro-batch (carries the gradient)."""
-        raise NotImplementedError
 
     def token_stat_metrics(self, buf, stats: dict[str, torch.Tensor]) -> dict[str, float]:
         """Buffer metrics of [N, T] per-token statistics: the mean policy entropy."""

@@ -83,8 +83,7 @@ def masked_diffusion_sft(
     fixed = (templates != policy.mask_token_id).cpu() if templates is not None else torch.zeros_like(resp, dtype=torch.bool)
     n = prompt.shape[0]
     g = torch.Generator().manual_seed(seed)
-    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr, betas=(0.9, 0.98), weight_decay=0.01)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / max(1, steps // 20)) * max(0.05, 1 - s / steps))
+    opt, sched = sft_optimizer(model, lr, steps)
     history: list[dict] = []
     t0 = time.perf_counter()
     model.train()
@@ -136,8 +135,7 @@ def causal_sft(policy, prompts: Sequence[str], targets: Sequence[str], *, steps:
         labels[i, :s] = -100
     labels[~mask] = -100
     g = torch.Generator().manual_seed(seed)
-    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr, betas=(0.9, 0.98), weight_decay=0.01)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / max(1, steps // 20)) * max(0.05, 1 - s / steps))
+    opt, sched = sft_optimizer(model, lr, steps)
     history, t0 = [], time.perf_counter()
     n = ids.shape[0]
     order, cursor = torch.randperm(n, generator=g), 0
@@ -168,6 +166,14 @@ def causal_sft(policy, prompts: Sequence[str], targets: Sequence[str], *, steps:
         bar.close()
     model.eval()
     return history
+
+
+def sft_optimizer(model, lr: float, steps: int):
+    """(AdamW, scheduler) of the supervised pre-training loops: betas (0.9, 0.98), weight decay 0.01 on the trainable
+    parameters; warm-up over the first 5% of the steps, then a linear decay to 5% of `lr`."""
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr, betas=(0.9, 0.98), weight_decay=0.01)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / max(1, steps // 20)) * max(0.05, 1 - s / steps))
+    return opt, sched
 
 
 def _bar(total: int, desc: str, enabled: bool):
@@ -207,7 +213,7 @@ def janus_sft(policy, prompts: Sequence[str], metadata: Sequence[dict], *, steps
     rng = np.random.default_rng(seed)
     g = torch.Generator().manual_seed(seed)
     ids_per_prompt = [policy.prompt_token_ids(p) for p in prompts]
-    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr, betas=(0.9, 0.98), weight_decay=0.01)
+    opt = sft_optimizer(model, lr, steps)[0]  # its own schedule below
     # warm-up, constant, then a linear decay over the last 20%: the model attends to the caption only after a
     # loss plateau of several hundred steps, and a decay over the whole run slows it down right there (measured)
     sched = torch.optim.lr_scheduler.LambdaLR(

@@ -31,7 +31,7 @@ def vlm_sft(policy, prompts: Sequence[Any], targets: Sequence[str], *, steps: in
     """Train a `VLMAdapter` in place on `{"prompt", "images"}` prompts -> target answers; returns the history of
     (step, loss, seconds). AdamW, warm-up over 5% then a linear decay, gradient norm clipped at 1."""
     from mmrl.models.base import left_pad
-    from mmrl.tiny_world.pretrain import _bar
+    from mmrl.tiny_world.pretrain import _bar, sft_optimizer
 
     if not 0.0 <= label_noise < 1.0:
         raise ValueError(f"label_noise must lie in [0, 1), got {label_noise}")
@@ -44,8 +44,7 @@ def vlm_sft(policy, prompts: Sequence[Any], targets: Sequence[str], *, steps: in
     pad = policy.generation_defaults["pad_token_id"]
     rng = random.Random(seed)
     g = torch.Generator().manual_seed(seed)
-    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr, betas=(0.9, 0.98), weight_decay=0.01)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / max(1, steps // 20)) * max(0.05, 1 - s / steps))
+    opt, sched = sft_optimizer(model, lr, steps)
     history, t0 = [], time.perf_counter()
     n = len(prompts)
     order, cursor = torch.randperm(n, generator=g), 0
