@@ -249,6 +249,11 @@ class TrainConfig:
     micro_batch_mean (the authors' code's group baseline: the mean weight of each per-device micro-batch)."""
     dmpo_baseline_strength: float = 1.0
     """Strength lambda of the baseline: w_real = w - lambda * w_base."""
+    dmpo_negative_scale: float = 1.0
+    """Scale rho of the below-baseline (negative) weights: w_real = max(d, 0) + rho * min(d, 0), d = w - lambda *
+    w_base. 1 = the paper's negative gradient insertion (an unbounded unlikelihood push on below-baseline
+    responses); 0 = fit only above-baseline responses (what the tiny reasoning presets use: at useful learning rates
+    the negative term drove the likelihood of the model's own outputs down until it collapsed, docs/RESULTS.md)."""
     dmpo_num_copies: int = 4
     """R: masked copies per response in the WDCE loss (antithetic pairs, so even)."""
     dmpo_elbo_copies: int = 4
@@ -643,6 +648,8 @@ def _validate(cfg: TrainConfig) -> list[str]:
                  f"{cfg.per_device_train_batch_size} must be a multiple of num_generations={cfg.num_generations}")
     if not cfg.dmpo_alpha > 0:
         e.append(f"dmpo_alpha={cfg.dmpo_alpha} must be > 0")
+    if not 0 <= cfg.dmpo_negative_scale <= 1:
+        e.append(f"dmpo_negative_scale={cfg.dmpo_negative_scale} must be in [0, 1]")
     if not 0 < cfg.dmpo_coeff <= 1:
         e.append(f"dmpo_coeff={cfg.dmpo_coeff} must be in (0, 1]")
     if not 0 <= cfg.dmpo_min_mask_rate <= 1:

@@ -174,10 +174,16 @@ def elbo_from_masked_logp(masked_logp_sum: torch.Tensor, n_masked: torch.Tensor,
     return copy_elbos(masked_logp_sum, n_masked, n_tokens).mean(0)  # [N]
 
 
-def dmpo_real_weights(w: torch.Tensor, w_base: torch.Tensor, strength: float) -> torch.Tensor:
-    """The weights WDCE uses, `w_real = w - strength * w_base` [N] (DMPO section 3.3, negative gradient insertion):
-    responses weighted below their baseline get a negative weight, i.e. their likelihood is pushed down."""
-    return w - strength * w_base  # [N]
+def dmpo_real_weights(w: torch.Tensor, w_base: torch.Tensor, strength: float, negative_scale: float = 1.0) -> torch.Tensor:
+    """The weights WDCE uses [N]: `d = w - strength * w_base` (DMPO section 3.3, negative gradient insertion), then
+    `w_real = max(d, 0) + negative_scale * min(d, 0)`.
+
+    Responses weighted below their baseline get a negative weight, i.e. their likelihood is pushed down; nothing
+    bounds that push (the likelihood of a response can fall without limit). `negative_scale = 1` is the paper;
+    smaller values shrink the unlikelihood term and 0 removes it (only above-baseline responses are fitted, as in
+    rejection-sampling fine-tuning), a deviation measured on the tiny world (docs/RESULTS.md, "Reasoning RL")."""
+    d = w - strength * w_base  # [N]
+    return d.clamp(min=0) + negative_scale * d.clamp(max=0)  # [N]
 
 
 def wddo_deltas(elbo_theta: torch.Tensor, elbo_v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

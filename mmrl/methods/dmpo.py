@@ -93,7 +93,7 @@ class DMPO(Method):
                 w_base = micro_batch_mean_baseline(w)
             else:
                 w_base = buf.dmpo_w_base[idx]
-            w_real = dmpo_real_weights(w, w_base, cfg.dmpo_baseline_strength)  # [n]
+            w_real = dmpo_real_weights(w, w_base, cfg.dmpo_baseline_strength, cfg.dmpo_negative_scale)  # [n]
             loss = wdce_loss(-masked_sum, noised.n_masked, w_real, num_groups=int(mb.g_groups))
             m["dmpo/w_real_pos_sum"] = float(w_real.clamp(min=0).sum() / max(1.0, len(idx) / G))
             credit = w_real.detach().float()[:, None] * buf.loss_mask[idx]
