@@ -283,8 +283,9 @@ class TrainConfig:
     log_diagnostics: bool = True
     """Log the `diag/` metrics every step (mmrl.diagnostics; README.md, "Metrics"): `diag/kl_k1`, `diag/kl_k3`
     (KL to the reference on the rollout's responses; it needs a reference model: one exists with beta > 0, DMPO,
-    DGPO or LoRA, and otherwise a frozen copy of the policy is built when it has at most 1e9 parameters, one extra
-    no-grad forward per rollout), `diag/pos_weight_frac`, `diag/neg_weight_frac` (signed weight mass of the loss),
+    DGPO or LoRA, and otherwise a frozen copy of the policy is built when it has at most 1e9 parameters; with beta = 0
+    it costs one no-grad reference forward per rollout and mask seed, DMPO one no-grad policy forward per
+    micro-batch), `diag/pos_weight_frac`, `diag/neg_weight_frac` (signed weight mass of the loss),
     `diag/update_ratio(_max)` (update size relative to the weights; it keeps one extra copy of the trainable weights
     during the optimizer step of each logged step, so raise logging_steps or turn this off for a large full
     fine-tune)."""
