@@ -173,6 +173,11 @@ def test_kl_to_the_base_is_zero_first_and_grows(tmp_path):
     assert records[-1]["diag/kl_k3"] > 1e-4
 
 
+def test_kl_k3_is_the_kl_term_with_beta(tmp_path):
+    records = _run(tmp_path, beta=0.04, num_iterations=2)
+    assert records[1]["diag/kl_k3"] == pytest.approx(records[1]["kl"], rel=1e-4) and records[1]["kl"] > 0
+
+
 def test_the_flag_turns_the_diagnostics_off(tmp_path):
     records = _run(tmp_path, log_diagnostics=False, max_steps=1)
     assert records and not [k for r in records for k in r if k.startswith("diag/")]
