@@ -285,6 +285,15 @@ class TrainConfig:
     log_completions: bool = False
     """Write a completions table every logged step (TRL's name): prompt, completion, each reward, advantage, one
     row per response, to `completions.jsonl` in the run directory and to TensorBoard / W&B as text / a table."""
+    log_diagnostics: bool = True
+    """Log the `diag/` metrics every step (mmrl.diagnostics; README.md, "Metrics"): `diag/kl_k1`, `diag/kl_k3`
+    (KL to the reference on the rollout's responses; it needs a reference model: one exists with beta > 0, DMPO,
+    DGPO or LoRA, and otherwise a frozen copy of the policy is built when it has at most 1e9 parameters; with beta = 0
+    it costs one no-grad reference forward per rollout and mask seed, DMPO one no-grad policy forward per
+    micro-batch), `diag/pos_weight_frac`, `diag/neg_weight_frac` (signed weight mass of the loss),
+    `diag/update_ratio(_max)` (update size relative to the weights; it keeps one extra copy of the trainable weights
+    during the optimizer step of each logged step, so raise logging_steps or turn this off for a large full
+    fine-tune)."""
     report_to: list[str] = field(default_factory=lambda: ["jsonl", "tensorboard"])
     """Metric sinks: jsonl (always written) and accelerate's trackers: tensorboard, wandb, mlflow, comet_ml, aim,
     clearml, dvclive, swanlab, trackio (each when installed). TRL: none; here the JSONL record the reports read, and

@@ -12,6 +12,7 @@ import torch.nn.functional as F
 
 from mmrl.algorithms.groups import check_group_size, group_softmax, to_groups
 from mmrl.algorithms.registry import DMPO_BASELINES
+from mmrl.diagnostics import effective_sample_size  # noqa: F401  (re-exported: Kish's ESS, one definition)
 
 
 def _check_alpha(alpha: float) -> None:
@@ -110,14 +111,6 @@ def micro_batch_mean_baseline(w: torch.Tensor) -> torch.Tensor:
 
 LOSS_TIME_BASELINES = ("model", "micro_batch_mean")
 """Baselines computed at loss time from the micro-batch (not stored in the buffer by `dmpo_baseline`)."""
-
-
-@torch.no_grad()
-def effective_sample_size(w: torch.Tensor, group_size: int) -> torch.Tensor:
-    """Normalised effective sample size per group, `1 / (G * sum_i w_i^2)` in [1/G, 1], of weights w [N] summing to 1
-    per group (the authors' code logs it and uses it for the adaptive coefficient)."""
-    wg = to_groups(w.float(), group_size)  # [B, G]
-    return 1.0 / (group_size * wg.square().sum(-1)).clamp(min=1e-12)  # [B]
 
 
 DEFAULT_MIN_MASK_RATE = 0.1
