@@ -126,12 +126,15 @@ def run_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int 
 
 
 RUNNERS: dict[str, str] = {"gcpo-vs-grpo": "mmrl.tiny_world.shapes_rl:run_gcpo_vs_grpo",
-                           "gcpo-vs-grpo-vqa": "mmrl.tiny_world.vqa_rl:run_gcpo_vs_grpo_vqa"}
+                           "gcpo-vs-grpo-vqa": "mmrl.tiny_world.vqa_rl:run_gcpo_vs_grpo_vqa",
+                           "overfit-pool": "mmrl.tiny_world.overfit_pool:run_overfit_pool"}
 """Comparisons with their own runner (other families and tasks): name -> "module:function"."""
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("name", choices=sorted(COMPARISONS) + sorted(RUNNERS), help="the comparison to run")
+    from mmrl.tiny_world.reasoning_rl import COMPARISONS as REASONING
+
+    parser.add_argument("name", choices=sorted(COMPARISONS) + sorted(RUNNERS) + sorted(REASONING), help="the comparison to run")
     parser.add_argument("--out", default="runs/replicate", help="results go to OUT/NAME (replaced if it exists)")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--rollouts", type=int, default=None, help="rollout batches per arm (default: the comparison's)")
@@ -140,6 +143,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from mmrl.tiny_world.reasoning_rl import COMPARISONS as REASONING, run_reasoning_comparison
+
+    if args.name in REASONING:
+        run_reasoning_comparison(args.name, args.out, seeds=args.seeds, smoke=args.smoke, rollouts=args.rollouts)
+        return 0
     if args.name in RUNNERS:
         import importlib
 
