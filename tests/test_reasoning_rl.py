@@ -93,3 +93,15 @@ def test_overfit_pool_smoke(tmp_path, monkeypatch):
     for runs in res["cells"].values():
         assert len(runs[0]["rewards"]) == 2 and all(0 <= r <= 1 for r in runs[0]["rewards"])
     assert (tmp_path / "rep" / "overfit-pool" / "reward.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_dgpo_preset_is_the_comparisons_dgpo_arm(tmp_path):
+    import yaml
+    from pathlib import Path
+
+    preset = yaml.safe_load((Path(__file__).resolve().parents[1] / "configs" / "tiny_dgpo_countdown3.yaml").read_text())
+    arm = reasoning_rl.arm_config("dgpo-vs-grpo", "DGPO", seed=0, out=tmp_path)
+    for key in ("output_dir", "seed", "progress_bar", "eval_steps"):
+        preset.pop(key, None)
+        arm.pop(key, None)
+    assert preset == arm
