@@ -10,9 +10,16 @@ rollout batches) and is scored by greedy d1-style decoding on held-out puzzles (
     mmrl replicate gcpo-vs-grpo       # GCPO vs GRPO on the shapes world (tiny Janus, GenEval), mmrl/tiny_world/shapes_rl.py
     mmrl replicate gcpo-vs-grpo-vqa   # GCPO vs GRPO on shapes questions (tiny Qwen2.5-VL), mmrl/tiny_world/vqa_rl.py
 
-Implemented: the two DMPO comparisons above on sudoku4 (the masked-diffusion model) and gcpo-vs-grpo. Not yet
-implemented: countdown3 in `dmpo-vs-d1`, `dgpo-vs-grpo` (causal LM) and the 4 x 4 matrix at tiny-world scale (the
-matrix runs at test scale in tests/test_trainer_matrix.py).
+Reasoning RL on Countdown with the tiny causal LM (mmrl/tiny_world/reasoning_rl.py: sampled and greedy held-out
+accuracy, pass@k, KL to the base), and the overfit check (mmrl/tiny_world/overfit_pool.py):
+
+    mmrl replicate dgpo-vs-grpo            # GRPO vs DAPO vs DGPO
+    mmrl replicate dmpo-vs-d1-countdown3   # DMPO vs diffu-GRPO, same rollouts
+    mmrl replicate dmpo-reuse-countdown3   # DMPO with buffer reuse F = 1 / 8 / 24 vs diffu-GRPO, same rollouts
+    mmrl replicate overfit-pool            # every method x family on 8 fixed training prompts
+
+The masked-diffusion Countdown base is not competent enough to compare on (docs/RESULTS.md), so the Countdown
+comparisons use the causal LM, where DMPO's likelihoods are exact.
 """
 from __future__ import annotations
 
