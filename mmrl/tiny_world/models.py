@@ -46,7 +46,8 @@ class TinySpec:
     pretrain_filter: dict = field(default_factory=dict)
     """Restricts the pre-training rows (e.g. easier Sudoku puzzles: `{"blanks": [1, 5]}`)."""
     data: dict = field(default_factory=dict)
-    """Pre-training data options (shapes: `caption_noise`, the fraction of scenes drawn for a wrong caption;
+    """Pre-training data options (countdown3: `label_noise`, the fraction of rows whose target is a wrong expression;
+    shapes: `caption_noise`, the fraction of scenes drawn for a wrong caption;
     `balance_tasks`, rows drawn uniformly over the GenEval tasks rather than over prompts)."""
     description: str = ""
     """What the model is for and the competence it reaches."""
@@ -188,7 +189,18 @@ def _training_pairs(spec: TinySpec) -> tuple[list, list]:
             rows = [sudoku4_row(p, s) for p, s in pairs]
         return [r["prompt"] for r in rows], [r["solution"] for r in rows]
     if spec.task == "countdown3":
-        return [r["prompt"] for r in rows], [r["solution"] for r in rows]
+        targets = [r["solution"] for r in rows]
+        noise = float(spec.data.get("label_noise", 0.0))
+        if noise:  # imperfect demonstrations: a wrong but well-formed expression for a fixed share of the rows
+            import random
+
+            from mmrl.tiny_world.tasks import wrong_solution
+
+            rng = random.Random(spec.seed + 1)
+            for i, r in enumerate(rows):
+                if rng.random() < noise:
+                    targets[i] = wrong_solution(r["numbers"], r["target"], rng) or targets[i]
+        return [r["prompt"] for r in rows], targets
     if spec.task == "shapes":
         return [r["prompt"] for r in rows], [r["metadata"] for r in rows]
     if spec.task == "shapes_vqa":

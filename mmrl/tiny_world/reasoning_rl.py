@@ -116,8 +116,9 @@ def arm_config(name: str, arm: str, *, seed: int, out: Path, rollouts: int | Non
 
 
 def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int = 3, smoke: bool = False,
-                             rollouts: int | None = None, progress: bool = True) -> dict[str, Any]:
-    """Run every arm of `COMPARISONS[name]` over `seeds` from the cached base; report into `<out>/<name>`."""
+                             rollouts: int | None = None, progress: bool = True, arms: list[str] | None = None) -> dict[str, Any]:
+    """Run every arm of `COMPARISONS[name]` (or those named in `arms`) over `seeds` from the cached base; report
+    into `<out>/<name>`."""
     import json
     import re
     import shutil
@@ -133,6 +134,9 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
 
     if name not in COMPARISONS:
         raise ValueError(f"unknown comparison {name!r}; valid: {sorted(COMPARISONS)}")
+    bad = sorted(set(arms or []) - set(COMPARISONS[name]["arms"]))
+    if bad:
+        raise ValueError(f"unknown arms {bad} of {name}; valid: {list(COMPARISONS[name]['arms'])}")
     say = print if progress else (lambda *a, **k: None)
     root = Path(out) / name
     if root.exists():
@@ -149,8 +153,9 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
     base_steps = SMOKE_BASE_STEPS if smoke else None
     before = held_out(load_base_policy(base_name, progress=progress, steps=base_steps), rows, task.metric, recipe["family"], L, k)
     say(f"[{name}] base: " + "  ".join(f"{a} {v:.3f}" for a, v in before.items()))
+    selected = arms or list(COMPARISONS[name]["arms"])
     arms: dict[str, list[dict]] = {}
-    for arm in COMPARISONS[name]["arms"]:
+    for arm in selected:
         for seed in range(seeds):
             run_dir = root / "runs" / f"{re.sub(r'[^a-z0-9]+', '_', arm.lower()).strip('_')}-seed{seed}"
             cfg = load_config(None, arm_config(name, arm, seed=seed, out=run_dir, rollouts=rollouts, smoke=smoke))

@@ -191,6 +191,13 @@ def countdown_problems(n: int, seed: int, max_number: int = 30) -> list[tuple[li
     return out
 
 
+def wrong_solution(numbers: list[int], target: int, rng: random.Random) -> str | None:
+    """A well-formed expression of `numbers` (each once) whose value is not `target`, drawn uniformly over the other
+    reachable values (an imperfect demonstration); None if every expression gives `target`."""
+    others = {v: e for v, e in solutions(numbers).items() if v != target}
+    return others[rng.choice(sorted(others))] if others else None
+
+
 def countdown3_row(numbers: list[int], target: int, solution: str | None = None) -> dict:
     row = {"prompt": f"{','.join(map(str, numbers))}={target}", "numbers": list(numbers), "target": int(target)}
     if solution is not None:
