@@ -9,6 +9,7 @@ rollout batches) and is scored by greedy d1-style decoding on held-out puzzles (
 
     mmrl replicate gcpo-vs-grpo       # GCPO vs GRPO on the shapes world (tiny Janus, GenEval), mmrl/tiny_world/shapes_rl.py
     mmrl replicate gcpo-vs-grpo-vqa   # GCPO vs GRPO on shapes questions (tiny Qwen2.5-VL), mmrl/tiny_world/vqa_rl.py
+    mmrl replicate dmpo-vs-grpo-masked  # DMPO vs GRPO on the tiny aMUSEd (masked image tokens), mmrl/tiny_world/masked_image_rl.py
 
 Implemented: the two DMPO comparisons above on sudoku4 (the masked-diffusion model) and gcpo-vs-grpo. Not yet
 implemented: countdown3 in `dmpo-vs-d1`, `dgpo-vs-grpo` (causal LM) and the 4 x 4 matrix at tiny-world scale (the
@@ -126,7 +127,8 @@ def run_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int 
 
 
 RUNNERS: dict[str, str] = {"gcpo-vs-grpo": "mmrl.tiny_world.shapes_rl:run_gcpo_vs_grpo",
-                           "gcpo-vs-grpo-vqa": "mmrl.tiny_world.vqa_rl:run_gcpo_vs_grpo_vqa"}
+                           "gcpo-vs-grpo-vqa": "mmrl.tiny_world.vqa_rl:run_gcpo_vs_grpo_vqa",
+                           "dmpo-vs-grpo-masked": "mmrl.tiny_world.masked_image_rl:run_dmpo_vs_grpo_masked"}
 """Comparisons with their own runner (other families and tasks): name -> "module:function"."""
 
 
