@@ -469,7 +469,8 @@ def tiny_amused_components(*, seed: int = 0, words: Sequence[str] = (), grid: in
     """Randomly initialised (seeded) aMUSEd components with the real classes, the keyword arguments of
     `AmusedPipeline`: `transformer` (`UVit2DModel`, a `grid` x `grid` token canvas), `vqvae` (`VQModel`, 2 levels:
     images of 2 * grid pixels), `text_encoder` (`CLIPTextModelWithProjection`), `tokenizer` (`tiny_clip_tokenizer`
-    over `words`) and `scheduler` (`AmusedScheduler`, mask id = codebook_size)."""
+    over `words`) and `scheduler` (`AmusedScheduler`, mask id = codebook_size). `init_std`: normal init of every
+    transformer weight matrix / kernel and the text encoder's `initializer_range` (None: the classes' defaults)."""
     from diffusers import AmusedScheduler, UVit2DModel, VQModel
     from transformers import CLIPTextConfig, CLIPTextModelWithProjection
 
@@ -480,7 +481,8 @@ def tiny_amused_components(*, seed: int = 0, words: Sequence[str] = (), grid: in
         torch.manual_seed(seed)
         text_cfg = CLIPTextConfig(vocab_size=len(tok), hidden_size=text_hidden_size, intermediate_size=2 * text_hidden_size,
                                   projection_dim=text_hidden_size, num_hidden_layers=text_layers + 1, num_attention_heads=2,
-                                  max_position_embeddings=model_max_length, bos_token_id=tok.bos_token_id,
+                                  max_position_embeddings=model_max_length, initializer_range=init_std or 0.02,
+                                  bos_token_id=tok.bos_token_id,
                                   eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
         text_encoder = CLIPTextModelWithProjection(text_cfg).eval()
         transformer = UVit2DModel(

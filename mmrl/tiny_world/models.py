@@ -93,12 +93,13 @@ TINY_MODELS: dict[str, TinySpec] = {
     "shapes-masked": TinySpec(
         name="shapes-masked", family="masked_image", task="shapes",
         arch=dict(hidden_size=128, num_hidden_layers=3, num_attention_heads=4, text_hidden_size=64, text_layers=2,
-                  model_max_length=16, num_steps=8),
-        steps=600, lr=2e-3, gen_length=16, data={"caption_noise": 0.3, "balance_tasks": True},
-        description="tiny aMUSEd (diffusers UVit2DModel, 3 layers x 128, and a 2-layer CLIP text encoder with a word "
-                    "vocabulary) over the 4x4 object slots of mmrl.data.shape_slots (the 22-patch codebook as an exact "
-                    "fixed VQ codebook); MaskGIT training on scenes whose captions are wrong 30% of the time; 8 "
-                    "sampling steps",
+                  model_max_length=16, num_steps=8, init_std=0.08),
+        steps=1500, lr=2e-3, gen_length=16, data={"caption_noise": 0.3, "balance_tasks": True},
+        description="tiny aMUSEd (diffusers UVit2DModel, 3 layers x 128, 1.7M parameters, and a 2-layer CLIP text "
+                    "encoder with a word vocabulary) over the 4x4 object slots of mmrl.data.shape_slots (the 22-patch "
+                    "codebook as an exact fixed VQ codebook), init std 0.08; 1500 steps of MaskGIT training on scenes "
+                    "whose captions are wrong 30% of the time; 8 sampling steps; held-out GenEval 0.22 at CFG 1, 0.46 "
+                    "at CFG 2, 0.53 at CFG 3 (32 images per task); about 7.5 min on one core",
     ),
     "shapes-vqa": TinySpec(
         name="shapes-vqa", family="vlm", task="shapes_vqa",

@@ -84,10 +84,11 @@ def _grid_rows(test: list[dict]) -> list[dict]:
     return out
 
 
-def _images(policy, rows: list[dict]) -> list:
+def _images(policy, rows: list[dict], generation: dict[str, Any] | None = None) -> list:
     from mmrl.tiny_world.shapes_eval import EVAL_GENERATION
 
-    return list(policy.sample([r["prompt"] for r in rows], 1, seeds=list(range(len(rows))), **EVAL_GENERATION).completions)
+    gen = {**EVAL_GENERATION, **(generation or {})}
+    return list(policy.sample([r["prompt"] for r in rows], 1, seeds=list(range(len(rows))), **gen).completions)
 
 
 def run_gcpo_vs_grpo(out: str | Path = "runs/replicate", *, seeds: int = 3, smoke: bool = False, steps: int | None = None,
@@ -103,10 +104,12 @@ BASE_SMOKE_STEPS = 20
 
 def run_shapes_rl(root: str | Path, arms: list[str], *, seeds: int = 3, smoke: bool = False, steps: int | None = None,
                   progress: bool = True, per_task: int | None = None, name: str = "shapes-rl", base: str = "shapes",
-                  recipe: dict[str, Any] | None = None, arm_table: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+                  recipe: dict[str, Any] | None = None, arm_table: dict[str, dict[str, Any]] | None = None,
+                  eval_generation: dict[str, Any] | None = None) -> dict[str, Any]:
     """Train each arm of `arm_table` (default `ARMS`) named in `arms` over `seeds` from the tiny-world base `base`
     with `recipe` (default `SHAPES_RL`) and report into `root` (replaced if it exists): per-task held-out GenEval
-    before and after, curves, the image grid and GCPO's credit picture (when a GCPO arm ran)."""
+    before and after (sampled with `shapes_eval.EVAL_GENERATION` updated by `eval_generation`), curves, the image
+    grid and GCPO's credit picture (when a GCPO arm ran)."""
     from mmrl.config import load_config
     from mmrl.data.tasks import load_task
     from mmrl.geneval.rules import TASKS
@@ -138,10 +141,11 @@ def run_shapes_rl(root: str | Path, arms: list[str], *, seeds: int = 3, smoke: b
     task = load_task("shapes")
     eval_rows = balanced_rows(task.test, curve_per_task)
     base_policy = load_base_policy(base, progress=False, steps=base_steps)
-    before, _ = geneval_accuracy(base_policy, task.test, per_task=per_task)
+    eval_gen = dict(eval_generation or {})
+    before, _ = geneval_accuracy(base_policy, task.test, per_task=per_task, **eval_gen)
     say("base model, held-out GenEval: " + "  ".join(f"{k} {v:.3f}" for k, v in before.items()))
     grid_rows = _grid_rows(task.test)
-    grid_images = {"base": _images(base_policy, grid_rows)}
+    grid_images = {"base": _images(base_policy, grid_rows, eval_gen)}
     by_arm: dict[str, list[dict]] = {}
     for arm in arms:
         for seed in range(seeds):
@@ -153,11 +157,11 @@ def run_shapes_rl(root: str | Path, arms: list[str], *, seeds: int = 3, smoke: b
             t0 = time.perf_counter()
             Trainer(cfg, policy=policy, dataset=task.train, eval_dataset=eval_rows, eval_metric="geneval").train()
             train_s = time.perf_counter() - t0
-            after, _ = geneval_accuracy(policy, task.test, per_task=per_task)
+            after, _ = geneval_accuracy(policy, task.test, per_task=per_task, **eval_gen)
             by_arm.setdefault(arm, []).append({"seed": seed, "after": after, "train_seconds": train_s,
                                              "records": read_metrics(run_dir)})
             if seed == 0:
-                grid_images[arm] = _images(policy, grid_rows)
+                grid_images[arm] = _images(policy, grid_rows, eval_gen)
             say(f"      held-out overall {after['overall']:.3f} (base {before['overall']:.3f}), {train_s:.0f} s")
     # ---- report
     header = ["GenEval task", "base"] + [f"{a} ({seeds} seed{'s' if seeds > 1 else ''})" for a in by_arm]
@@ -189,6 +193,7 @@ def run_shapes_rl(root: str | Path, arms: list[str], *, seeds: int = 3, smoke: b
     total = time.perf_counter() - t_all
     results = {"name": name, "before": before, "seeds": seeds, "seconds": total, "smoke": smoke,
                "build_seconds": build_s, "model": str(base_dir), "per_task_images": per_task, "table": table,
+               "eval_generation": eval_gen,
                "arms": {a: [{k: v for k, v in r.items() if k != "records"} for r in runs] for a, runs in by_arm.items()},
                "configs": {a: arm_config(a, seed=0, out=Path("."), smoke=smoke, steps=steps, **arm_kw) for a in arms},
                "grid_prompts": [r["prompt"] for r in grid_rows]}
