@@ -11,7 +11,8 @@ rollout batches) and is scored by greedy d1-style decoding on held-out puzzles (
     mmrl replicate gcpo-vs-grpo-vqa   # GCPO vs GRPO on shapes questions (tiny Qwen2.5-VL), mmrl/tiny_world/vqa_rl.py
     mmrl replicate dmpo-vs-grpo-masked  # DMPO vs GRPO on the tiny aMUSEd (masked image tokens), mmrl/tiny_world/masked_image_rl.py
 
-Implemented: the two DMPO comparisons above on sudoku4 (the masked-diffusion model) and gcpo-vs-grpo. Not yet
+Implemented: the two DMPO comparisons above on sudoku4 (the masked-diffusion model), gcpo-vs-grpo, gcpo-vs-grpo-vqa
+and dmpo-vs-grpo-masked. Not yet
 implemented: countdown3 in `dmpo-vs-d1`, `dgpo-vs-grpo` (causal LM) and the 4 x 4 matrix at tiny-world scale (the
 matrix runs at test scale in tests/test_trainer_matrix.py).
 """
@@ -137,7 +138,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default="runs/replicate", help="results go to OUT/NAME (replaced if it exists)")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--rollouts", type=int, default=None, help="rollout batches per arm (default: the comparison's)")
-    parser.add_argument("--steps", type=int, default=None, help="optimizer steps per run (gcpo-vs-grpo; default: the recipe's)")
+    parser.add_argument("--steps", type=int, default=None, help="optimizer steps per run (the shapes comparisons; default: the recipe's)")
     parser.add_argument("--smoke", action="store_true", help="2 rollouts per arm, 16 test puzzles (plumbing check)")
 
 
