@@ -48,6 +48,18 @@ class Buffer:
     metrics: dict = field(default_factory=dict)
     """Buffer-time metrics (rewards, lengths, timings)."""
 
+    def store(self, idx: torch.Tensor, out) -> None:
+        """Write what a loss handed back (`mmrl.methods.LossOutput`) for rows `idx`: the token credit, the per-token
+        statistics."""
+        if out.credit is not None:
+            if self.credit is None:
+                self.credit = torch.zeros_like(self.loss_mask, dtype=torch.float32)
+            self.credit[idx] = out.credit
+        for k, v in out.token_stats.items():
+            if k not in self.token_stats:
+                self.token_stats[k] = torch.zeros_like(self.loss_mask, dtype=torch.float32)
+            self.token_stats[k][idx] = v
+
     def to_state(self) -> dict[str, Any]:
         """A dict of tensors and plain values that `torch.load(weights_only=True)` can read back."""
         r = self.rollout

@@ -250,6 +250,11 @@ class TrainConfig:
     micro_batch_mean (the authors' code's group baseline: the mean weight of each per-device micro-batch)."""
     dmpo_baseline_strength: float = 1.0
     """Strength lambda of the baseline: w_real = w - lambda * w_base."""
+    dmpo_negative_scale: float = 1.0
+    """Scale rho of the below-baseline (negative) weights: w_real = max(d, 0) + rho * min(d, 0), d = w - lambda *
+    w_base. 1 = the paper's negative gradient insertion (an unbounded unlikelihood push on below-baseline
+    responses); 0 = fit only above-baseline responses (what the tiny reasoning presets use: at useful learning rates
+    the negative term drove the likelihood of the model's own outputs down until it collapsed, docs/RESULTS.md)."""
     dmpo_num_copies: int = 4
     """R: masked copies per response in the WDCE loss (antithetic pairs, so even)."""
     dmpo_elbo_copies: int = 4
@@ -281,6 +286,15 @@ class TrainConfig:
     log_completions: bool = False
     """Write a completions table every logged step (TRL's name): prompt, completion, each reward, advantage, one
     row per response, to `completions.jsonl` in the run directory and to TensorBoard / W&B as text / a table."""
+    log_diagnostics: bool = True
+    """Log the `diag/` metrics every step (mmrl.diagnostics; README.md, "Metrics"): `diag/kl_k1`, `diag/kl_k3`
+    (KL to the reference on the rollout's responses; it needs a reference model: one exists with beta > 0, DMPO,
+    DGPO or LoRA, and otherwise a frozen copy of the policy is built when it has at most 1e9 parameters; with beta = 0
+    it costs one no-grad reference forward per rollout and mask seed, DMPO one no-grad policy forward per
+    micro-batch), `diag/pos_weight_frac`, `diag/neg_weight_frac` (signed weight mass of the loss),
+    `diag/update_ratio(_max)` (update size relative to the weights; it keeps one extra copy of the trainable weights
+    during the optimizer step of each logged step, so raise logging_steps or turn this off for a large full
+    fine-tune)."""
     report_to: list[str] = field(default_factory=lambda: ["jsonl", "tensorboard"])
     """Metric sinks: jsonl (always written) and accelerate's trackers: tensorboard, wandb, mlflow, comet_ml, aim,
     clearml, dvclive, swanlab, trackio (each when installed). TRL: none; here the JSONL record the reports read, and
@@ -647,6 +661,8 @@ def _validate(cfg: TrainConfig) -> list[str]:
                  f"{cfg.per_device_train_batch_size} must be a multiple of num_generations={cfg.num_generations}")
     if not cfg.dmpo_alpha > 0:
         e.append(f"dmpo_alpha={cfg.dmpo_alpha} must be > 0")
+    if not 0 <= cfg.dmpo_negative_scale <= 1:
+        e.append(f"dmpo_negative_scale={cfg.dmpo_negative_scale} must be in [0, 1]")
     if not 0 < cfg.dmpo_coeff <= 1:
         e.append(f"dmpo_coeff={cfg.dmpo_coeff} must be in (0, 1]")
     if not 0 <= cfg.dmpo_min_mask_rate <= 1:

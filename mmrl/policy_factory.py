@@ -20,6 +20,15 @@ def needs_reference(cfg: TrainConfig) -> bool:
     return method_class(cfg.method).needs_reference(cfg) or cfg.gcpo_entropy_reward > 0  # the entropy reward's H_ref
 
 
+def wants_reference(cfg: TrainConfig, policy) -> bool:
+    """Whether `policy` should get a frozen copy of itself as its reference: it has none and the method needs one,
+    or the diagnostics' KL to the base asks for one (`mmrl.diagnostics.wants_diagnostic_reference`). Never with
+    LoRA: the reference is the adapter-disabled base."""
+    from mmrl.diagnostics import wants_diagnostic_reference
+
+    return not cfg.use_peft and not policy.has_reference and (needs_reference(cfg) or wants_diagnostic_reference(cfg, policy))
+
+
 def generation_options(cfg: TrainConfig) -> dict[str, Any]:
     """The `sample()` options of the configured family (the adapter's `generation_options`), then the config's
     `generation_kwargs`."""
@@ -95,7 +104,7 @@ def build_policy(cfg: TrainConfig, device: torch.device | str | None = None):
         policy = cls.from_pretrained(src, trust_remote_code=cfg.trust_remote_code, dtype=dtype, device=device,
                                      ref_model=(cfg.ref_model_name_or_path or True) if want_ref else False)
     set_generation_defaults(policy, gen)
-    if want_ref and policy.ref_model is None:
+    if (want_ref and policy.ref_model is None) or wants_reference(cfg, policy):
         if cfg.ref_model_name_or_path:
             ref = cls.from_pretrained(cfg.ref_model_name_or_path, trust_remote_code=cfg.trust_remote_code, dtype=dtype).model
         else:

@@ -40,6 +40,7 @@ from mmrl.completions_log import completion_rows, with_advantages
 from mmrl.config import TrainConfig
 from mmrl.data.loading import require_column
 from mmrl.data.validate import check_prompts
+from mmrl.diagnostics import finish_step_metrics, logged_step, snapshot
 from mmrl.epochs import resolve_max_steps
 from mmrl.faults import fault_point  # test hook: MMRL_KILL_AT=<point>:K kills the process there (crash tests)
 from mmrl.metrics_log import MetricLogger
@@ -48,7 +49,7 @@ from mmrl.methods.gcpo import stage_entropy_reward
 from mmrl.models import adapter_class
 from mmrl.models.base import is_peft_model
 from mmrl.peer_failure import is_peer_failure, peer_failure_message
-from mmrl.policy_factory import apply_lora, build_policy, check_model_source, estimator_options, generation_options, needs_reference, set_generation_defaults
+from mmrl.policy_factory import apply_lora, build_policy, check_model_source, estimator_options, generation_options, set_generation_defaults, wants_reference
 from mmrl.prompt_stream import PromptStream
 from mmrl.protocol import Rollout
 from mmrl.reward_inputs import make_trainer_state, reward_arguments
@@ -144,7 +145,7 @@ class Trainer:
         if cfg.gradient_checkpointing:
             grad_checkpointing.enable(self.policy.model)
         self.policy.model.eval()  # dropout off (ratio exactly 1 at the first inner step)
-        if policy is not None and needs_reference(cfg) and not self.policy.has_reference:
+        if policy is not None and wants_reference(cfg, self.policy):
             import copy
 
             self.policy.ref_model = copy.deepcopy(self.policy.unwrapped).requires_grad_(False).eval()
@@ -209,7 +210,7 @@ class Trainer:
                 last = metrics
                 if cfg.eval_steps and (self.step % cfg.eval_steps == 0 or self.step == cfg.max_steps):
                     metrics.update(self.evaluate())
-                if self.step % cfg.logging_steps == 0 or self.step == cfg.max_steps:  # step 7
+                if logged_step(cfg, self.step):  # step 7
                     logger.log(self.step, metrics)
                     logger.log_completions(self.step, self._completions_table)  # each rollout batch once
                     self._completions_table = []
@@ -395,7 +396,7 @@ class Trainer:
             with ctx, (grad_checkpointing.active(model) if cfg.gradient_checkpointing else nullcontext()):
                 out = self.method.loss(buf, MicroBatch(idx, inner, j, self.step, self.rank, g_tokens, g_seqs, g_groups))
                 loss, m = out.loss, out.metrics
-                self._store(buf, idx, out)
+                buf.store(idx, out)
                 loss_total += float(loss.detach())
                 acc.backward(loss * self.world)  # DDP averages over processes; the normalisers are global
             for k, v in m.items():
@@ -410,7 +411,9 @@ class Trainer:
         fault_point("in_optimizer_step", self.step + 1)
         # clip, check, step
         max_norm = cfg.max_grad_norm if cfg.max_grad_norm > 0 else float("inf")
-        grad_norm = acc.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], max_norm)
+        params = [p for p in model.parameters() if p.requires_grad]
+        before = snapshot(params) if cfg.log_diagnostics and logged_step(cfg, self.step + 1) else None  # update_ratio
+        grad_norm = acc.clip_grad_norm_(params, max_norm)
         grad_norm = float(grad_norm) if grad_norm is not None else float("nan")
         finite = math.isfinite(loss_total) and math.isfinite(grad_norm)
         if finite:
@@ -428,6 +431,7 @@ class Trainer:
                     f"{loss_total}, grad norm {grad_norm}); stopping. Lower learning_rate or check the rewards; the last "
                     f"checkpoint is intact."
                 )
+        finish_step_metrics(metrics, before, params)  # diag/: step totals to ratios, the update size
         self.optimizer.zero_grad(set_to_none=True)
         with warnings.catch_warnings():  # a skipped (non-finite) step still advances the schedule; torch warns about it
             warnings.simplefilter("ignore", UserWarning)
@@ -435,18 +439,6 @@ class Trainer:
         metrics["loss"] = loss_total
         metrics["grad_norm"] = grad_norm
         return metrics
-
-    @staticmethod
-    def _store(buf: Buffer, idx: torch.Tensor, out) -> None:
-        """Write what a loss handed back into the buffer: the token credit, the per-token statistics."""
-        if out.credit is not None:
-            if buf.credit is None:
-                buf.credit = torch.zeros_like(buf.loss_mask, dtype=torch.float32)
-            buf.credit[idx] = out.credit
-        for k, v in out.token_stats.items():
-            if k not in buf.token_stats:
-                buf.token_stats[k] = torch.zeros_like(buf.loss_mask, dtype=torch.float32)
-            buf.token_stats[k][idx] = v
 
     # =================================================================================== 7: save / resume
 

@@ -12,6 +12,7 @@ import torch.nn.functional as F
 
 from mmrl.algorithms.groups import check_group_size, group_softmax, to_groups
 from mmrl.algorithms.registry import DMPO_BASELINES
+from mmrl.diagnostics import effective_sample_size  # noqa: F401  (re-exported: Kish's ESS, one definition)
 
 
 def _check_alpha(alpha: float) -> None:
@@ -112,14 +113,6 @@ LOSS_TIME_BASELINES = ("model", "micro_batch_mean")
 """Baselines computed at loss time from the micro-batch (not stored in the buffer by `dmpo_baseline`)."""
 
 
-@torch.no_grad()
-def effective_sample_size(w: torch.Tensor, group_size: int) -> torch.Tensor:
-    """Normalised effective sample size per group, `1 / (G * sum_i w_i^2)` in [1/G, 1], of weights w [N] summing to 1
-    per group (the authors' code logs it and uses it for the adaptive coefficient)."""
-    wg = to_groups(w.float(), group_size)  # [B, G]
-    return 1.0 / (group_size * wg.square().sum(-1)).clamp(min=1e-12)  # [B]
-
-
 DEFAULT_MIN_MASK_RATE = 0.1
 """Lower end of the WDCE mask rate (authors' code `loss_mask_prob_clamp`; the config's `dmpo_min_mask_rate`)."""
 
@@ -174,10 +167,16 @@ def elbo_from_masked_logp(masked_logp_sum: torch.Tensor, n_masked: torch.Tensor,
     return copy_elbos(masked_logp_sum, n_masked, n_tokens).mean(0)  # [N]
 
 
-def dmpo_real_weights(w: torch.Tensor, w_base: torch.Tensor, strength: float) -> torch.Tensor:
-    """The weights WDCE uses, `w_real = w - strength * w_base` [N] (DMPO section 3.3, negative gradient insertion):
-    responses weighted below their baseline get a negative weight, i.e. their likelihood is pushed down."""
-    return w - strength * w_base  # [N]
+def dmpo_real_weights(w: torch.Tensor, w_base: torch.Tensor, strength: float, negative_scale: float = 1.0) -> torch.Tensor:
+    """The weights WDCE uses [N]: `d = w - strength * w_base` (DMPO section 3.3, negative gradient insertion), then
+    `w_real = max(d, 0) + negative_scale * min(d, 0)`.
+
+    Responses weighted below their baseline get a negative weight, i.e. their likelihood is pushed down; nothing
+    bounds that push (the likelihood of a response can fall without limit). `negative_scale = 1` is the paper;
+    smaller values shrink the unlikelihood term and 0 removes it (only above-baseline responses are fitted, as in
+    rejection-sampling fine-tuning), a deviation measured on the tiny world (docs/RESULTS.md, "Reasoning RL")."""
+    d = w - strength * w_base  # [N]
+    return d.clamp(min=0) + negative_scale * d.clamp(max=0)  # [N]
 
 
 def wddo_deltas(elbo_theta: torch.Tensor, elbo_v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -15,13 +15,13 @@ from mmrl.algorithms import (
     dmpo_baseline,
     dmpo_real_weights,
     dmpo_weights,
-    effective_sample_size,
     wdce_loss,
     wddo_deltas,
     wddo_loss,
 )
 from mmrl.algorithms.dmpo import LOSS_TIME_BASELINES, micro_batch_mean_baseline
-from mmrl.methods.base import METHODS, LossOutput, Method, MicroBatch
+from mmrl.diagnostics import effective_sample_size, micro_batch_sums
+from mmrl.methods.base import METHODS, LossOutput, Method, MicroBatch, zeros_like_tokens
 from mmrl.protocol import NoisedBatch
 from mmrl.seeds import derived_seed
 
@@ -51,11 +51,18 @@ class DMPO(Method):
         need_v = cfg.dmpo_target == "reference" or cfg.dmpo_loss == "wddo" or cfg.dmpo_baseline == "model"
         est = self.estimator_options(buf.mask_seeds[0], kind="elbo")
         elbo_v, elbo_ref = torch.zeros(N, device=dev), torch.zeros(N, device=dev)
-        for idx in micro_batches if need_v else []:
+        diag = cfg.log_diagnostics and policy.has_reference  # diag/kl_*: the reference's per-token terms, kept
+        ref_tok = zeros_like_tokens(buf) if diag else None  # [N, T]
+        for idx in micro_batches if (need_v or diag) else []:
             rows = buf.rollout.select(idx)
-            elbo_v[idx] = policy.logprob(rows, **est).logp.sum(-1).to(dev)
-            if cfg.dmpo_target == "reference":
-                elbo_ref[idx] = policy.logprob(rows, use_reference=True, **est).logp.sum(-1).to(dev)
+            if need_v:
+                elbo_v[idx] = policy.logprob(rows, **est).logp.sum(-1).to(dev)
+            if cfg.dmpo_target == "reference" or diag:
+                r = policy.logprob(rows, use_reference=True, **est).logp  # [n, T]
+                elbo_ref[idx] = r.sum(-1).to(dev)
+                if diag:
+                    ref_tok[idx] = r.float().to(ref_tok.device)
+        buf.ref_logp = [ref_tok] if diag else None
         log_ratio = elbo_ref - elbo_v if cfg.dmpo_target == "reference" else torch.zeros(N, device=dev)  # [N]
         G = cfg.num_generations
         buf.dmpo_w = dmpo_weights(buf.rewards, log_ratio, G, alpha=cfg.dmpo_alpha, coeff=cfg.dmpo_coeff)
@@ -70,17 +77,27 @@ class DMPO(Method):
             buf.metrics.update({"dmpo/log_ref_minus_v_mean": float(log_ratio.mean()),
                                 "dmpo/log_ref_minus_v_std": float(log_ratio.std()) if N > 1 else 0.0})
 
+    def kl_diagnostics(self, buf, rows, idx: torch.Tensor) -> dict[str, float]:
+        """`mmrl.diagnostics.micro_batch_sums` of the KL of the current policy (before this step's update: one no-grad
+        forward with the buffer's shared ELBO masks) to the reference terms kept at buffer time."""
+        if not buf.ref_logp:
+            return {}
+        with torch.no_grad():
+            logp = self.policy.logprob(rows, **self.estimator_options(buf.mask_seeds[0], kind="elbo")).logp  # [n, T]
+        return micro_batch_sums(buf.loss_mask[idx], logp=logp, ref_logp=buf.ref_logp[0][idx])
+
     def loss(self, buf, mb: MicroBatch) -> LossOutput:
         """WDCE (eq. 11) or WDDO on R masked copies of each response (fresh masks every micro-step)."""
         cfg, policy = self.cfg, self.policy
         idx = mb.idx
         rows = buf.rollout.select(idx)
+        # diag/kl_*: before the gradient forward, so its graph is not held during this one
+        m: dict[str, float] = self.kl_diagnostics(buf, rows, idx) if cfg.log_diagnostics else {}
         gen = torch.Generator(device="cpu").manual_seed(derived_seed(cfg.seed, "noise", mb.step, mb.micro, mb.rank))
         noised: NoisedBatch = policy.forward_noise(rows, cfg.dmpo_num_copies, gen, min_rate=cfg.dmpo_min_mask_rate)
         lp = policy.denoise_logprob(noised)  # [R, n, T]
         masked_sum = lp.sum(-1)  # [R, n]
         elbo_theta = _copy_elbos(masked_sum, noised)  # [R, n]
-        m: dict[str, float] = {}
         credit = None
         G = cfg.num_generations
         if cfg.dmpo_loss == "wdce":
@@ -93,14 +110,18 @@ class DMPO(Method):
                 w_base = micro_batch_mean_baseline(w)
             else:
                 w_base = buf.dmpo_w_base[idx]
-            w_real = dmpo_real_weights(w, w_base, cfg.dmpo_baseline_strength)  # [n]
+            w_real = dmpo_real_weights(w, w_base, cfg.dmpo_baseline_strength, cfg.dmpo_negative_scale)  # [n]
             loss = wdce_loss(-masked_sum, noised.n_masked, w_real, num_groups=int(mb.g_groups))
+            if cfg.log_diagnostics:  # the WDCE weights on each response's log-likelihood
+                m.update(micro_batch_sums(buf.loss_mask[idx], w_real))
             m["dmpo/w_real_pos_sum"] = float(w_real.clamp(min=0).sum() / max(1.0, len(idx) / G))
             credit = w_real.detach().float()[:, None] * buf.loss_mask[idx]
         else:
             delta_real, delta_fake = wddo_deltas(elbo_theta, buf.dmpo_elbo_v[idx])
             loss = wddo_loss(delta_real, delta_fake, buf.dmpo_w[idx], beta=cfg.wddo_beta, alpha_ddo=cfg.wddo_alpha) * len(idx) / mb.g_seqs
             m["dmpo/delta_mean"] = float(delta_real.detach().mean())
+            if cfg.log_diagnostics:  # WDDO's weights are the nonnegative importance weights
+                m.update(micro_batch_sums(buf.loss_mask[idx], buf.dmpo_w[idx]))
         m["dmpo/masked_ce"] = float((-masked_sum.detach() / noised.n_masked.clamp(min=1)).mean())
         return LossOutput(loss, m, credit=credit)
 

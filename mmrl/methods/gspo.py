@@ -11,6 +11,7 @@ import torch
 
 from mmrl.algorithms import aggregate, k3_kl
 from mmrl.algorithms.gspo import gspo_loss
+from mmrl.diagnostics import micro_batch_sums
 from mmrl.methods.base import METHODS, LossOutput, MicroBatch
 from mmrl.methods.policy_gradient import PolicyGradient
 
@@ -39,6 +40,8 @@ class GSPO(PolicyGradient):
         token_stats = {"entropy": scores.stats["entropy"].float()} if current and mb.inner == 0 else {}
         credit = adv[:, None].expand_as(mask).detach().float() * mask if mb.inner == 0 else None
         m = {k: float(v) for k, v in pm.items()}
+        if cfg.log_diagnostics:
+            m.update(micro_batch_sums(mask, adv, logp, buf.ref_logp[seed_k][idx] if buf.ref_logp else None))
         if mb.inner == 0 and not current:
             with torch.no_grad():
                 dev = (logp.detach() - old).abs()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 from mmrl.algorithms import accumulated_loss, aggregate, policy_loss
+from mmrl.diagnostics import micro_batch_sums
 from mmrl.methods.base import METHODS, LossOutput, Method, MicroBatch
 
 TOKEN_STATS = ("entropy", "h2")
@@ -35,6 +36,11 @@ class PolicyGradient(Method):
     def after_behaviour(self, buf, stats: dict[str, torch.Tensor]) -> None:
         """Hook after the behaviour forwards (e.g. token weights fixed at buffer time)."""
 
+    def wants_reference_logprobs(self) -> bool:
+        """Whether the buffer keeps reference log-probs: a KL term (beta > 0), or the `diag/kl_*` diagnostics when a
+        reference model exists (with beta = 0 they cost one no-grad reference forward per mask seed and rollout)."""
+        return self.cfg.beta > 0 or (self.cfg.log_diagnostics and self.policy.has_reference)
+
     def prepare(self, buf, micro_batches, *, current: bool) -> None:
         """Behaviour log-probs (and reference log-probs, statistics) per mask seed and micro-batch.
 
@@ -44,8 +50,9 @@ class PolicyGradient(Method):
         cfg, policy = self.cfg, self.policy
         N, T = buf.rollout.response_ids.shape
         dev = buf.rollout.response_ids.device
+        want_ref = self.wants_reference_logprobs()
         if current:
-            if cfg.beta > 0 and not self.reference_from_current_forward():
+            if want_ref and not self.reference_from_current_forward():
                 est = self.estimator_options(buf.mask_seeds[0])
                 ref = torch.zeros(N, T, device=dev)
                 for idx in micro_batches:
@@ -53,10 +60,10 @@ class PolicyGradient(Method):
                 buf.ref_logp = [ref]
             return
         stats = {name: torch.zeros(N, T, device=dev) for name in ("entropy", *self.buffer_stats)}
-        buf.ref_logp = [] if cfg.beta > 0 else None
+        buf.ref_logp = [] if want_ref else None
         for k, seed in enumerate(buf.mask_seeds):
             old = torch.zeros(N, T, device=dev)
-            ref = torch.zeros(N, T, device=dev) if cfg.beta > 0 else None
+            ref = torch.zeros(N, T, device=dev) if want_ref else None
             est = self.estimator_options(seed)
             for idx in micro_batches:
                 rows = buf.rollout.select(idx)
@@ -112,6 +119,9 @@ class PolicyGradient(Method):
             loss = loss + cfg.nll_coef * aggregate(-logp, mask, "token_mean", num_items=mb.g_tokens)
         for k, v in pm.items():
             m[k] = float(v)
+        if cfg.log_diagnostics:  # the policy before this step's update against the reference, the signed weights
+            kl_ref = ref if ref is not None else (scores.other_logp if self.reference_from_current_forward() else None)
+            m.update(micro_batch_sums(mask, token_adv, logp, kl_ref))
         with torch.no_grad():
             if inner == 0 and not current:
                 dev = (logp.detach() - old).abs()

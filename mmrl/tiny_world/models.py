@@ -77,9 +77,10 @@ TINY_MODELS: dict[str, TinySpec] = {
     "countdown3-ar": TinySpec(
         name="countdown3-ar", family="causal_lm", task="countdown3",
         arch=dict(hidden_size=128, intermediate_size=256, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=4),
-        steps=300, gen_length=16,
-        description="causal Qwen2 (4 layers, 128 wide) for 3-number Countdown expressions; 0.26 held-out accuracy "
-                    "(d1's reward = 1, greedy) after 300 steps (37 s on one core)",
+        steps=600, gen_length=16,
+        description="causal Qwen2 (4 layers, 128 wide) for 3-number Countdown expressions, 600 steps (about 85 s on one "
+                    "core): held-out 0.25 greedy, 0.14 sampled at T = 1, pass@16 0.60 (the regime where RL sharpens; "
+                    "300 steps: 0.18 / 0.07 / 0.44)",
     ),
     "shapes": TinySpec(
         name="shapes", family="janus", task="shapes",

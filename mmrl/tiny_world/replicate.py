@@ -11,10 +11,16 @@ rollout batches) and is scored by greedy d1-style decoding on held-out puzzles (
     mmrl replicate gcpo-vs-grpo-vqa   # GCPO vs GRPO on shapes questions (tiny Qwen2.5-VL), mmrl/tiny_world/vqa_rl.py
     mmrl replicate dmpo-vs-grpo-masked  # DMPO vs GRPO on the tiny aMUSEd (masked image tokens), mmrl/tiny_world/masked_image_rl.py
 
-Implemented: the two DMPO comparisons above on sudoku4 (the masked-diffusion model), gcpo-vs-grpo, gcpo-vs-grpo-vqa
-and dmpo-vs-grpo-masked. Not yet
-implemented: countdown3 in `dmpo-vs-d1`, `dgpo-vs-grpo` (causal LM) and the 4 x 4 matrix at tiny-world scale (the
-matrix runs at test scale in tests/test_trainer_matrix.py).
+Reasoning RL on Countdown with the tiny causal LM (mmrl/tiny_world/reasoning_rl.py: sampled and greedy held-out
+accuracy, pass@k, KL to the base), and the overfit check (mmrl/tiny_world/overfit_pool.py):
+
+    mmrl replicate dgpo-vs-grpo            # GRPO vs DAPO vs DGPO
+    mmrl replicate dmpo-vs-d1-countdown3   # DMPO vs diffu-GRPO, same rollouts
+    mmrl replicate dmpo-reuse-countdown3   # DMPO with buffer reuse F = 1 / 8 / 24 vs diffu-GRPO, same rollouts
+    mmrl replicate overfit-pool            # every method x family on 8 fixed training prompts
+
+The masked-diffusion Countdown base is not competent enough to compare on (docs/RESULTS.md), so the Countdown
+comparisons use the causal LM, where DMPO's likelihoods are exact.
 """
 from __future__ import annotations
 
@@ -129,12 +135,15 @@ def run_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int 
 
 RUNNERS: dict[str, str] = {"gcpo-vs-grpo": "mmrl.tiny_world.shapes_rl:run_gcpo_vs_grpo",
                            "gcpo-vs-grpo-vqa": "mmrl.tiny_world.vqa_rl:run_gcpo_vs_grpo_vqa",
+                           "overfit-pool": "mmrl.tiny_world.overfit_pool:run_overfit_pool",
                            "dmpo-vs-grpo-masked": "mmrl.tiny_world.masked_image_rl:run_dmpo_vs_grpo_masked"}
 """Comparisons with their own runner (other families and tasks): name -> "module:function"."""
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("name", choices=sorted(COMPARISONS) + sorted(RUNNERS), help="the comparison to run")
+    from mmrl.tiny_world.reasoning_rl import COMPARISONS as REASONING
+
+    parser.add_argument("name", choices=sorted(COMPARISONS) + sorted(RUNNERS) + sorted(REASONING), help="the comparison to run")
     parser.add_argument("--out", default="runs/replicate", help="results go to OUT/NAME (replaced if it exists)")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--rollouts", type=int, default=None, help="rollout batches per arm (default: the comparison's)")
@@ -143,6 +152,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from mmrl.tiny_world.reasoning_rl import COMPARISONS as REASONING, run_reasoning_comparison
+
+    if args.name in REASONING:
+        run_reasoning_comparison(args.name, args.out, seeds=args.seeds, smoke=args.smoke, rollouts=args.rollouts)
+        return 0
     if args.name in RUNNERS:
         import importlib
 

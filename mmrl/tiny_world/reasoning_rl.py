@@ -1,0 +1,198 @@
+"""Reasoning RL on the tiny world's text tasks: held-out figures and the comparisons of `mmrl replicate`.
+
+Evaluation (`held_out`): greedy decoding (d1's protocol at this scale) and the training sampler at temperature 1,
+averaged over K samples per held-out row (DGPO reports Avg@32 of sampled answers, Ding et al. 2025 section 5), with
+pass@K beside it. RL can only sharpen what the base already produces: a base whose pass@K is far above its pass@1 is
+the regime where the reward-tilted target `p_ref * exp(r / alpha)` (DMPO) or a group-relative update (GRPO) helps.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+
+
+def sampled_generation(family: str, length: int, temperature: float = 1.0) -> dict[str, Any]:
+    """The training sampler's options for a text family at `temperature` (masked diffusion: one token per step,
+    low-confidence remasking, one block)."""
+    if family == "masked_diffusion":
+        return {"gen_length": length, "block_length": length, "steps": length, "temperature": temperature,
+                "sampler": "low_confidence"}
+    return {"max_new_tokens": length, "temperature": temperature}
+
+
+def held_out(policy, rows: Sequence[dict], metric: str, family: str, length: int, k: int = 4,
+             batch_size: int = 128) -> dict[str, float]:
+    """Greedy accuracy, sampled accuracy (mean over `k` samples per row at temperature 1) and pass@k on `rows`.
+
+    Sudoku's scores are cell accuracies (pass@k then counts fully solved puzzles); the other metrics are 1 / 0."""
+    from mmrl.evaluate import d1_generation, evaluate
+
+    greedy = evaluate(policy, rows, metric, batch_size=batch_size, progress=False,
+                      **d1_generation(family, length, length, length)).accuracy
+    scores = torch.zeros(len(rows), k)  # [R, K]
+    for j in range(k):
+        res = evaluate(policy, rows, metric, batch_size=batch_size, progress=False, seed=1000 + j,
+                       **sampled_generation(family, length))
+        scores[:, j] = torch.tensor(res.scores)
+    return {"greedy": float(greedy), "sampled": float(scores.mean()), f"pass@{k}": float((scores >= 1).any(1).float().mean())}
+
+
+# ============================================================================ the comparisons (`mmrl replicate`)
+
+COUNTDOWN_RL: dict[str, Any] = {
+    # tiny causal LM on 3-number Countdown; chosen on the tiny world (docs/RESULTS.md, "Reasoning RL that learns")
+    "family": "causal_lm",
+    "task": "countdown3",
+    "model_name_or_path": "tiny-world:countdown3-ar",
+    "reward_funcs": ["countdown3_accuracy"],  # 1 / 0: d1's 0.1 for a well-formed wrong answer only adds a plateau
+    "num_generations": 16,
+    "per_device_train_batch_size": 256,  # 16 prompts x 16 answers per rollout batch
+    "gradient_accumulation_steps": 1,
+    "max_completion_length": 16,
+    "temperature": 1.0,
+    "learning_rate": 5e-4,
+    "lr_scheduler_type": "cosine",
+    "warmup_ratio": 0.1,
+    "beta": 0.1,
+    "dynamic_sampling": False,  # the same rollouts for every arm (DAPO / DGPO would redraw most groups here)
+    "eval_limit": 256,
+    "eval_generation": {"max_new_tokens": 16, "temperature": 1.0},  # the curves: one sampled answer per row
+    "save_steps": 0,
+    "credit_steps": 0,
+}
+"""Settings every arm of the Countdown comparisons shares; an arm sets only its method and method options."""
+
+DMPO_ARM = {"method": "dmpo", "dmpo_target": "behaviour", "dmpo_baseline": "group", "dmpo_alpha": 0.04, "num_iterations": 1}
+"""DMPO as it learns here: the proximal target (App. B.2, weights softmax(r / alpha) within the group, no ELBO
+noise), the paper's group baseline 1/G, one optimizer step per rollout batch."""
+
+COMPARISONS: dict[str, dict[str, Any]] = {
+    "dgpo-vs-grpo": {"recipe": COUNTDOWN_RL, "rollouts": 120, "arms": {
+        "GRPO": {"method": "grpo"},
+        "DAPO": {"method": "dapo"},
+        "DGPO": {"method": "dgpo"},
+    }},
+    "dmpo-vs-d1-countdown3": {"recipe": COUNTDOWN_RL, "rollouts": 120, "arms": {
+        "diffu-GRPO (d1)": {"method": "diffu_grpo", "num_iterations": 1},
+        "DMPO": DMPO_ARM,
+    }},
+    # buffer reuse at a small rollout budget: F optimizer steps on each rollout batch
+    "dmpo-reuse-countdown3": {"recipe": COUNTDOWN_RL, "rollouts": 20, "arms": {
+        "diffu-GRPO F=1": {"method": "diffu_grpo", "num_iterations": 1},
+        "DMPO F=1": DMPO_ARM,
+        "DMPO F=8": {**DMPO_ARM, "num_iterations": 8},
+        "DMPO F=24": {**DMPO_ARM, "num_iterations": 24},
+        "DMPO F=8, negative_scale 0": {**DMPO_ARM, "num_iterations": 8, "dmpo_negative_scale": 0.0},
+    }},
+}
+"""comparison -> shared recipe, rollout batches per arm, arm label -> overrides."""
+
+SMOKE = {"per_device_train_batch_size": 32, "num_generations": 4, "eval_limit": 16}
+"""`--smoke`: 2 rollout batches of 8 prompts x 4 answers, 16 evaluation rows (CI plumbing check)."""
+
+SMOKE_BASE_STEPS = 20
+"""Pre-training steps of the base under `--smoke` (a separately cached, nearly untrained model)."""
+
+FINAL_ROWS = 256
+"""Held-out rows of the before / after figures (x `FINAL_SAMPLES` sampled answers each)."""
+FINAL_SAMPLES = 4
+
+
+def arm_config(name: str, arm: str, *, seed: int, out: Path, rollouts: int | None = None, smoke: bool = False) -> dict[str, Any]:
+    """The overrides of one run: recipe, arm, seed; `max_steps = rollouts x num_iterations`, so every arm samples
+    the same number of rollout batches."""
+    comp = COMPARISONS[name]
+    rollouts = rollouts or (2 if smoke else comp["rollouts"])
+    cfg = {**comp["recipe"], **comp["arms"][arm], "seed": seed, "output_dir": str(out), "progress_bar": False}
+    if smoke:
+        cfg.update(SMOKE)
+    f = int(cfg.get("num_iterations", 1))
+    cfg["num_iterations"] = f
+    cfg["max_steps"] = rollouts * f
+    cfg["eval_steps"] = max(1, cfg["max_steps"] // 6)
+    return cfg
+
+
+def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int = 3, smoke: bool = False,
+                             rollouts: int | None = None, progress: bool = True) -> dict[str, Any]:
+    """Run every arm of `COMPARISONS[name]` over `seeds` from the cached base; report into `<out>/<name>`."""
+    import json
+    import re
+    import shutil
+    import time
+
+    from mmrl.config import load_config
+    from mmrl.data.tasks import load_task
+    from mmrl.metrics_log import read_metrics
+    from mmrl.tiny_world import register
+    from mmrl.tiny_world.models import load_base_policy
+    from mmrl.tiny_world.report import curve, fmt, markdown_table, mean_std, plot_curves
+    from mmrl.trainer import Trainer
+
+    if name not in COMPARISONS:
+        raise ValueError(f"unknown comparison {name!r}; valid: {sorted(COMPARISONS)}")
+    say = print if progress else (lambda *a, **k: None)
+    root = Path(out) / name
+    if root.exists():
+        shutil.rmtree(root)
+    root.mkdir(parents=True)
+    register()
+    recipe = COMPARISONS[name]["recipe"]
+    base_name = recipe["model_name_or_path"].split(":", 1)[1]
+    task = load_task(recipe["task"])
+    rows = task.test[: 16 if smoke else FINAL_ROWS]
+    k = 2 if smoke else FINAL_SAMPLES
+    L = recipe["max_completion_length"]
+    t_all = time.perf_counter()
+    base_steps = SMOKE_BASE_STEPS if smoke else None
+    before = held_out(load_base_policy(base_name, progress=progress, steps=base_steps), rows, task.metric, recipe["family"], L, k)
+    say(f"[{name}] base: " + "  ".join(f"{a} {v:.3f}" for a, v in before.items()))
+    arms: dict[str, list[dict]] = {}
+    for arm in COMPARISONS[name]["arms"]:
+        for seed in range(seeds):
+            run_dir = root / "runs" / f"{re.sub(r'[^a-z0-9]+', '_', arm.lower()).strip('_')}-seed{seed}"
+            cfg = load_config(None, arm_config(name, arm, seed=seed, out=run_dir, rollouts=rollouts, smoke=smoke))
+            policy = load_base_policy(base_name, progress=False, steps=base_steps)
+            t0 = time.perf_counter()
+            Trainer(cfg, policy=policy, dataset=task.train, reward_funcs=cfg.reward_funcs, eval_dataset=rows[: cfg.eval_limit],
+                    eval_metric=task.metric).train()
+            secs = time.perf_counter() - t0
+            after = held_out(policy, rows, task.metric, recipe["family"], L, k)
+            arms.setdefault(arm, []).append({"seed": seed, "after": after, "seconds": secs, "records": read_metrics(run_dir)})
+            say(f"[{name}] {arm}, seed {seed}: {cfg.max_steps} steps, {secs:.0f} s: "
+                + "  ".join(f"{a} {v:.3f}" for a, v in after.items()))
+    pk = f"pass@{k}"
+    head = ["arm", f"sampled acc. (T=1, {k} per row)", "gain (points)", "greedy acc.", "greedy gain", pk,
+            "train reward, first / last 5 steps", "KL to base (last step)", "s per run"]
+    table_rows = [["base model", fmt(before["sampled"]), "-", fmt(before["greedy"]), "-", fmt(before[pk]), "-", "-", "-"]]
+    for arm, runs in arms.items():
+        def ms(key):
+            return mean_std([r["after"][key] for r in runs])
+
+        def gain(key):
+            m, s = mean_std([r["after"][key] - before[key] for r in runs])
+            return f"{100 * m:+.1f} ± {100 * s:.1f}"
+
+        first = mean_std([mean_std([y for _, y in curve(r["records"], "reward")][:5])[0] for r in runs])[0]
+        last = mean_std([mean_std([y for _, y in curve(r["records"], "reward")][-5:])[0] for r in runs])[0]
+        kl = mean_std([([y for _, y in curve(r["records"], "diag/kl_k3")] or [float("nan")])[-1] for r in runs])[0]
+        table_rows.append([arm, fmt(*ms("sampled")), gain("sampled"), fmt(*ms("greedy")), gain("greedy"), fmt(*ms(pk)),
+                           f"{100 * first:.1f} / {100 * last:.1f}", f"{kl:.3f}", f"{mean_std([r['seconds'] for r in runs])[0]:.0f}"])
+    table = markdown_table(head, table_rows)
+    plot_curves({a: [curve(r["records"], "eval/accuracy") for r in runs] for a, runs in arms.items()}, root / "accuracy.png",
+                title=f"{name}: held-out accuracy (one sampled answer per row, T = 1)", ylabel="accuracy",
+                baseline=before["sampled"])
+    plot_curves({a: [curve(r["records"], "reward", smooth=5) for r in runs] for a, runs in arms.items()}, root / "reward.png",
+                title=f"{name}: training reward", ylabel="reward")
+    plot_curves({a: [curve(r["records"], "diag/kl_k3") for r in runs] for a, runs in arms.items()}, root / "kl.png",
+                title=f"{name}: KL to the base (k3, per token)", ylabel="KL")
+    total = time.perf_counter() - t_all
+    results = {"name": name, "before": before, "seeds": seeds, "seconds": total, "smoke": smoke, "table": table,
+               "arms": {a: [{x: v for x, v in r.items() if x != "records"} for r in runs] for a, runs in arms.items()},
+               "configs": {a: arm_config(name, a, seed=0, out=Path("."), rollouts=rollouts, smoke=smoke) for a in arms}}
+    (root / "results.json").write_text(json.dumps(results, indent=2, default=str))
+    (root / "table.md").write_text(table + f"\n\n{seeds} seeds per arm, {len(rows)} held-out rows, {total:.0f} s in all.\n")
+    print("\n" + table + f"\n\n{root}  ({total:.0f} s)")
+    return results

@@ -1,0 +1,107 @@
+"""Reasoning RL on the tiny world: the comparisons' configs, DMPO's bounded negative weights, the held-out figures
+and the overfit-pool check, at smoke size."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from mmrl.algorithms.dmpo import dmpo_real_weights
+from mmrl.cli import main
+from mmrl.config import load_config
+from mmrl.registry import METHODS
+from mmrl.tiny_world import overfit_pool, reasoning_rl
+
+
+def test_negative_scale_by_hand():
+    w = torch.tensor([0.7, 0.2, 0.1, 0.0])
+    base = torch.full((4,), 0.25)
+    # d = w - 0.25 = [0.45, -0.05, -0.15, -0.25]
+    assert torch.allclose(dmpo_real_weights(w, base, 1.0), torch.tensor([0.45, -0.05, -0.15, -0.25]))
+    assert torch.allclose(dmpo_real_weights(w, base, 1.0, 0.0), torch.tensor([0.45, 0.0, 0.0, 0.0]))
+    assert torch.allclose(dmpo_real_weights(w, base, 1.0, 0.5), torch.tensor([0.45, -0.025, -0.075, -0.125]))
+    # a group with no rewarded answer (uniform weights): nothing to fit, whatever the scale
+    assert torch.allclose(dmpo_real_weights(base, base, 1.0, 0.0), torch.zeros(4))
+
+
+@pytest.mark.parametrize("bad", [-0.1, 1.5])
+def test_negative_scale_range(bad):
+    with pytest.raises(Exception, match="dmpo_negative_scale"):
+        load_config(None, {"method": "dmpo", "dmpo_negative_scale": bad})
+
+
+def test_arms_share_the_recipe_and_rollouts(tmp_path):
+    for name, comp in reasoning_rl.COMPARISONS.items():
+        cfgs = {a: reasoning_rl.arm_config(name, a, seed=0, out=tmp_path) for a in comp["arms"]}
+        for arm, cfg in cfgs.items():
+            assert cfg["max_steps"] == comp["rollouts"] * cfg["num_iterations"]  # the same rollout batches
+            own = set(comp["arms"][arm])
+            for key, value in comp["recipe"].items():  # only the arm's own keys differ from the recipe
+                if key not in own:
+                    assert cfg[key] == value, (name, arm, key)
+            load_config(None, cfg)  # valid
+    dg = reasoning_rl.COMPARISONS["dgpo-vs-grpo"]["arms"]
+    assert {a["method"] for a in dg.values()} == {"grpo", "dapo", "dgpo"}
+    reuse = reasoning_rl.COMPARISONS["dmpo-reuse-countdown3"]["arms"]
+    assert {a.get("num_iterations") for a in reuse.values()} == {1, 8, 24}
+
+
+def test_overfit_pool_covers_every_method_and_the_matrix(tmp_path):
+    cells = overfit_pool.cells()
+    assert {m for _, m in cells} == set(METHODS)
+    for m in overfit_pool.MATRIX:
+        assert {f for f, mm in cells if mm == m} == set(overfit_pool.FAMILIES)
+    for f, m in cells:
+        load_config(None, overfit_pool.cell_config(f, m, seed=0, out=tmp_path))
+
+
+def test_held_out_greedy_sampled_pass_at_k():
+    """held_out on a tiny random causal LM: sampled accuracy is the mean over k, pass@k the any-correct rate."""
+    from mmrl.models import adapter_class
+    from mmrl.registry import REWARDS
+
+    @REWARDS.register("_first_char_is_a") if "_first_char_is_a" not in REWARDS else (lambda f: f)
+    def _first_char_is_a(prompts, completions, **kw):
+        return [1.0 if str(c).startswith("a") else 0.0 for c in completions]
+
+    pol = adapter_class("causal_lm").tiny(seed=0, max_new_tokens=3)
+    rows = [{"prompt": "xy"}, {"prompt": "z"}]
+    res = reasoning_rl.held_out(pol, rows, "_first_char_is_a", "causal_lm", 3, k=6)
+    assert set(res) == {"greedy", "sampled", "pass@6"}
+    assert 0 <= res["sampled"] <= res["pass@6"] <= 1 and res["greedy"] in (0.0, 0.5, 1.0)
+
+
+def test_reasoning_comparison_smoke(tmp_path, monkeypatch):
+    monkeypatch.setenv("MMRL_CACHE", str(tmp_path / "cache"))
+    assert main(["replicate", "dgpo-vs-grpo", "--smoke", "--seeds", "1", "--out", str(tmp_path / "rep")]) == 0
+    root = tmp_path / "rep" / "dgpo-vs-grpo"
+    res = json.loads((root / "results.json").read_text())
+    assert set(res["arms"]) == {"GRPO", "DAPO", "DGPO"}
+    for runs in res["arms"].values():
+        assert {"greedy", "sampled", "pass@2"} <= set(runs[0]["after"])
+    assert "base model" in (root / "table.md").read_text()
+    for png in ("accuracy.png", "reward.png", "kl.png"):
+        assert (root / png).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_overfit_pool_smoke(tmp_path, monkeypatch):
+    monkeypatch.setenv("MMRL_CACHE", str(tmp_path / "cache"))
+    res = overfit_pool.run_overfit_pool(tmp_path / "rep", seeds=1, smoke=True, progress=False,
+                                        only=[("causal_lm", "grpo"), ("causal_lm", "dmpo")])
+    assert set(res["cells"]) == {"causal_lm / grpo", "causal_lm / dmpo"}
+    for runs in res["cells"].values():
+        assert len(runs[0]["rewards"]) == 2 and all(0 <= r <= 1 for r in runs[0]["rewards"])
+    assert (tmp_path / "rep" / "overfit-pool" / "reward.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_dgpo_preset_is_the_comparisons_dgpo_arm(tmp_path):
+    import yaml
+    from pathlib import Path
+
+    preset = yaml.safe_load((Path(__file__).resolve().parents[1] / "configs" / "tiny_dgpo_countdown3.yaml").read_text())
+    arm = reasoning_rl.arm_config("dgpo-vs-grpo", "DGPO", seed=0, out=tmp_path)
+    for key in ("output_dir", "seed", "progress_bar", "eval_steps"):
+        preset.pop(key, None)
+        arm.pop(key, None)
+    assert preset == arm
