@@ -7,6 +7,7 @@
 | dllm_samplers_single | B3 | the same, one prompt per sampler call (the setting of Fast-dLLM's throughput figures) |
 | trl_comparison | B4 | seconds per GRPO optimizer step, mmrl against TRL's GRPOTrainer |
 | janus_sampling | B5 | the Janus adapter's CFG sampler against transformers' `generate(generation_mode="image")` |
+| amused_sampling | 18 | the masked_image (aMUSEd) sampler against diffusers' `AmusedPipeline` |
 | quickstart_time | B6 | wall time of the README's main command |
 | causal_lm_sampling | rollouts | the causal-LM sampler against `model.generate` |
 | hellinger_memory | DGPO | peak memory of the chunked Hellinger / entropy statistics |
@@ -54,6 +55,9 @@ BENCHMARKS: dict[str, dict] = {
                              "full": ["--call-batch", "1", "--repeats", "3"], "gpu": ["--call-batch", "1", "--repeats", "3"]},
     "janus_sampling": {"script": "janus_sampling.py", "issue": "B5", "smoke": ["--smoke"], "full": ["--grid", "16", "--hidden", "128"],
                        "gpu": ["--grid", "24", "--hidden", "512", "--layers", "8", "--codebook", "1024", "--prompts", "8"]},
+    "amused_sampling": {"script": "amused_sampling.py", "issue": "18", "smoke": ["--smoke"], "full": [],
+                        "gpu": ["--grid", "16", "--hidden", "512", "--layers", "8", "--codebook", "8192", "--steps", "12",
+                                "--prompts", "8", "--group-size", "4"]},
     "quickstart_time": {"script": "quickstart_time.py", "issue": "B6", "smoke": ["--smoke"], "full": [], "gpu": [], "cpu_only": True,
                         "no_threads": True},
     "causal_lm_sampling": {"script": "causal_lm_sampling.py", "issue": "rollouts", "smoke": ["--smoke"],

@@ -49,7 +49,7 @@ class TrainConfig:
     """RL method: grpo, dapo, dr_grpo, diffu_grpo (d1), gcpo, dgpo, dmpo or gspo (`mmrl.methods.METHODS`). Sets the
     defaults of METHOD_DEFAULTS."""
     family: str = "causal_lm"
-    """Model family (adapter): causal_lm, vlm, janus or masked_diffusion."""
+    """Model family (adapter): causal_lm, vlm, janus, masked_diffusion or masked_image."""
     model_name_or_path: str = "tiny"
     """Local checkpoint directory; `tiny` builds a tiny random model of the family (tests); `tiny-world:NAME` uses
     a tiny-world base model (built and cached on first use). Never downloaded at run time."""
@@ -205,7 +205,8 @@ class TrainConfig:
     nll_coef: float = 0.0
     """Coefficient of an extra mean NLL term of the sampled tokens (GCPO's VLM recipe "entropy penalty")."""
     logprob_estimator: str = "mean_field"
-    """Masked diffusion log-probs for GRPO-family losses: mean_field (d1's one-step estimate) or elbo."""
+    """Masked diffusion log-probs for GRPO-family losses: mean_field (d1's one-step estimate) or elbo; masked_image
+    also per_step (each image token at the sampler step that revealed it, models/masked_image.py)."""
     p_mask_prompt: float = 0.15
     """d1 mean-field estimator: probability of masking each prompt token."""
     random_masking: bool = True
@@ -577,7 +578,10 @@ def _validate(cfg: TrainConfig) -> list[str]:
     _one_of(e, cfg, "loss_type", list(LOSS_TYPES) + list(AGGREGATIONS))
     _one_of(e, cfg, "scale_rewards", ["group", "batch", "none"])
     _one_of(e, cfg, "score_logits", ["conditional", "guided"])
-    _one_of(e, cfg, "logprob_estimator", ["mean_field", "elbo"])
+    _one_of(e, cfg, "logprob_estimator", ["mean_field", "elbo", "per_step"])
+    if cfg.logprob_estimator == "per_step" and cfg.family != "masked_image":
+        e.append(f"logprob_estimator='per_step' (the MaskGIT sampler's recorded reveal steps) needs family='masked_image', "
+                 f"got family={cfg.family!r}")
     _one_of(e, cfg, "gcpo_divergence", list(GCPO_DIVERGENCES) + ["full_kl"])
     _one_of(e, cfg, "gcpo_normalization", ["rank_power", "cdf"])
     _one_of(e, cfg, "dgpo_policy", ["old", "current"])

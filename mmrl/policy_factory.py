@@ -81,8 +81,9 @@ def check_model_source(cfg: TrainConfig) -> None:
         if not path.is_dir():
             raise ModelSourceError(f"{key}={src!r}: no such model directory (models are never downloaded at run time; "
                                    "download it once, e.g. `huggingface-cli download`, and pass its local path)")
-        if not any((path / f).is_file() for f in ("config.json", "adapter_config.json", "mmrl_adapter.json")):
-            raise ModelSourceError(f"{key}={src!r}: the directory holds no config.json, so it is not a saved model")
+        if not any((path / f).is_file() for f in ("config.json", "adapter_config.json", "mmrl_adapter.json", "model_index.json")):
+            raise ModelSourceError(f"{key}={src!r}: the directory holds no config.json (nor a diffusers model_index.json), so it "
+                                   "is not a saved model")
 
 
 def build_policy(cfg: TrainConfig, device: torch.device | str | None = None):

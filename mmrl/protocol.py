@@ -155,7 +155,7 @@ class Policy(Protocol):
     """What the trainer needs from a model family (implemented by the adapters in `mmrl.models`)."""
 
     family: str
-    """Family name: "causal_lm", "vlm", "janus" or "masked_diffusion"."""
+    """Family name: "causal_lm", "vlm", "janus", "masked_diffusion" or "masked_image"."""
     model: torch.nn.Module
     """The trainable model (possibly wrapped by accelerate / peft)."""
     vocab_size: int

@@ -13,6 +13,7 @@ FAMILIES: dict[str, str] = {
     "vlm": "mmrl.models.vlm:VLMAdapter",
     "janus": "mmrl.models.janus:JanusAdapter",
     "masked_diffusion": "mmrl.models.masked_diffusion:MaskedDiffusionAdapter",
+    "masked_image": "mmrl.models.masked_image:MaskedImageAdapter",
 }
 """family name -> "module:AdapterClass"."""
 

@@ -15,7 +15,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from _common import PeakMemory, paired_ratio, summarize, wide_tokenizer  # noqa: E402
 
 NAMES = ["method_costs", "trl_comparison", "dllm_samplers", "dllm_samplers_single", "janus_sampling", "quickstart_time",
-         "causal_lm_sampling", "hellinger_memory"]
+         "causal_lm_sampling", "hellinger_memory", "amused_sampling"]
 SUMMARY_KEYS = {"median", "p25", "p75", "min", "max", "n", "values"}
 
 
@@ -106,6 +106,9 @@ def test_janus_and_rollout_json(results):
     assert isinstance(j["goal_met"], bool) and len(j["mmrl_times_s"]) == j["repeats"]
     c = read(results, "causal_lm_sampling")
     assert set(c["tokens_per_s"]) == {"generate", "mmrl_sample"} and c["speed_ratio"] > 0
+    a = read(results, "amused_sampling")
+    assert a["speed_ratio"] == pytest.approx(a["mmrl_images_per_s"] / a["pipeline_images_per_s"])
+    assert len(a["mmrl_times_s"]) == len(a["pipeline_times_s"]) == a["repeats"]
 
 
 def test_quickstart_and_hellinger_json(results):

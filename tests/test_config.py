@@ -49,7 +49,7 @@ def test_every_preset_validates(path):
 
 @pytest.mark.parametrize("override,needle", [
     ("method=ppo", "method='ppo' is not allowed; choose one of ['grpo', 'dapo', 'dr_grpo', 'diffu_grpo', 'gcpo', 'dgpo', 'dmpo', 'gspo']"),
-    ("family=rnn", "family='rnn' is not allowed; choose one of ['causal_lm', 'vlm', 'janus', 'masked_diffusion']"),
+    ("family=rnn", "family='rnn' is not allowed; choose one of ['causal_lm', 'vlm', 'janus', 'masked_diffusion', 'masked_image']"),
     ("learning_rate=-1e-5", "learning_rate=-1e-05 must be > 0"),
     ("num_generations=1", "num_generations=1: a group needs at least 2 responses"),
     ("temperature=0", "temperature=0.0 must be > 0 for the causal_lm family"),

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from PIL import Image
 
-FAMILIES = ["causal_lm", "vlm", "janus", "masked_diffusion"]
+FAMILIES = ["causal_lm", "vlm", "janus", "masked_diffusion", "masked_image"]
 METHODS = ["grpo", "dapo", "dr_grpo", "diffu_grpo", "gcpo", "dgpo", "dmpo", "gspo"]
 
 
@@ -22,10 +22,10 @@ def brightness_reward(prompts, completions, **kwargs):
 def dataset_for(family: str, n: int = 16) -> list[dict]:
     if family == "vlm":
         return [{"prompt": f"what colour {i}?", "images": [Image.new("RGB", (28, 28), (10 * i % 255, 80, 160))]} for i in range(n)]
-    if family == "janus":
+    if family in ("janus", "masked_image"):
         return [{"prompt": f"a red square {i}"} for i in range(n)]
     return [{"prompt": f"say a {i}"} for i in range(n)]
 
 
 def reward_for(family: str):
-    return brightness_reward if family == "janus" else vowel_reward
+    return brightness_reward if family in ("janus", "masked_image") else vowel_reward

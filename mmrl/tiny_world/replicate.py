@@ -9,6 +9,7 @@ rollout batches) and is scored by greedy d1-style decoding on held-out puzzles (
 
     mmrl replicate gcpo-vs-grpo       # GCPO vs GRPO on the shapes world (tiny Janus, GenEval), mmrl/tiny_world/shapes_rl.py
     mmrl replicate gcpo-vs-grpo-vqa   # GCPO vs GRPO on shapes questions (tiny Qwen2.5-VL), mmrl/tiny_world/vqa_rl.py
+    mmrl replicate dmpo-vs-grpo-masked  # DMPO vs GRPO on the tiny aMUSEd (masked image tokens), mmrl/tiny_world/masked_image_rl.py
 
 Reasoning RL on Countdown with the tiny causal LM (mmrl/tiny_world/reasoning_rl.py: sampled and greedy held-out
 accuracy, pass@k, KL to the base), and the overfit check (mmrl/tiny_world/overfit_pool.py):
@@ -134,7 +135,8 @@ def run_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int 
 
 RUNNERS: dict[str, str] = {"gcpo-vs-grpo": "mmrl.tiny_world.shapes_rl:run_gcpo_vs_grpo",
                            "gcpo-vs-grpo-vqa": "mmrl.tiny_world.vqa_rl:run_gcpo_vs_grpo_vqa",
-                           "overfit-pool": "mmrl.tiny_world.overfit_pool:run_overfit_pool"}
+                           "overfit-pool": "mmrl.tiny_world.overfit_pool:run_overfit_pool",
+                           "dmpo-vs-grpo-masked": "mmrl.tiny_world.masked_image_rl:run_dmpo_vs_grpo_masked"}
 """Comparisons with their own runner (other families and tasks): name -> "module:function"."""
 
 
@@ -145,7 +147,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default="runs/replicate", help="results go to OUT/NAME (replaced if it exists)")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--rollouts", type=int, default=None, help="rollout batches per arm (default: the comparison's)")
-    parser.add_argument("--steps", type=int, default=None, help="optimizer steps per run (gcpo-vs-grpo; default: the recipe's)")
+    parser.add_argument("--steps", type=int, default=None, help="optimizer steps per run (the shapes comparisons; default: the recipe's)")
     parser.add_argument("--smoke", action="store_true", help="2 rollouts per arm, 16 test puzzles (plumbing check)")
 
 

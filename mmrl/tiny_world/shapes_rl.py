@@ -61,8 +61,10 @@ GRID_PROMPTS = 12
 """Held-out prompts shown in the before/after image grid (two per GenEval task)."""
 
 
-def arm_config(arm: str, *, seed: int, out: Path, smoke: bool = False, steps: int | None = None) -> dict[str, Any]:
-    cfg = {**SHAPES_RL, **ARMS[arm], "seed": seed, "output_dir": str(out), "progress_bar": False}
+def arm_config(arm: str, *, seed: int, out: Path, smoke: bool = False, steps: int | None = None,
+               recipe: dict[str, Any] | None = None, arm_table: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+    """One arm's full override dict: the recipe (default `SHAPES_RL`), the arm's overrides (default `ARMS`)."""
+    cfg = {**(recipe or SHAPES_RL), **(arm_table or ARMS)[arm], "seed": seed, "output_dir": str(out), "progress_bar": False}
     if smoke:
         cfg.update(SMOKE)
     if steps is not None:
@@ -82,10 +84,11 @@ def _grid_rows(test: list[dict]) -> list[dict]:
     return out
 
 
-def _images(policy, rows: list[dict]) -> list:
+def _images(policy, rows: list[dict], generation: dict[str, Any] | None = None) -> list:
     from mmrl.tiny_world.shapes_eval import EVAL_GENERATION
 
-    return list(policy.sample([r["prompt"] for r in rows], 1, seeds=list(range(len(rows))), **EVAL_GENERATION).completions)
+    gen = {**EVAL_GENERATION, **(generation or {})}
+    return list(policy.sample([r["prompt"] for r in rows], 1, seeds=list(range(len(rows))), **gen).completions)
 
 
 def run_gcpo_vs_grpo(out: str | Path = "runs/replicate", *, seeds: int = 3, smoke: bool = False, steps: int | None = None,
@@ -100,9 +103,13 @@ BASE_SMOKE_STEPS = 20
 
 
 def run_shapes_rl(root: str | Path, arms: list[str], *, seeds: int = 3, smoke: bool = False, steps: int | None = None,
-                  progress: bool = True, per_task: int | None = None, name: str = "shapes-rl") -> dict[str, Any]:
-    """Train each arm of `ARMS` named in `arms` over `seeds` from the shapes base and report into `root` (replaced
-    if it exists): per-task held-out GenEval before and after, curves, the image grid and GCPO's credit picture."""
+                  progress: bool = True, per_task: int | None = None, name: str = "shapes-rl", base: str = "shapes",
+                  recipe: dict[str, Any] | None = None, arm_table: dict[str, dict[str, Any]] | None = None,
+                  eval_generation: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Train each arm of `arm_table` (default `ARMS`) named in `arms` over `seeds` from the tiny-world base `base`
+    with `recipe` (default `SHAPES_RL`) and report into `root` (replaced if it exists): per-task held-out GenEval
+    before and after (sampled with `shapes_eval.EVAL_GENERATION` updated by `eval_generation`), curves, the image
+    grid and GCPO's credit picture (when a GCPO arm ran)."""
     from mmrl.config import load_config
     from mmrl.data.tasks import load_task
     from mmrl.geneval.rules import TASKS
@@ -113,9 +120,11 @@ def run_shapes_rl(root: str | Path, arms: list[str], *, seeds: int = 3, smoke: b
     from mmrl.tiny_world.shapes_eval import PER_TASK, balanced_rows, geneval_accuracy
     from mmrl.trainer import Trainer
 
-    unknown = sorted(set(arms) - set(ARMS))
+    arm_table = arm_table or ARMS
+    unknown = sorted(set(arms) - set(arm_table))
     if unknown or not arms:
-        raise ValueError(f"unknown arms {unknown or arms}; valid: {list(ARMS)}")
+        raise ValueError(f"unknown arms {unknown or arms}; valid: {list(arm_table)}")
+    arm_kw = {"recipe": recipe, "arm_table": arm_table}
     say = print if progress else (lambda *a, **k: None)
     per_task = per_task or (4 if smoke else FINAL_PER_TASK)  # before / after figures
     curve_per_task = 4 if smoke else PER_TASK  # the trainer's evaluations during training (curves)
@@ -127,31 +136,32 @@ def run_shapes_rl(root: str | Path, arms: list[str], *, seeds: int = 3, smoke: b
     register()  # the tiny world's tasks and rewards
     base_steps = BASE_SMOKE_STEPS if smoke else None
     t0 = time.perf_counter()
-    base_dir = ensure_built("shapes", progress=progress, steps=base_steps)
+    base_dir = ensure_built(base, progress=progress, steps=base_steps)
     build_s = time.perf_counter() - t0
     task = load_task("shapes")
     eval_rows = balanced_rows(task.test, curve_per_task)
-    base_policy = load_base_policy("shapes", progress=False, steps=base_steps)
-    before, _ = geneval_accuracy(base_policy, task.test, per_task=per_task)
+    base_policy = load_base_policy(base, progress=False, steps=base_steps)
+    eval_gen = dict(eval_generation or {})
+    before, _ = geneval_accuracy(base_policy, task.test, per_task=per_task, **eval_gen)
     say("base model, held-out GenEval: " + "  ".join(f"{k} {v:.3f}" for k, v in before.items()))
     grid_rows = _grid_rows(task.test)
-    grid_images = {"base": _images(base_policy, grid_rows)}
+    grid_images = {"base": _images(base_policy, grid_rows, eval_gen)}
     by_arm: dict[str, list[dict]] = {}
     for arm in arms:
         for seed in range(seeds):
             run_dir = root / "runs" / f"{re.sub(r'[^a-z0-9]+', '_', arm.lower())}-seed{seed}"
-            cfg = load_config(None, arm_config(arm, seed=seed, out=run_dir, smoke=smoke, steps=steps))
+            cfg = load_config(None, arm_config(arm, seed=seed, out=run_dir, smoke=smoke, steps=steps, **arm_kw))
             say(f"[{name}] {arm}, seed {seed + 1}/{seeds}: {cfg.max_steps} steps of "
                 f"{cfg.prompts_per_rollout} prompts x {cfg.num_generations} images")
-            policy = load_base_policy("shapes", progress=False, steps=base_steps)
+            policy = load_base_policy(base, progress=False, steps=base_steps)
             t0 = time.perf_counter()
             Trainer(cfg, policy=policy, dataset=task.train, eval_dataset=eval_rows, eval_metric="geneval").train()
             train_s = time.perf_counter() - t0
-            after, _ = geneval_accuracy(policy, task.test, per_task=per_task)
+            after, _ = geneval_accuracy(policy, task.test, per_task=per_task, **eval_gen)
             by_arm.setdefault(arm, []).append({"seed": seed, "after": after, "train_seconds": train_s,
                                              "records": read_metrics(run_dir)})
             if seed == 0:
-                grid_images[arm] = _images(policy, grid_rows)
+                grid_images[arm] = _images(policy, grid_rows, eval_gen)
             say(f"      held-out overall {after['overall']:.3f} (base {before['overall']:.3f}), {train_s:.0f} s")
     # ---- report
     header = ["GenEval task", "base"] + [f"{a} ({seeds} seed{'s' if seeds > 1 else ''})" for a in by_arm]
@@ -183,8 +193,9 @@ def run_shapes_rl(root: str | Path, arms: list[str], *, seeds: int = 3, smoke: b
     total = time.perf_counter() - t_all
     results = {"name": name, "before": before, "seeds": seeds, "seconds": total, "smoke": smoke,
                "build_seconds": build_s, "model": str(base_dir), "per_task_images": per_task, "table": table,
+               "eval_generation": eval_gen,
                "arms": {a: [{k: v for k, v in r.items() if k != "records"} for r in runs] for a, runs in by_arm.items()},
-               "configs": {a: arm_config(a, seed=0, out=Path("."), smoke=smoke, steps=steps) for a in arms},
+               "configs": {a: arm_config(a, seed=0, out=Path("."), smoke=smoke, steps=steps, **arm_kw) for a in arms},
                "grid_prompts": [r["prompt"] for r in grid_rows]}
     (root / "results.json").write_text(json.dumps(results, indent=2, default=str))
     (root / "table.md").write_text(table + f"\n\n{seeds} seeds per arm, {per_task} held-out images per GenEval task, "
