@@ -45,8 +45,10 @@ MASKED_RL: dict[str, Any] = {
 ARMS: dict[str, dict[str, Any]] = {
     "GRPO (per-step)": {"method": "grpo", "logprob_estimator": "per_step", "beta": 0.1, "epsilon_high": 0.28,
                         "dual_clip": 3.0},
+    # one optimizer step per rollout batch like GRPO (DMPO's default reuse F = 8 would sample 8x fewer rollouts and
+    # collapses at this learning rate: docs/RESULTS.md, "Reasoning RL that learns")
     "DMPO": {"method": "dmpo", "dmpo_target": "behaviour", "dmpo_baseline": "group", "dmpo_alpha": 0.04,
-             "dmpo_num_copies": 4},
+             "dmpo_num_copies": 4, "num_iterations": 1},
 }
 """arm label -> its overrides of `MASKED_RL`."""
 
