@@ -105,3 +105,41 @@ def test_dgpo_preset_is_the_comparisons_dgpo_arm(tmp_path):
         preset.pop(key, None)
         arm.pop(key, None)
     assert preset == arm
+
+
+def test_lazy_demonstrations_are_the_shortcut_in_prompt_order():
+    """countdown3's `lazy_frac`: that share of targets becomes `(a+b)+c` (the prompt's numbers in order), the rest
+    stay the true solutions; the shortcut is right exactly when the numbers add up to the target."""
+    import dataclasses
+
+    from mmrl.tiny_world.models import TINY_MODELS, _training_pairs
+    from mmrl.rewards.countdown import countdown_correct
+
+    clean = TINY_MODELS["countdown3-ar"]
+    lazy = TINY_MODELS["countdown3-ar-lazy"]
+    assert dataclasses.replace(lazy, name=clean.name, data={}, description=clean.description) == clean  # same model
+    prompts, truth = _training_pairs(clean)
+    prompts2, targets = _training_pairs(lazy)
+    assert prompts2 == prompts
+    n_lazy = 0
+    for p, t, y in zip(prompts, truth, targets):
+        nums, target = p.split("=")
+        a, b, c = nums.split(",")
+        if y != t:
+            assert y == f"({a}+{b})+{c}"
+            n_lazy += 1
+            assert countdown_correct(f"<answer>{y}</answer>", [int(a), int(b), int(c)], float(target)) == (
+                int(a) + int(b) + int(c) == int(target))
+    # 0.5 of 11500 rows, less the rows whose true solution already is the shortcut: binomial sd ~ 0.005
+    assert 0.40 < n_lazy / len(prompts) < 0.52
+    with pytest.raises(ValueError, match="lazy_frac"):
+        _training_pairs(dataclasses.replace(lazy, data={"lazy_frac": 1.0}))
+
+
+def test_reasoning_comparison_base_option(tmp_path):
+    cfg = reasoning_rl.arm_config("dgpo-vs-grpo", "GRPO", seed=0, out=tmp_path, base="countdown3-ar")
+    assert cfg["model_name_or_path"] == "tiny-world:countdown3-ar"
+    with pytest.raises(ValueError, match="valid: .*countdown3-ar"):
+        reasoning_rl.run_reasoning_comparison("dgpo-vs-grpo", tmp_path, base="sudoku4", progress=False)
+    with pytest.raises(SystemExit, match="--base"):
+        main(["replicate", "dmpo-small-batch", "--base", "countdown3-ar", "--out", str(tmp_path)])

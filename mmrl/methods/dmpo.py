@@ -50,6 +50,7 @@ class DMPO(Method):
         dev = buf.rewards.device
         need_v = cfg.dmpo_target == "reference" or cfg.dmpo_loss == "wddo" or cfg.dmpo_baseline == "model"
         est = self.estimator_options(buf.mask_seeds[0], kind="elbo")
+        est_kl = self._kl_estimator(buf)
         elbo_v, elbo_ref = torch.zeros(N, device=dev), torch.zeros(N, device=dev)
         diag = cfg.log_diagnostics and policy.has_reference  # diag/kl_*: the reference's per-token terms, kept
         ref_tok = zeros_like_tokens(buf) if diag else None  # [N, T]
@@ -57,11 +58,14 @@ class DMPO(Method):
             rows = buf.rollout.select(idx)
             if need_v:
                 elbo_v[idx] = policy.logprob(rows, **est).logp.sum(-1).to(dev)
-            if cfg.dmpo_target == "reference" or diag:
+            r = None
+            if cfg.dmpo_target == "reference":
                 r = policy.logprob(rows, use_reference=True, **est).logp  # [n, T]
                 elbo_ref[idx] = r.sum(-1).to(dev)
-                if diag:
-                    ref_tok[idx] = r.float().to(ref_tok.device)
+            if diag:
+                if r is None or est_kl != est:
+                    r = policy.logprob(rows, use_reference=True, **est_kl).logp  # [n, T]
+                ref_tok[idx] = r.float().to(ref_tok.device)
         buf.ref_logp = [ref_tok] if diag else None
         log_ratio = elbo_ref - elbo_v if cfg.dmpo_target == "reference" else torch.zeros(N, device=dev)  # [N]
         G = cfg.num_generations
@@ -77,13 +81,20 @@ class DMPO(Method):
             buf.metrics.update({"dmpo/log_ref_minus_v_mean": float(log_ratio.mean()),
                                 "dmpo/log_ref_minus_v_std": float(log_ratio.std()) if N > 1 else 0.0})
 
+    def _kl_estimator(self, buf) -> dict:
+        """The family's per-token estimator (`logprob_estimator`: exact, mean-field, per-step) for `diag/kl_*`. Not
+        the ELBO: its token terms `log p * T / m` sum to a sequence estimate but are not per-token log-probs, and
+        exp() of their differences (k3) blows up with T / m (10^2-10^6 nats on 256 image tokens)."""
+        kind = "mean_field" if self.cfg.logprob_estimator == "elbo" else None
+        return self.estimator_options(buf.mask_seeds[0], kind=kind)
+
     def kl_diagnostics(self, buf, rows, idx: torch.Tensor) -> dict[str, float]:
         """`mmrl.diagnostics.micro_batch_sums` of the KL of the current policy (before this step's update: one no-grad
-        forward with the buffer's shared ELBO masks) to the reference terms kept at buffer time."""
+        forward, the buffer's mask seed) to the reference terms kept at buffer time, both by `_kl_estimator`."""
         if not buf.ref_logp:
             return {}
         with torch.no_grad():
-            logp = self.policy.logprob(rows, **self.estimator_options(buf.mask_seeds[0], kind="elbo")).logp  # [n, T]
+            logp = self.policy.logprob(rows, **self._kl_estimator(buf)).logp  # [n, T]
         return micro_batch_sums(buf.loss_mask[idx], logp=logp, ref_logp=buf.ref_logp[0][idx])
 
     def loss(self, buf, mb: MicroBatch) -> LossOutput:

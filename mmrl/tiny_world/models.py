@@ -47,6 +47,7 @@ class TinySpec:
     """Restricts the pre-training rows (e.g. easier Sudoku puzzles: `{"blanks": [1, 5]}`)."""
     data: dict = field(default_factory=dict)
     """Pre-training data options (countdown3: `label_noise`, the fraction of rows whose target is a wrong expression;
+    `lazy_frac`, the fraction whose target is a shortcut solver's `(a+b)+c`, the numbers added in the prompt's order;
     shapes: `caption_noise`, the fraction of scenes drawn for a wrong caption;
     `balance_tasks`, rows drawn uniformly over the GenEval tasks rather than over prompts)."""
     description: str = ""
@@ -82,6 +83,15 @@ TINY_MODELS: dict[str, TinySpec] = {
         description="causal Qwen2 (4 layers, 128 wide) for 3-number Countdown expressions, 600 steps (about 85 s on one "
                     "core): held-out 0.25 greedy, 0.14 sampled at T = 1, pass@16 0.60 (the regime where RL sharpens; "
                     "300 steps: 0.18 / 0.07 / 0.44)",
+    ),
+    "countdown3-ar-lazy": TinySpec(
+        name="countdown3-ar-lazy", family="causal_lm", task="countdown3",
+        arch=dict(hidden_size=128, intermediate_size=256, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=4),
+        steps=600, gen_length=16, data={"lazy_frac": 0.5},
+        description="countdown3-ar's model and steps on imperfect demonstrations: half the targets come from a shortcut "
+                    "solver that adds the numbers, `(a+b)+c` (right for 13% of the problems), so the base takes the "
+                    "shortcut on many problems it could solve; held-out 0.12 greedy, 0.10 sampled at T = 1, pass@16 "
+                    "0.43 (about 2 min on one core). The reasoning comparisons' base (docs/RESULTS.md)",
     ),
     "shapes": TinySpec(
         name="shapes", family="janus", task="shapes",
@@ -222,6 +232,17 @@ def _training_pairs(spec: TinySpec) -> tuple[list, list]:
             for i, r in enumerate(rows):
                 if rng.random() < noise:
                     targets[i] = wrong_solution(r["numbers"], r["target"], rng) or targets[i]
+        lazy = float(spec.data.get("lazy_frac", 0.0))
+        if not 0.0 <= lazy < 1.0:
+            raise ValueError(f"countdown3's lazy_frac must lie in [0, 1), got {lazy}")
+        if lazy:  # a second, shortcut demonstrator that adds the numbers in the prompt's order (right iff they sum up)
+            import random
+
+            rng = random.Random(spec.seed + 2)
+            for i, r in enumerate(rows):
+                if rng.random() < lazy:
+                    a, b, c = r["numbers"]
+                    targets[i] = f"({a}+{b})+{c}"
         return [r["prompt"] for r in rows], targets
     if spec.task == "shapes":
         return [r["prompt"] for r in rows], [r["metadata"] for r in rows]

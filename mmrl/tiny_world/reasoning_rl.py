@@ -45,10 +45,10 @@ COUNTDOWN_RL: dict[str, Any] = {
     # tiny causal LM on 3-number Countdown; chosen on the tiny world (docs/RESULTS.md, "Reasoning RL that learns")
     "family": "causal_lm",
     "task": "countdown3",
-    "model_name_or_path": "tiny-world:countdown3-ar",
+    "model_name_or_path": "tiny-world:countdown3-ar-lazy",  # imperfect demonstrations: a shortcut RL can unlearn
     "reward_funcs": ["countdown3_accuracy"],  # 1 / 0: d1's 0.1 for a well-formed wrong answer only adds a plateau
     "num_generations": 16,
-    "per_device_train_batch_size": 256,  # 16 prompts x 16 answers per rollout batch
+    "per_device_train_batch_size": 512,  # 32 prompts x 16 answers per rollout batch: the gain grows with the batch
     "gradient_accumulation_steps": 1,
     "max_completion_length": 16,
     "temperature": 1.0,
@@ -100,12 +100,15 @@ FINAL_ROWS = 256
 FINAL_SAMPLES = 4
 
 
-def arm_config(name: str, arm: str, *, seed: int, out: Path, rollouts: int | None = None, smoke: bool = False) -> dict[str, Any]:
-    """The overrides of one run: recipe, arm, seed; `max_steps = rollouts x num_iterations`, so every arm samples
-    the same number of rollout batches."""
+def arm_config(name: str, arm: str, *, seed: int, out: Path, rollouts: int | None = None, smoke: bool = False,
+               base: str | None = None) -> dict[str, Any]:
+    """The overrides of one run: recipe, arm, seed (and another tiny `base` than the recipe's);
+    `max_steps = rollouts x num_iterations`, so every arm samples the same number of rollout batches."""
     comp = COMPARISONS[name]
     rollouts = rollouts or (2 if smoke else comp["rollouts"])
     cfg = {**comp["recipe"], **comp["arms"][arm], "seed": seed, "output_dir": str(out), "progress_bar": False}
+    if base is not None:
+        cfg["model_name_or_path"] = f"tiny-world:{base}"
     if smoke:
         cfg.update(SMOKE)
     f = int(cfg.get("num_iterations", 1))
@@ -116,9 +119,10 @@ def arm_config(name: str, arm: str, *, seed: int, out: Path, rollouts: int | Non
 
 
 def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int = 3, smoke: bool = False,
-                             rollouts: int | None = None, progress: bool = True, arms: list[str] | None = None) -> dict[str, Any]:
-    """Run every arm of `COMPARISONS[name]` (or those named in `arms`) over `seeds` from the cached base; report
-    into `<out>/<name>`."""
+                             rollouts: int | None = None, progress: bool = True, arms: list[str] | None = None,
+                             base: str | None = None) -> dict[str, Any]:
+    """Run every arm of `COMPARISONS[name]` (or those named in `arms`) over `seeds` from the cached base (the
+    recipe's, or the tiny model `base`); report into `<out>/<name>`."""
     import json
     import re
     import shutil
@@ -128,7 +132,7 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
     from mmrl.data.tasks import load_task
     from mmrl.metrics_log import read_metrics
     from mmrl.tiny_world import register
-    from mmrl.tiny_world.models import load_base_policy
+    from mmrl.tiny_world.models import TINY_MODELS, load_base_policy
     from mmrl.tiny_world.report import curve, fmt, markdown_table, mean_std, plot_curves
     from mmrl.trainer import Trainer
 
@@ -137,14 +141,18 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
     bad = sorted(set(arms or []) - set(COMPARISONS[name]["arms"]))
     if bad:
         raise ValueError(f"unknown arms {bad} of {name}; valid: {list(COMPARISONS[name]['arms'])}")
+    recipe = COMPARISONS[name]["recipe"]
+    if base is not None and (base not in TINY_MODELS or TINY_MODELS[base].task != recipe["task"]
+                             or TINY_MODELS[base].family != recipe["family"]):
+        valid = sorted(n for n, sp in TINY_MODELS.items() if sp.task == recipe["task"] and sp.family == recipe["family"])
+        raise ValueError(f"base {base!r} is not a tiny {recipe['family']} model for {recipe['task']}; valid: {valid}")
     say = print if progress else (lambda *a, **k: None)
     root = Path(out) / name
     if root.exists():
         shutil.rmtree(root)
     root.mkdir(parents=True)
     register()
-    recipe = COMPARISONS[name]["recipe"]
-    base_name = recipe["model_name_or_path"].split(":", 1)[1]
+    base_name = base or recipe["model_name_or_path"].split(":", 1)[1]
     task = load_task(recipe["task"])
     rows = task.test[: 16 if smoke else FINAL_ROWS]
     k = 2 if smoke else FINAL_SAMPLES
@@ -158,7 +166,8 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
     for arm in selected:
         for seed in range(seeds):
             run_dir = root / "runs" / f"{re.sub(r'[^a-z0-9]+', '_', arm.lower()).strip('_')}-seed{seed}"
-            cfg = load_config(None, arm_config(name, arm, seed=seed, out=run_dir, rollouts=rollouts, smoke=smoke))
+            cfg = load_config(None, arm_config(name, arm, seed=seed, out=run_dir, rollouts=rollouts, smoke=smoke,
+                                                  base=base))
             policy = load_base_policy(base_name, progress=False, steps=base_steps)
             t0 = time.perf_counter()
             Trainer(cfg, policy=policy, dataset=task.train, reward_funcs=cfg.reward_funcs, eval_dataset=rows[: cfg.eval_limit],
@@ -194,10 +203,10 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
     plot_curves({a: [curve(r["records"], "diag/kl_k3") for r in runs] for a, runs in arms.items()}, root / "kl.png",
                 title=f"{name}: KL to the base (k3, per token)", ylabel="KL")
     total = time.perf_counter() - t_all
-    results = {"name": name, "before": before, "seeds": seeds, "seconds": total, "smoke": smoke, "table": table,
+    results = {"name": name, "base": base_name, "before": before, "seeds": seeds, "seconds": total, "smoke": smoke, "table": table,
                "arms": {a: [{x: v for x, v in r.items() if x != "records"} for r in runs] for a, runs in arms.items()},
-               "configs": {a: arm_config(name, a, seed=0, out=Path("."), rollouts=rollouts, smoke=smoke) for a in arms}}
+               "configs": {a: arm_config(name, a, seed=0, out=Path("."), rollouts=rollouts, smoke=smoke, base=base) for a in arms}}
     (root / "results.json").write_text(json.dumps(results, indent=2, default=str))
-    (root / "table.md").write_text(table + f"\n\n{seeds} seeds per arm, {len(rows)} held-out rows, {total:.0f} s in all.\n")
+    (root / "table.md").write_text(table + f"\n\nBase `{base_name}`, {seeds} seeds per arm, {len(rows)} held-out rows, {total:.0f} s in all.\n")
     print("\n" + table + f"\n\n{root}  ({total:.0f} s)")
     return results

@@ -34,12 +34,19 @@ from typing import Any
 
 from mmrl.tiny_world.quickstart import QUICKSTART_RECIPE
 
+STABLE: dict[str, Any] = {"learning_rate": 5e-4, "lr_scheduler_type": "cosine", "warmup_ratio": 0.1, "beta": 0.1,
+                          "dmpo_target": "behaviour"}
+"""The stable recipe of the reasoning comparisons (mmrl/tiny_world/reasoning_rl.py, docs/RESULTS.md "What makes the
+reasoning updates stable here") over the quickstart's settings: warm-up, cosine decay, KL 0.1 at lr 5e-4 (the
+quickstart's lr 1e-4 moves nothing in 20 rollouts; 1e-3 without warm-up collapses)."""
+
 COMPARISONS: dict[str, dict[str, dict[str, Any]]] = {
+    # DMPO's buffer reuse (F optimizer steps per rollout batch; the paper's F = 24) vs diffu-GRPO, same rollouts
     "dmpo-vs-d1": {
-        "dmpo (group baseline)": {"method": "dmpo", "dmpo_baseline": "group"},
-        "dmpo (individual baseline)": {"method": "dmpo", "dmpo_baseline": "individual"},
-        "diffu-grpo (d1)": {"method": "diffu_grpo", "beta": 0.04},
-        "dmpo (group, reuse F=4)": {"method": "dmpo", "dmpo_baseline": "group", "num_iterations": 4},
+        "diffu-grpo (d1), F=1": {"method": "diffu_grpo"},
+        "dmpo, F=1": {"method": "dmpo", "dmpo_baseline": "group"},
+        "dmpo, F=8": {"method": "dmpo", "dmpo_baseline": "group", "num_iterations": 8},
+        "dmpo, F=24": {"method": "dmpo", "dmpo_baseline": "group", "num_iterations": 24},
     },
     "dmpo-small-batch": {
         "wdce, no baseline": {"method": "dmpo", "dmpo_baseline": "none"},
@@ -49,10 +56,11 @@ COMPARISONS: dict[str, dict[str, dict[str, Any]]] = {
         "wddo": {"method": "dmpo", "dmpo_loss": "wddo", "dmpo_target": "reference"},
     },
 }
-"""comparison -> arm label -> overrides of the shared recipe."""
+"""comparison -> arm label -> overrides of the shared recipe (`QUICKSTART_RECIPE` + `STABLE`)."""
 
 SIZES: dict[str, dict[str, Any]] = {
-    "dmpo-vs-d1": {"rollouts": 20, "num_generations": 16, "per_device_train_batch_size": 64, "gradient_accumulation_steps": 4},
+    # 8 puzzles x 16 answers per rollout batch: F = 24 costs ~5x an F = 1 run on the CPU
+    "dmpo-vs-d1": {"rollouts": 20, "num_generations": 16, "per_device_train_batch_size": 128, "gradient_accumulation_steps": 1},
     # the paper's failure mode of plain WDCE needs a small batch: 4 prompts x 8 responses per rollout
     "dmpo-small-batch": {"rollouts": 30, "num_generations": 8, "per_device_train_batch_size": 32, "gradient_accumulation_steps": 1},
 }
@@ -60,13 +68,13 @@ SIZES: dict[str, dict[str, Any]] = {
 
 
 def arm_config(name: str, arm: str, *, seed: int, rollouts: int, out: Path, smoke: bool = False) -> dict[str, Any]:
-    """The full override dict of one arm: the quickstart recipe, the comparison's batch, the arm's settings; the
+    """The full override dict of one arm: the quickstart recipe with `STABLE`, the comparison's batch, the arm's settings; the
     number of optimizer steps is rollouts x num_iterations, so every arm samples the same number of rollouts."""
     size = dict(SIZES[name])
     size.pop("rollouts")
     over = dict(COMPARISONS[name][arm])
     f = int(over.get("num_iterations", 1))
-    cfg = {**QUICKSTART_RECIPE, **size, **over, "seed": seed, "max_steps": rollouts * f, "eval_steps": max(1, rollouts * f // 3),
+    cfg = {**QUICKSTART_RECIPE, **STABLE, **size, **over, "seed": seed, "max_steps": rollouts * f, "eval_steps": max(1, rollouts * f // 3),
            "save_steps": 0, "credit_steps": 0, "output_dir": str(out), "progress_bar": False}
     if smoke:
         cfg.update(eval_limit=16, gradient_accumulation_steps=1)
@@ -148,14 +156,19 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--rollouts", type=int, default=None, help="rollout batches per arm (default: the comparison's)")
     parser.add_argument("--steps", type=int, default=None, help="optimizer steps per run (the shapes comparisons; default: the recipe's)")
+    parser.add_argument("--base", default=None, help="the Countdown comparisons: another tiny causal Countdown base "
+                        "(default: the recipe's; e.g. countdown3-ar, the base trained on right answers only)")
     parser.add_argument("--smoke", action="store_true", help="2 rollouts per arm, 16 test puzzles (plumbing check)")
 
 
 def run(args: argparse.Namespace) -> int:
     from mmrl.tiny_world.reasoning_rl import COMPARISONS as REASONING, run_reasoning_comparison
 
+    if args.base is not None and args.name not in REASONING:
+        raise SystemExit(f"--base applies to the Countdown comparisons {sorted(REASONING)}, not {args.name!r}")
     if args.name in REASONING:
-        run_reasoning_comparison(args.name, args.out, seeds=args.seeds, smoke=args.smoke, rollouts=args.rollouts)
+        run_reasoning_comparison(args.name, args.out, seeds=args.seeds, smoke=args.smoke, rollouts=args.rollouts,
+                                 base=args.base)
         return 0
     if args.name in RUNNERS:
         import importlib
