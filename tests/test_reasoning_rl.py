@@ -80,8 +80,10 @@ def test_reasoning_comparison_smoke(tmp_path, monkeypatch):
     assert set(res["arms"]) == {"GRPO", "DAPO", "DGPO"}
     for runs in res["arms"].values():
         assert {"greedy", "sampled", "pass@2"} <= set(runs[0]["after"])
-    assert "base model" in (root / "table.md").read_text()
-    for png in ("accuracy.png", "reward.png", "kl.png"):
+    assert "base model" in (root / "table.md").read_text() and "shortcut answers" in (root / "table.md").read_text()
+    lines = (root / "runs" / "grpo-seed0" / "completions.jsonl").read_text().splitlines()
+    assert len(lines) == 2 * 32 and "=" in json.loads(lines[0])["prompt"]  # 2 rollouts x 8 prompts x 4 answers
+    for png in ("accuracy.png", "reward.png", "kl.png", "shortcut.png"):
         assert (root / png).read_bytes()[:4] == b"\x89PNG"
 
 
@@ -143,3 +145,16 @@ def test_reasoning_comparison_base_option(tmp_path):
         reasoning_rl.run_reasoning_comparison("dgpo-vs-grpo", tmp_path, base="sudoku4", progress=False)
     with pytest.raises(SystemExit, match="--base"):
         main(["replicate", "dmpo-small-batch", "--base", "countdown3-ar", "--out", str(tmp_path)])
+
+
+def test_shortcut_share_counts_the_shortcut_per_step(tmp_path):
+    assert reasoning_rl.is_shortcut("15,17,28=30", "(15+17)+28")
+    assert reasoning_rl.is_shortcut("15,17,28=60", " (15+17)+28 ")  # right by luck: still the shortcut
+    assert not reasoning_rl.is_shortcut("15,17,28=30", "(17-15)+28")
+    assert not reasoning_rl.is_shortcut("15,17,28=30", "(17+15)+28")  # another order: a real solver's answer
+    assert not reasoning_rl.is_shortcut("no numbers", "(15+17)+28")
+    rows = [(1, "1,2,3=6", "(1+2)+3"), (1, "1,2,3=6", "(3*2)*1"), (2, "4,5,6=9", "(4+5)+6"), (1, "4,5,6=9", "(4+5)+6")]
+    (tmp_path / "completions.jsonl").write_text("".join(json.dumps({"step": s, "prompt": p, "completion": c}) + "\n"
+                                                        for s, p, c in rows))
+    assert reasoning_rl.shortcut_share(tmp_path) == [(1, 2 / 3), (2, 1.0)]
+    assert reasoning_rl.shortcut_share(tmp_path / "missing") == []

@@ -7,6 +7,7 @@ the regime where the reward-tilted target `p_ref * exp(r / alpha)` (DMPO) or a g
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -39,6 +40,30 @@ def held_out(policy, rows: Sequence[dict], metric: str, family: str, length: int
     return {"greedy": float(greedy), "sampled": float(scores.mean()), f"pass@{k}": float((scores >= 1).any(1).float().mean())}
 
 
+_PROBLEM = re.compile(r"(\d+),(\d+),(\d+)=(\d+)")
+
+
+def is_shortcut(prompt: str, completion: str) -> bool:
+    """Whether `completion` is the shortcut demonstrator's answer `(a+b)+c` to the countdown3 `prompt` "a,b,c=t"
+    (`countdown3-ar-lazy`'s imperfect demonstrations, mmrl/tiny_world/models.py)."""
+    m = _PROBLEM.search(prompt)
+    return bool(m) and completion.strip() == f"({m[1]}+{m[2]})+{m[3]}"
+
+
+def shortcut_share(run_dir: str | Path) -> list[tuple[int, float]]:
+    """(step, share of the step's sampled answers that are the shortcut) from a run's `completions.jsonl`."""
+    import json
+
+    counts: dict[int, list[int]] = {}
+    path = Path(run_dir) / "completions.jsonl"
+    for line in path.read_text().splitlines() if path.exists() else []:
+        row = json.loads(line)
+        c = counts.setdefault(int(row["step"]), [0, 0])
+        c[0] += is_shortcut(row["prompt"] or "", row["completion"] or "")
+        c[1] += 1
+    return [(step, hit / n) for step, (hit, n) in sorted(counts.items())]
+
+
 # ============================================================================ the comparisons (`mmrl replicate`)
 
 COUNTDOWN_RL: dict[str, Any] = {
@@ -61,6 +86,7 @@ COUNTDOWN_RL: dict[str, Any] = {
     "eval_generation": {"max_new_tokens": 16, "temperature": 1.0},  # the curves: one sampled answer per row
     "save_steps": 0,
     "credit_steps": 0,
+    "log_completions": True,  # completions.jsonl: the share of shortcut answers per step (`shortcut_share`)
 }
 """Settings every arm of the Countdown comparisons shares; an arm sets only its method and method options."""
 
@@ -78,8 +104,9 @@ COMPARISONS: dict[str, dict[str, Any]] = {
         "diffu-GRPO (d1)": {"method": "diffu_grpo", "num_iterations": 1},
         "DMPO": DMPO_ARM,
     }},
-    # buffer reuse at a small rollout budget: F optimizer steps on each rollout batch
-    "dmpo-reuse-countdown3": {"recipe": COUNTDOWN_RL, "rollouts": 20, "arms": {
+    # buffer reuse at a small rollout budget: F optimizer steps on each rollout batch (16 x 16 per batch: F = 24
+    # is 480 optimizer steps)
+    "dmpo-reuse-countdown3": {"recipe": {**COUNTDOWN_RL, "per_device_train_batch_size": 256}, "rollouts": 20, "arms": {
         "diffu-GRPO F=1": {"method": "diffu_grpo", "num_iterations": 1},
         "DMPO F=1": DMPO_ARM,
         "DMPO F=8": {**DMPO_ARM, "num_iterations": 8},
@@ -174,13 +201,14 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
                     eval_metric=task.metric).train()
             secs = time.perf_counter() - t0
             after = held_out(policy, rows, task.metric, recipe["family"], L, k)
-            arms.setdefault(arm, []).append({"seed": seed, "after": after, "seconds": secs, "records": read_metrics(run_dir)})
+            arms.setdefault(arm, []).append({"seed": seed, "after": after, "seconds": secs, "records": read_metrics(run_dir),
+                                             "shortcut": shortcut_share(run_dir)})
             say(f"[{name}] {arm}, seed {seed}: {cfg.max_steps} steps, {secs:.0f} s: "
                 + "  ".join(f"{a} {v:.3f}" for a, v in after.items()))
     pk = f"pass@{k}"
     head = ["arm", f"sampled acc. (T=1, {k} per row)", "gain (points)", "greedy acc.", "greedy gain", pk,
-            "train reward, first / last 5 steps", "KL to base (last step)", "s per run"]
-    table_rows = [["base model", fmt(before["sampled"]), "-", fmt(before["greedy"]), "-", fmt(before[pk]), "-", "-", "-"]]
+            "train reward, first / last 5 steps", "shortcut answers, first / last 5 steps", "KL to base (last step)", "s per run"]
+    table_rows = [["base model", fmt(before["sampled"]), "-", fmt(before["greedy"]), "-", fmt(before[pk]), "-", "-", "-", "-"]]
     for arm, runs in arms.items():
         def ms(key):
             return mean_std([r["after"][key] for r in runs])
@@ -192,19 +220,23 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
         first = mean_std([mean_std([y for _, y in curve(r["records"], "reward")][:5])[0] for r in runs])[0]
         last = mean_std([mean_std([y for _, y in curve(r["records"], "reward")][-5:])[0] for r in runs])[0]
         kl = mean_std([([y for _, y in curve(r["records"], "diag/kl_k3")] or [float("nan")])[-1] for r in runs])[0]
+        sc = [[y for _, y in r["shortcut"]] or [float("nan")] for r in runs]
+        short = f"{100 * mean_std([mean_std(y[:5])[0] for y in sc])[0]:.1f} / {100 * mean_std([mean_std(y[-5:])[0] for y in sc])[0]:.1f}"
         table_rows.append([arm, fmt(*ms("sampled")), gain("sampled"), fmt(*ms("greedy")), gain("greedy"), fmt(*ms(pk)),
-                           f"{100 * first:.1f} / {100 * last:.1f}", f"{kl:.3f}", f"{mean_std([r['seconds'] for r in runs])[0]:.0f}"])
+                           f"{100 * first:.1f} / {100 * last:.1f}", short, f"{kl:.3f}", f"{mean_std([r['seconds'] for r in runs])[0]:.0f}"])
     table = markdown_table(head, table_rows)
     plot_curves({a: [curve(r["records"], "eval/accuracy") for r in runs] for a, runs in arms.items()}, root / "accuracy.png",
                 title=f"{name}: held-out accuracy (one sampled answer per row, T = 1)", ylabel="accuracy",
                 baseline=before["sampled"])
     plot_curves({a: [curve(r["records"], "reward", smooth=5) for r in runs] for a, runs in arms.items()}, root / "reward.png",
                 title=f"{name}: training reward", ylabel="reward")
+    plot_curves({a: [r["shortcut"] for r in runs] for a, runs in arms.items()}, root / "shortcut.png",
+                title=f"{name}: share of shortcut answers (a+b)+c in the rollouts", ylabel="share")
     plot_curves({a: [curve(r["records"], "diag/kl_k3") for r in runs] for a, runs in arms.items()}, root / "kl.png",
                 title=f"{name}: KL to the base (k3, per token)", ylabel="KL")
     total = time.perf_counter() - t_all
     results = {"name": name, "base": base_name, "before": before, "seeds": seeds, "seconds": total, "smoke": smoke, "table": table,
-               "arms": {a: [{x: v for x, v in r.items() if x != "records"} for r in runs] for a, runs in arms.items()},
+               "arms": {a: [{x: v for x, v in r.items() if x not in ("records", "shortcut")} for r in runs] for a, runs in arms.items()},
                "configs": {a: arm_config(name, a, seed=0, out=Path("."), rollouts=rollouts, smoke=smoke, base=base) for a in arms}}
     (root / "results.json").write_text(json.dumps(results, indent=2, default=str))
     (root / "table.md").write_text(table + f"\n\nBase `{base_name}`, {seeds} seeds per arm, {len(rows)} held-out rows, {total:.0f} s in all.\n")

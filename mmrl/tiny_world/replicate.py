@@ -1,10 +1,11 @@
 """`mmrl replicate NAME`: a paper's comparison at toy scale, every arm with the same rollout budget, over seeds.
 
-    mmrl replicate dmpo-vs-d1         # DMPO (group / individual baseline) vs diffu-GRPO vs the base model, sudoku4
+    mmrl replicate dmpo-vs-d1         # DMPO with buffer reuse F = 1 / 8 / 24 vs diffu-GRPO vs the base model, sudoku4
     mmrl replicate dmpo-small-batch   # WDCE with no / group / individual / model baseline vs WDDO at a small batch
 
-Each arm starts from the same cached tiny base model, sees the same number of rollouts (prompts x generations x
-rollout batches) and is scored by greedy d1-style decoding on held-out puzzles (`mmrl.evaluate`). Writes
+Each arm starts from the same cached tiny base model, trains with the quickstart's settings under the reasoning
+comparisons' stable recipe (`STABLE`), sees the same number of rollouts (prompts x generations x rollout batches)
+and is scored by greedy d1-style decoding on held-out puzzles (`mmrl.evaluate`). Writes
 `<out>/<name>/results.json`, `table.md` (mean ± std over seeds) and `accuracy.png` / `reward.png`.
 
     mmrl replicate gcpo-vs-grpo       # GCPO vs GRPO on the shapes world (tiny Janus, GenEval), mmrl/tiny_world/shapes_rl.py
