@@ -110,32 +110,36 @@ def test_dgpo_preset_is_the_comparisons_dgpo_arm(tmp_path):
 
 
 def test_lazy_demonstrations_are_the_shortcut_in_prompt_order():
-    """countdown3's `lazy_frac`: that share of targets becomes `(a+b)+c` (the prompt's numbers in order), the rest
-    stay the true solutions; the shortcut is right exactly when the numbers add up to the target."""
+    """countdown3's `lazy_frac`: that share of targets becomes `(a op b) op c` (the prompt's numbers in order), the
+    rest stay the true solutions; the "+" shortcut is right exactly when the numbers add up to the target."""
     import dataclasses
 
-    from mmrl.tiny_world.models import TINY_MODELS, _training_pairs
     from mmrl.rewards.countdown import countdown_correct
+    from mmrl.tiny_world.models import TINY_MODELS, _training_pairs
 
     clean = TINY_MODELS["countdown3-ar"]
     lazy = TINY_MODELS["countdown3-ar-lazy"]
-    assert dataclasses.replace(lazy, name=clean.name, data={}, description=clean.description) == clean  # same model
+    assert lazy.data == {"lazy_frac": 0.5, "lazy_op": "*"} and lazy.arch == clean.arch and lazy.task == clean.task
     prompts, truth = _training_pairs(clean)
-    prompts2, targets = _training_pairs(lazy)
-    assert prompts2 == prompts
-    n_lazy = 0
-    for p, t, y in zip(prompts, truth, targets):
-        nums, target = p.split("=")
-        a, b, c = nums.split(",")
-        if y != t:
-            assert y == f"({a}+{b})+{c}"
-            n_lazy += 1
-            assert countdown_correct(f"<answer>{y}</answer>", [int(a), int(b), int(c)], float(target)) == (
-                int(a) + int(b) + int(c) == int(target))
-    # 0.5 of 11500 rows, less the rows whose true solution already is the shortcut: binomial sd ~ 0.005
-    assert 0.40 < n_lazy / len(prompts) < 0.52
+    for op in ("+", "*"):
+        prompts2, targets = _training_pairs(dataclasses.replace(clean, data={"lazy_frac": 0.5, "lazy_op": op}))
+        assert prompts2 == prompts
+        n_lazy = 0
+        for p, t, y in zip(prompts, truth, targets):
+            nums, target = p.split("=")
+            a, b, c = nums.split(",")
+            if y != t:
+                assert y == f"({a}{op}{b}){op}{c}"
+                n_lazy += 1
+                if op == "+":
+                    assert countdown_correct(f"<answer>{y}</answer>", [int(a), int(b), int(c)], float(target)) == (
+                        int(a) + int(b) + int(c) == int(target))
+        # 0.5 of 11500 rows, less the rows whose true solution already is the shortcut: binomial sd ~ 0.005
+        assert 0.40 < n_lazy / len(prompts) < 0.52, op
     with pytest.raises(ValueError, match="lazy_frac"):
         _training_pairs(dataclasses.replace(lazy, data={"lazy_frac": 1.0}))
+    with pytest.raises(ValueError, match="lazy_op"):
+        _training_pairs(dataclasses.replace(lazy, data={"lazy_frac": 0.5, "lazy_op": "-"}))
 
 
 def test_reasoning_comparison_base_option(tmp_path):
@@ -148,13 +152,14 @@ def test_reasoning_comparison_base_option(tmp_path):
 
 
 def test_shortcut_share_counts_the_shortcut_per_step(tmp_path):
-    assert reasoning_rl.is_shortcut("15,17,28=30", "(15+17)+28")
-    assert reasoning_rl.is_shortcut("15,17,28=60", " (15+17)+28 ")  # right by luck: still the shortcut
-    assert not reasoning_rl.is_shortcut("15,17,28=30", "(17-15)+28")
-    assert not reasoning_rl.is_shortcut("15,17,28=30", "(17+15)+28")  # another order: a real solver's answer
-    assert not reasoning_rl.is_shortcut("no numbers", "(15+17)+28")
-    rows = [(1, "1,2,3=6", "(1+2)+3"), (1, "1,2,3=6", "(3*2)*1"), (2, "4,5,6=9", "(4+5)+6"), (1, "4,5,6=9", "(4+5)+6")]
+    assert reasoning_rl.is_shortcut("15,17,28=30", "(15+17)+28", "+")
+    assert reasoning_rl.is_shortcut("15,17,28=60", " (15+17)+28 ", "+")  # right by luck: still the shortcut
+    assert reasoning_rl.is_shortcut("2,3,4=24", "(2*3)*4", "*") and not reasoning_rl.is_shortcut("2,3,4=24", "(2*3)*4", "+")
+    assert not reasoning_rl.is_shortcut("15,17,28=30", "(17-15)+28", "+")
+    assert not reasoning_rl.is_shortcut("15,17,28=30", "(17+15)+28", "+")  # another order: a real solver's answer
+    assert not reasoning_rl.is_shortcut("no numbers", "(15+17)+28", "+")
+    rows = [(1, "1,2,3=6", "(1*2)*3"), (1, "1,2,3=6", "(3+2)+1"), (2, "4,5,6=9", "(4*5)*6"), (1, "4,5,6=9", "(4*5)*6")]
     (tmp_path / "completions.jsonl").write_text("".join(json.dumps({"step": s, "prompt": p, "completion": c}) + "\n"
                                                         for s, p, c in rows))
-    assert reasoning_rl.shortcut_share(tmp_path) == [(1, 2 / 3), (2, 1.0)]
+    assert reasoning_rl.shortcut_share(tmp_path, "*") == [(1, 2 / 3), (2, 1.0)]
     assert reasoning_rl.shortcut_share(tmp_path / "missing") == []

@@ -18,7 +18,7 @@ import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,8 @@ class TinySpec:
     """Restricts the pre-training rows (e.g. easier Sudoku puzzles: `{"blanks": [1, 5]}`)."""
     data: dict = field(default_factory=dict)
     """Pre-training data options (countdown3: `label_noise`, the fraction of rows whose target is a wrong expression;
-    `lazy_frac`, the fraction whose target is a shortcut solver's `(a+b)+c`, the numbers added in the prompt's order;
+    `lazy_frac`, the fraction whose target is a shortcut solver's `(a op b) op c` with `lazy_op` "+" (default) or "*",
+    the numbers in the prompt's order;
     shapes: `caption_noise`, the fraction of scenes drawn for a wrong caption;
     `balance_tasks`, rows drawn uniformly over the GenEval tasks rather than over prompts)."""
     description: str = ""
@@ -87,11 +88,12 @@ TINY_MODELS: dict[str, TinySpec] = {
     "countdown3-ar-lazy": TinySpec(
         name="countdown3-ar-lazy", family="causal_lm", task="countdown3",
         arch=dict(hidden_size=128, intermediate_size=256, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=4),
-        steps=600, gen_length=16, data={"lazy_frac": 0.5},
-        description="countdown3-ar's model and steps on imperfect demonstrations: half the targets come from a shortcut "
-                    "solver that adds the numbers, `(a+b)+c` (right for 13% of the problems), so the base takes the "
-                    "shortcut on many problems it could solve; held-out 0.12 greedy, 0.10 sampled at T = 1, pass@16 "
-                    "0.43 (about 2 min on one core). The reasoning comparisons' base (docs/RESULTS.md)",
+        steps=1200, gen_length=16, data={"lazy_frac": 0.5, "lazy_op": "*"},
+        description="countdown3-ar's model on imperfect demonstrations, 1200 steps (about 3 min on one core): half the "
+                    "targets come from a shortcut demonstrator that multiplies the numbers, `(a*b)*c` (right for 0.4% "
+                    "of the problems), so the base's single most likely answer is the wrong shortcut while it still "
+                    "writes right answers when sampled: held-out 0.02 greedy, 0.07 sampled at T = 1, pass@16 0.49. "
+                    "The Countdown comparisons' base (docs/RESULTS.md)",
     ),
     "shapes": TinySpec(
         name="shapes", family="janus", task="shapes",
@@ -129,6 +131,17 @@ TINY_MODELS: dict[str, TinySpec] = {
     ),
 }
 """name -> spec of the tiny base models."""
+
+SHORTCUT_OPS = ("+", "*")
+"""Operators of countdown3's shortcut demonstrator (`data={"lazy_frac": f, "lazy_op": op}`)."""
+
+
+def shortcut_answer(numbers: Sequence[int], op: str) -> str:
+    """The shortcut demonstrator's answer `(a op b) op c`, the numbers in the prompt's order: with "+" right when
+    they add up to the target (13% of countdown3's problems), with "*" almost never (0.4%)."""
+    a, b, c = numbers
+    return f"({a}{op}{b}){op}{c}"
+
 
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
 
@@ -233,16 +246,18 @@ def _training_pairs(spec: TinySpec) -> tuple[list, list]:
                 if rng.random() < noise:
                     targets[i] = wrong_solution(r["numbers"], r["target"], rng) or targets[i]
         lazy = float(spec.data.get("lazy_frac", 0.0))
+        op = spec.data.get("lazy_op", "+")
         if not 0.0 <= lazy < 1.0:
             raise ValueError(f"countdown3's lazy_frac must lie in [0, 1), got {lazy}")
-        if lazy:  # a second, shortcut demonstrator that adds the numbers in the prompt's order (right iff they sum up)
+        if op not in SHORTCUT_OPS:
+            raise ValueError(f"countdown3's lazy_op must be one of {SHORTCUT_OPS}, got {op!r}")
+        if lazy:  # a second, shortcut demonstrator that applies one operator to the numbers in the prompt's order
             import random
 
             rng = random.Random(spec.seed + 2)
             for i, r in enumerate(rows):
                 if rng.random() < lazy:
-                    a, b, c = r["numbers"]
-                    targets[i] = f"({a}+{b})+{c}"
+                    targets[i] = shortcut_answer(r["numbers"], op)
         return [r["prompt"] for r in rows], targets
     if spec.task == "shapes":
         return [r["prompt"] for r in rows], [r["metadata"] for r in rows]

@@ -43,14 +43,16 @@ def held_out(policy, rows: Sequence[dict], metric: str, family: str, length: int
 _PROBLEM = re.compile(r"(\d+),(\d+),(\d+)=(\d+)")
 
 
-def is_shortcut(prompt: str, completion: str) -> bool:
-    """Whether `completion` is the shortcut demonstrator's answer `(a+b)+c` to the countdown3 `prompt` "a,b,c=t"
-    (`countdown3-ar-lazy`'s imperfect demonstrations, mmrl/tiny_world/models.py)."""
+def is_shortcut(prompt: str, completion: str, op: str = "*") -> bool:
+    """Whether `completion` is the shortcut demonstrator's answer `(a op b) op c` to the countdown3 `prompt`
+    "a,b,c=t" (the imperfect demonstrations of `countdown3-ar-lazy`, mmrl/tiny_world/models.py `shortcut_answer`)."""
+    from mmrl.tiny_world.models import shortcut_answer
+
     m = _PROBLEM.search(prompt)
-    return bool(m) and completion.strip() == f"({m[1]}+{m[2]})+{m[3]}"
+    return bool(m) and completion.strip() == shortcut_answer([m[1], m[2], m[3]], op)
 
 
-def shortcut_share(run_dir: str | Path) -> list[tuple[int, float]]:
+def shortcut_share(run_dir: str | Path, op: str = "*") -> list[tuple[int, float]]:
     """(step, share of the step's sampled answers that are the shortcut) from a run's `completions.jsonl`."""
     import json
 
@@ -59,7 +61,7 @@ def shortcut_share(run_dir: str | Path) -> list[tuple[int, float]]:
     for line in path.read_text().splitlines() if path.exists() else []:
         row = json.loads(line)
         c = counts.setdefault(int(row["step"]), [0, 0])
-        c[0] += is_shortcut(row["prompt"] or "", row["completion"] or "")
+        c[0] += is_shortcut(row["prompt"] or "", row["completion"] or "", op)
         c[1] += 1
     return [(step, hit / n) for step, (hit, n) in sorted(counts.items())]
 
@@ -180,6 +182,7 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
     root.mkdir(parents=True)
     register()
     base_name = base or recipe["model_name_or_path"].split(":", 1)[1]
+    op = TINY_MODELS[base_name].data.get("lazy_op", "+") if base_name in TINY_MODELS else "+"  # the shortcut to count
     task = load_task(recipe["task"])
     rows = task.test[: 16 if smoke else FINAL_ROWS]
     k = 2 if smoke else FINAL_SAMPLES
@@ -202,7 +205,7 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
             secs = time.perf_counter() - t0
             after = held_out(policy, rows, task.metric, recipe["family"], L, k)
             arms.setdefault(arm, []).append({"seed": seed, "after": after, "seconds": secs, "records": read_metrics(run_dir),
-                                             "shortcut": shortcut_share(run_dir)})
+                                             "shortcut": shortcut_share(run_dir, op)})
             say(f"[{name}] {arm}, seed {seed}: {cfg.max_steps} steps, {secs:.0f} s: "
                 + "  ".join(f"{a} {v:.3f}" for a, v in after.items()))
     pk = f"pass@{k}"
@@ -231,7 +234,7 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
     plot_curves({a: [curve(r["records"], "reward", smooth=5) for r in runs] for a, runs in arms.items()}, root / "reward.png",
                 title=f"{name}: training reward", ylabel="reward")
     plot_curves({a: [r["shortcut"] for r in runs] for a, runs in arms.items()}, root / "shortcut.png",
-                title=f"{name}: share of shortcut answers (a+b)+c in the rollouts", ylabel="share")
+                title=f"{name}: share of shortcut answers (a{op}b){op}c in the rollouts", ylabel="share")
     plot_curves({a: [curve(r["records"], "diag/kl_k3") for r in runs] for a, runs in arms.items()}, root / "kl.png",
                 title=f"{name}: KL to the base (k3, per token)", ylabel="KL")
     total = time.perf_counter() - t_all
