@@ -106,9 +106,9 @@ COMPARISONS: dict[str, dict[str, Any]] = {
         "diffu-GRPO (d1)": {"method": "diffu_grpo", "num_iterations": 1},
         "DMPO": DMPO_ARM,
     }},
-    # buffer reuse at a small rollout budget: F optimizer steps on each rollout batch (16 x 16 per batch: F = 24
-    # is 480 optimizer steps)
-    "dmpo-reuse-countdown3": {"recipe": {**COUNTDOWN_RL, "per_device_train_batch_size": 256}, "rollouts": 20, "arms": {
+    # buffer reuse at a small rollout budget: F optimizer steps on each rollout batch (16 x 16 per batch, 10
+    # batches: F = 24 is 240 optimizer steps)
+    "dmpo-reuse-countdown3": {"recipe": {**COUNTDOWN_RL, "per_device_train_batch_size": 256}, "rollouts": 10, "arms": {
         "diffu-GRPO F=1": {"method": "diffu_grpo", "num_iterations": 1},
         "DMPO F=1": DMPO_ARM,
         "DMPO F=8": {**DMPO_ARM, "num_iterations": 8},
