@@ -110,6 +110,7 @@ COMPARISONS: dict[str, dict[str, Any]] = {
     # batches: F = 24 is 240 optimizer steps)
     "dmpo-reuse-countdown3": {"recipe": {**COUNTDOWN_RL, "per_device_train_batch_size": 256}, "rollouts": 10, "arms": {
         "diffu-GRPO F=1": {"method": "diffu_grpo", "num_iterations": 1},
+        "diffu-GRPO F=8": {"method": "diffu_grpo", "num_iterations": 8},  # d1's mu = 12 inner updates: clipping acts
         "DMPO F=1": DMPO_ARM,
         "DMPO F=8": {**DMPO_ARM, "num_iterations": 8},
         "DMPO F=24": {**DMPO_ARM, "num_iterations": 24},
