@@ -23,7 +23,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Callable
 
-from mmrl.registry import TASKS
+from mmrl.core.registry import TASKS
 from mmrl.data.validate import DataError, check_rows, read_jsonl, read_lines
 from mmrl.data.loading import FILE_BUILDERS, DatasetError, holdout, hub_rows, is_saved_dataset, load_rows, require_column
 
@@ -75,7 +75,7 @@ class Task:
 
 
 def load_task(name: str, dataset_path: str | None = None, *, seed: int = 0, **options) -> Task:
-    """The task `name` from `mmrl.registry.TASKS` (unknown names raise and list the valid ones; the tiny world's
+    """The task `name` from `mmrl.core.registry.TASKS` (unknown names raise and list the valid ones; the tiny world's
     tasks are there after `mmrl.tiny_world.register()`). `options` (e.g. `eval_split`) go to the loaders that take
     them. Tasks that generate their own data refuse a `dataset_path` rather than ignore it."""
     loader = TASKS[name]

@@ -28,7 +28,7 @@ def held_out(policy, rows: Sequence[dict], metric: str, family: str, length: int
     """Greedy accuracy, sampled accuracy (mean over `k` samples per row at temperature 1) and pass@k on `rows`.
 
     Sudoku's scores are cell accuracies (pass@k then counts fully solved puzzles); the other metrics are 1 / 0."""
-    from mmrl.evaluate import d1_generation, evaluate
+    from mmrl.training.evaluate import d1_generation, evaluate
 
     greedy = evaluate(policy, rows, metric, batch_size=batch_size, progress=False,
                       **d1_generation(family, length, length, length)).accuracy
@@ -158,13 +158,13 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
     import shutil
     import time
 
-    from mmrl.config import load_config
+    from mmrl.config.train_config import load_config
     from mmrl.data.tasks import load_task
-    from mmrl.metrics_log import read_metrics
+    from mmrl.reporting.metrics_log import read_metrics
     from mmrl.tiny_world import register
     from mmrl.tiny_world.models import TINY_MODELS, load_base_policy
     from mmrl.tiny_world.report import curve, fmt, markdown_table, mean_std, plot_curves
-    from mmrl.trainer import Trainer
+    from mmrl.training.trainer import Trainer
 
     if name not in COMPARISONS:
         raise ValueError(f"unknown comparison {name!r}; valid: {sorted(COMPARISONS)}")

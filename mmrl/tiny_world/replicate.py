@@ -5,7 +5,7 @@
 
 Each arm starts from the same cached tiny base model, trains with the quickstart's settings under the reasoning
 comparisons' stable recipe (`STABLE`), sees the same number of rollouts (prompts x generations x rollout batches)
-and is scored by greedy d1-style decoding on held-out puzzles (`mmrl.evaluate`). Writes
+and is scored by greedy d1-style decoding on held-out puzzles (`mmrl.training.evaluate`). Writes
 `<out>/<name>/results.json`, `table.md` (mean ± std over seeds) and `accuracy.png` / `reward.png`.
 
     mmrl replicate gcpo-vs-grpo       # GCPO vs GRPO on the shapes world (tiny Janus, GenEval), mmrl/tiny_world/shapes_rl.py
@@ -84,14 +84,14 @@ def arm_config(name: str, arm: str, *, seed: int, rollouts: int, out: Path, smok
 
 def run_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int = 3, rollouts: int | None = None,
                    smoke: bool = False, progress: bool = True) -> dict[str, Any]:
-    from mmrl.config import load_config
+    from mmrl.config.train_config import load_config
     from mmrl.data.tasks import load_task
     from mmrl.tiny_world import register
-    from mmrl.metrics_log import read_metrics
+    from mmrl.reporting.metrics_log import read_metrics
     from mmrl.tiny_world.models import load_base_policy
     from mmrl.tiny_world.quickstart import evaluate_base
     from mmrl.tiny_world.report import curve, fmt, markdown_table, mean_std, plot_curves
-    from mmrl.trainer import Trainer
+    from mmrl.training.trainer import Trainer
 
     if name not in COMPARISONS:
         raise ValueError(f"unknown comparison {name!r}; implemented: {sorted(COMPARISONS)}")

@@ -20,7 +20,7 @@ import itertools
 import random
 from functools import lru_cache
 
-from mmrl.registry import REWARDS
+from mmrl.core.registry import REWARDS
 from mmrl.data.tasks import TASKS, Task, d1_countdown_test, d1_sudoku_test
 from mmrl.rewards.completions import completion_text
 from mmrl.rewards.countdown import countdown_correct, countdown_score
@@ -241,7 +241,7 @@ def _countdown3_d1(dataset_path: str | None, seed: int) -> Task:
 
 @TASKS.register("shapes")
 def _shapes(dataset_path: str | None, seed: int) -> Task:
-    from mmrl.data.shapes import COLORS, SHAPE_NAMES
+    from mmrl.tiny_world.shapes import COLORS, SHAPE_NAMES
     from mmrl.geneval.prompts import generate_suite
 
     suite = generate_suite(seed=43, n=400, classnames=SHAPE_NAMES, colors=COLORS, max_count=4)
