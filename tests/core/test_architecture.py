@@ -128,7 +128,6 @@ def test_trainer_knows_no_method_by_name():
     assert "cfg.method ==" not in src and ".method in (" not in src
     quoted = [m for m in METHOD_NAMES if re.search(rf"[\"']{m}[\"']", src)]
     assert quoted == []
-    assert len(src.splitlines()) < 500
 
 
 CITED = re.compile(r"(?<![\w/.])((?:docs|mmrl|models|rewards|tests|scripts|benchmarks|configs)/[\w./-]*\.(?:md|py|yaml|json|sh|txt))\b")
