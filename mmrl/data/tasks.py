@@ -54,7 +54,8 @@ class Task:
     train: list[dict]
     """Training rows: `{"prompt": ..., **reward columns}`."""
     test: list[dict]
-    """Held-out rows, same schema (never overlapping `train` by construction of each loader)."""
+    """Held-out rows, same schema (never overlapping `train` by construction of each loader). Evaluated once per
+    reported run, never for a choice (the tiny world's comparisons; `validation` is for choices)."""
     reward_funcs: list[str]
     """Default training rewards (names in `mmrl.rewards.REWARDS`)."""
     metric: str
@@ -68,6 +69,10 @@ class Task:
     eval_prompt: Callable[[dict], Any] | None = None
     """The authors' evaluation prompt of a test row (d1's / DMPO's `eval/*.py` instructions, which ask for the final
     answer in `\\boxed{}`, in mmrl's words), used by `mmrl eval --protocol d1|dmpo`; None = the row's own prompt."""
+    validation: list[dict] = field(default_factory=list)
+    """Rows for training curves, early stopping and every recipe or base choice: disjoint from `train` and `test`
+    and held out the same way as `test` (the tiny world's tasks); empty for tasks that only ship train / test
+    (the trainer's curves then fall back to `test`)."""
 
 
 def load_task(name: str, dataset_path: str | None = None, *, seed: int = 0, **options) -> Task:

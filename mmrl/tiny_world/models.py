@@ -56,8 +56,13 @@ class TinySpec:
 
     def key(self) -> str:
         """Hash of what determines the weights (everything but the description; `data` only when set, so specs
-        written before it existed keep their cache)."""
+        written before it existed keep their cache; the task's data version, `tiny_world.tasks.TASK_VERSIONS`)."""
+        from mmrl.tiny_world.tasks import TASK_VERSIONS
+
         fields = {k: v for k, v in asdict(self).items() if k != "description" and not (k == "data" and not v)}
+        version = TASK_VERSIONS.get(self.task, 1)
+        if version > 1:  # a base pre-trained on an older split of its task is another model
+            fields["task_version"] = version
         blob = json.dumps(fields, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:10]
 
@@ -229,7 +234,7 @@ def _training_pairs(spec: TinySpec) -> tuple[list, list]:
         if spec.pretrain_filter:
             from mmrl.tiny_world.tasks import sudoku4_row, sudoku_puzzles, sudoku_split
 
-            train_grids, _ = sudoku_split(seed=0)
+            train_grids, _, _ = sudoku_split(seed=0)
             pairs = sudoku_puzzles(train_grids, 8000, (lo, hi), seed=7)  # same training grids, other blank counts
             rows = [sudoku4_row(p, s) for p, s in pairs]
         return [r["prompt"] for r in rows], [r["solution"] for r in rows]

@@ -99,7 +99,8 @@ def run_quickstart(out: str | Path = "runs/quickstart", *, seeds: int = 1, smoke
         cfg = load_config(None, {**recipe, "seed": seed, "output_dir": str(run_dir), "progress_bar": progress})
         policy = load_base_policy("sudoku4", progress=False)
         t0 = time.perf_counter()
-        Trainer(cfg, policy=policy, dataset=task.train, reward_funcs=task.reward_funcs, eval_dataset=test, eval_metric=task.metric).train()
+        Trainer(cfg, policy=policy, dataset=task.train, reward_funcs=task.reward_funcs,
+                eval_dataset=task.validation[: recipe["eval_limit"]], eval_metric=task.metric).train()  # curves: validation
         train_s = time.perf_counter() - t0
         after = evaluate_base(policy, test, task.metric)
         after_d1 = evaluate_base(policy, d1_test, task.metric)
@@ -117,7 +118,7 @@ def run_quickstart(out: str | Path = "runs/quickstart", *, seeds: int = 1, smoke
     ]
     table = markdown_table(["evaluation", "base model", f"after DMPO ({seeds} seed{'s' if seeds > 1 else ''})", "gain"], rows)
     plot_curves({"DMPO": [curve(r["records"], "eval/accuracy") for r in runs]}, out / "accuracy.png",
-                title="held-out Sudoku cell accuracy during DMPO", ylabel="cell accuracy", baseline=before)
+                title="validation Sudoku cell accuracy during DMPO", ylabel="cell accuracy")
     plot_curves({"DMPO": [curve(r["records"], "reward", smooth=5) for r in runs]}, out / "reward.png",
                 title="training reward (d1 Sudoku reward, sampled)", ylabel="reward")
     credit = sorted((out / "dmpo-seed0" / "credit").glob("*.html")) if (out / "dmpo-seed0" / "credit").is_dir() else []

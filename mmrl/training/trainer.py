@@ -121,7 +121,8 @@ class Trainer:
             task = load_task(cfg.task, cfg.dataset_path, seed=cfg.seed, eval_split=cfg.eval_split)
             dataset = task.train
             reward_funcs = reward_funcs or cfg.reward_funcs or task.reward_funcs
-            eval_dataset = task.test if eval_dataset is None else eval_dataset
+            # curves on the validation split where the task has one: the test split is for the final figure only
+            eval_dataset = (task.validation or task.test) if eval_dataset is None else eval_dataset
             eval_metric = eval_metric or task.metric
         where = "the training dataset" if cfg.dataset_path is None else cfg.dataset_path
         require_column(list(dataset), "prompt", where)  # no prompt column, or null / missing prompts: stop here

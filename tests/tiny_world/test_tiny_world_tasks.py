@@ -27,18 +27,22 @@ def test_all_288_grids():
 
 
 def test_sudoku4_split_is_by_solution_grid():
-    train_grids, test_grids = sudoku_split(0)
-    assert not set(train_grids) & set(test_grids) and len(train_grids) + len(test_grids) == 288
+    train_grids, val_grids, test_grids = sudoku_split(0)
+    assert (len(train_grids), len(val_grids), len(test_grids)) == (201, 29, 58)
+    assert set(train_grids) | set(val_grids) | set(test_grids) == set(all_grids())
+    assert not set(train_grids) & set(test_grids) and not set(val_grids) & (set(train_grids) | set(test_grids))
     task = load_task("sudoku4")
-    train_solutions = {r["solution"] for r in task.train}
-    test_solutions = {r["solution"] for r in task.test}
-    assert test_solutions <= set(test_grids) and train_solutions <= set(train_grids)
-    assert not train_solutions & test_solutions
-    for r in task.test[:50] + task.train[:50]:
+    sols = {name: {r["solution"] for r in rows} for name, rows in
+            (("train", task.train), ("validation", task.validation), ("test", task.test))}
+    assert sols["test"] <= set(test_grids) and sols["train"] <= set(train_grids) and sols["validation"] <= set(val_grids)
+    assert len(task.validation) == 256 and len(task.test) == 512
+    for r in task.test[:50] + task.train[:50] + task.validation[:50]:
         assert 6 <= r["puzzle"].count("0") <= 10
         assert all(p in ("0", s) for p, s in zip(r["puzzle"], r["solution"]))
         assert count_solutions(r["puzzle"]) == 1
     assert len({r["puzzle"] for r in task.test}) == len(task.test)
+    d1 = load_task("sudoku4_d1")
+    assert not {r["solution"] for r in d1.validation} & {r["solution"] for r in d1.test}
 
 
 def test_sudoku4_reward_is_d1_on_the_bare_answer():
@@ -53,11 +57,15 @@ def test_sudoku4_reward_is_d1_on_the_bare_answer():
     assert got == [sudoku_score(f"<answer>{c}</answer>", puz, sol) for c in [sol, wrong_one, "", "12"]]
 
 
-def test_countdown3_split_and_solutions():
+def test_countdown3_split_is_by_number_multiset():
     task = load_task("countdown3")
-    key = lambda r: (tuple(sorted(r["numbers"])), r["target"])  # noqa: E731
-    assert not {key(r) for r in task.train} & {key(r) for r in task.test}
-    assert len(task.test) == 500 and len(task.train) > 10000
+    ms = lambda rows: [tuple(sorted(r["numbers"])) for r in rows]  # noqa: E731
+    train, val, test = set(ms(task.train)), ms(task.validation), ms(task.test)
+    assert len(test) == len(set(test)) == 500 and len(val) == len(set(val)) == 500  # one problem per held-out multiset
+    assert not train & set(test) and not train & set(val) and not set(val) & set(test)
+    assert len(task.train) > 9000
+    d1 = load_task("countdown3_d1")
+    assert not set(ms(d1.train)) & set(ms(d1.test)) and not set(ms(d1.validation)) & set(ms(d1.test))
     sols = [r["solution"] for r in task.train[:300]]
     scores = countdown3(None, sols, [r["target"] for r in task.train[:300]], [r["numbers"] for r in task.train[:300]])
     assert scores == [1.0] * 300
