@@ -32,6 +32,9 @@ class GenEvalReward:
         detector_config: passed to the backend (e.g. grid=12 for shapes, model_path=... for hf).
     """
 
+    in_process = True
+    """Runs in the trainer's process under `reward_timeout` (`mmrl.rewards.isolation`): it holds a model or sockets."""
+
     variant = "partial"
 
     def __init__(self, detector: str = "shapes", *, options: Mapping[str, Any] | None = None, clip_model: str | None = None,
