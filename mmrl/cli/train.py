@@ -14,7 +14,7 @@ import json
 import sys
 
 
-OWN_FLAGS = ("-h", "--help", "--help-config", "--help_config", "--print-config", "--print_config")
+OWN_FLAGS = ("-h", "--help", "--help-config", "--help_config", "--print-config", "--print_config", "--debug")
 """Options of `mmrl train` itself; every other `--name` is a configuration key."""
 
 
@@ -69,6 +69,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("overrides", nargs="*", help="key=value overrides of config fields (see --help-config)")
     parser.add_argument("--help-config", action="store_true", help="list every config field with its default and meaning")
     parser.add_argument("--print-config", action="store_true", help="print the resolved configuration and exit")
+    parser.add_argument("--debug", action="store_true", help="show the full traceback of errors that are otherwise "
+                                                              "printed as one line")
+
+
+def _one_line(e: BaseException, debug: bool, code: int) -> int:
+    """Print `e` as `mmrl train: <message>` (re-raised with its traceback under --debug); the exit code."""
+    if debug:
+        raise e
+    print(f"mmrl train: {e}" + ("" if "\n" in str(e) else " (--debug shows the traceback)"), file=sys.stderr)
+    return code
 
 
 def run(args: argparse.Namespace) -> int:
@@ -88,29 +98,33 @@ def run(args: argparse.Namespace) -> int:
     try:
         cfg = load_config(path, overrides)
     except ConfigError as e:
-        print(f"mmrl train: {e}", file=sys.stderr)
-        return 2
+        return _one_line(e, args.debug, 2)
     if args.print_config:
         print(json.dumps(cfg.to_dict(), indent=2, default=str))
         return 0
+    from mmrl.checkpointing.checkpoint import CheckpointDamaged
+    from mmrl.checkpointing.run_lock import RunLocked
     from mmrl.data.loading import DatasetError
+    from mmrl.rewards.combine import RewardError
     from mmrl.training.policy_factory import ModelSourceError
     from mmrl.rewards.imports import RewardImportError
     from mmrl.training.trainer import Trainer, TrainingError, TrainingStopped
 
+    # errors the user can fix: one line each (the traceback under --debug); anything else keeps its traceback
+    startup = (ConfigError, DatasetError, ModelSourceError, RewardImportError, FileNotFoundError, RunLocked,
+               CheckpointDamaged, RewardError, ValueError)
+    training = (TrainingError, ConfigError, CheckpointDamaged, RewardError, RunLocked, OSError)
     try:
         trainer = Trainer(cfg)
-    except (DatasetError, ModelSourceError, RewardImportError, FileNotFoundError) as e:  # start-up: one line, no traceback
-        print(f"mmrl train: {e}", file=sys.stderr)
-        return 2
+    except startup as e:
+        return _one_line(e, args.debug, 2)
     try:
         last = trainer.train()
-    except TrainingError as e:
-        print(f"mmrl train: {e}", file=sys.stderr)
-        return 1
     except TrainingStopped as e:  # SIGTERM / Ctrl-C: the checkpoint of the last step is written
         print(f"mmrl train: {e}", file=sys.stderr)
         return 128 + e.signum  # the shell's convention for "ended by signal N"
+    except training as e:
+        return _one_line(e, args.debug, 1)
     keys = ("reward", "loss", "grad_norm", "completions/mean_length")
     print("final step: " + ", ".join(f"{k}={last[k]:.4g}" for k in keys if k in last))
     print(f"run directory: {cfg.output_dir}")

@@ -404,9 +404,10 @@ def _coerce(name: str, value: Any) -> Any:
     for t in [a for a in allowed if a is not type(None)]:
         try:
             return _coerce_one(t, value)
-        except (TypeError, ValueError) as e:
+        except (TypeError, ValueError, yaml.YAMLError) as e:  # a malformed `[a,` / `{a: 1` override is a YAML error
             last_err = e
-    raise ConfigError(f"{name}={value!r}: expected {_type_name(tp)} ({last_err})")
+    detail = " ".join(str(last_err).split())[:300]  # one line (YAML's messages span several)
+    raise ConfigError(f"{name}={value!r}: expected {_type_name(tp)} ({detail})")
 
 
 def _coerce_one(t: Any, value: Any) -> Any:
@@ -757,6 +758,9 @@ MAX_ROLLOUT_RESPONSES = 65536
 """Largest rollout batch per process (per_device_train_batch_size x gradient_accumulation_steps responses)."""
 MAX_COMPLETION_LENGTH = 131072
 """Longest response in tokens (the longest context windows of current models)."""
+MAX_DIFFUSION_STEPS = 4096
+"""Most denoising steps per sample (aMUSEd uses 12, LLaDA one per token of up to 1024-token answers): 100000 steps of
+masked_image ran for hours on one batch."""
 
 
 def _beyond_machine_limits(cfg: TrainConfig) -> list[str]:
@@ -770,6 +774,10 @@ def _beyond_machine_limits(cfg: TrainConfig) -> list[str]:
                  f"process is beyond {MAX_ROLLOUT_RESPONSES}: one rollout batch would not fit in memory")
     if cfg.max_completion_length > MAX_COMPLETION_LENGTH:
         e.append(f"max_completion_length={cfg.max_completion_length} is beyond {MAX_COMPLETION_LENGTH} tokens")
+    if cfg.diffusion_steps is not None and not 1 <= cfg.diffusion_steps <= MAX_DIFFUSION_STEPS:
+        e.append(f"diffusion_steps={cfg.diffusion_steps} must be in [1, {MAX_DIFFUSION_STEPS}] (or null for the model's default)")
+    if not cfg.cfg_scale >= 0:  # checked here, before the model loads (the adapters check it again per call)
+        e.append(f"cfg_scale={cfg.cfg_scale} must be >= 0 (1 disables guidance)")
     return e
 
 
