@@ -79,6 +79,9 @@ class TrainConfig:
     eval_split: float | int = 0.0
     """Task `jsonl` with a single file: the rows held out as the test split, a fraction in (0, 1) or a count >= 1
     (the last rows; the count is printed). 0 holds nothing out (TRL trains on the whole train split)."""
+    geneval_train_on_eval_prompts: bool = False
+    """Task `geneval`: allow training prompts that are among the 553 evaluation prompts (refused by default: the
+    GenEval score of such a run is a train-set score). The default training suite never holds any."""
     reward_funcs: list[str] = field(default_factory=list)
     """Reward names from `mmrl.rewards.REWARDS`, or import paths of your own reward functions as TRL accepts them
     (`my_pkg.rewards.correctness`, `path/to/file.py:correctness`); empty uses the task's default rewards."""
