@@ -365,8 +365,8 @@ class Trainer:
             # std over the global batch: gather every process's rewards
             all_r = self.accelerator.gather(rewards)
             centered = group_advantages(rewards, cfg.num_generations, scale="none")
-            return centered / (all_r.std() + 1e-6)
-        return group_advantages(rewards, cfg.num_generations, scale=cfg.scale_rewards)
+            return centered / (all_r.std() + cfg.advantage_epsilon)
+        return group_advantages(rewards, cfg.num_generations, scale=cfg.scale_rewards, eps=cfg.advantage_epsilon)
 
     def _micro_batches(self, n: int) -> list[torch.Tensor]:
         b = self.cfg.per_device_train_batch_size
