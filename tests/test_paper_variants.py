@@ -153,7 +153,7 @@ def test_advantage_epsilon_reaches_the_advantages():
     std = 1e-3 / 2 ** 0.5  # unbiased std of (0, 1e-3)
     for eps in (1e-6, 1e-4):
         cfg = load_config(None, dict(method="grpo", num_generations=2, advantage_epsilon=eps))
-        adv = Trainer._advantages(SimpleNamespace(cfg=cfg, world=1), rewards)
+        adv = Trainer._advantages(SimpleNamespace(cfg=cfg, world=1), rewards, torch.ones(4, dtype=torch.bool))
         assert adv[:2].tolist() == pytest.approx([-5e-4 / (std + eps), 5e-4 / (std + eps)], rel=1e-5)
     # 1e-6: +-0.7061; the authors' 1e-4: +-0.6195 (the smaller push on near-ties)
     gcpo = load_config(ROOT / "configs/gcpo_janus_pro_7b_geneval.yaml")
