@@ -789,7 +789,7 @@ class MaskedDiffusionAdapter(BaseAdapter):
         ref_model: bool | str = False,
         **generation_defaults,
     ) -> "MaskedDiffusionAdapter":
-        """Load from a LOCAL directory (see `adapter_api.md`); `mmrl_adapter.json`, when present, restores the ids,
+        """Load from a LOCAL directory (see docs/design.md, "The protocol"); `mmrl_adapter.json`, when present, restores the ids,
         shift and generation defaults. Adapter keys (`mask_token_id`, `eos_token_ids`, `pad_token_id`,
         `shift_logits`) may also be passed here."""
         path = Path(path)
