@@ -257,6 +257,12 @@ class TrainConfig:
     w_base. 1 = the paper's negative gradient insertion (an unbounded unlikelihood push on below-baseline
     responses); 0 = fit only above-baseline responses (what the tiny reasoning presets use: at useful learning rates
     the negative term drove the likelihood of the model's own outputs down until it collapsed, docs/RESULTS.md)."""
+    dmpo_trust_region: float | None = None
+    """Per-response trust region delta (nats per response token) of WDCE under buffer reuse (`dmpo_trust_region_gate`,
+    a deviation from the paper, PPO's clip carried over): a response's weighted likelihood term stops acting once the
+    current policy's log-likelihood of it has moved more than delta per token from the behaviour policy's in the
+    direction of its weight. None = the paper (no bound). Costs one no-grad likelihood forward per micro-step (with
+    the buffer's shared masks for masked diffusion) and one at buffer time."""
     dmpo_num_copies: int = 4
     """R: masked copies per response in the WDCE loss (antithetic pairs, so even)."""
     dmpo_elbo_copies: int = 4
@@ -664,6 +670,8 @@ def _validate(cfg: TrainConfig) -> list[str]:
                  f"{cfg.per_device_train_batch_size} must be a multiple of num_generations={cfg.num_generations}")
     if not cfg.dmpo_alpha > 0:
         e.append(f"dmpo_alpha={cfg.dmpo_alpha} must be > 0")
+    if cfg.dmpo_trust_region is not None and not cfg.dmpo_trust_region > 0:
+        e.append(f"dmpo_trust_region={cfg.dmpo_trust_region} must be > 0 (nats per response token) or None")
     if not 0 <= cfg.dmpo_negative_scale <= 1:
         e.append(f"dmpo_negative_scale={cfg.dmpo_negative_scale} must be in [0, 1]")
     if not 0 < cfg.dmpo_coeff <= 1:
