@@ -11,7 +11,7 @@ built in:
   lets a tiny Janus model generate pictures of coloured shapes with a small codebook (the tiny world).
 - `PatchCodec`: token k = a fixed pixel patch `patches[k]` (a codebook of whole patches, as a VQ codebook is one of
   latent vectors); encode picks the nearest patch per grid position. The tiny world's slot layout uses one patch per
-  (shape, colour) object (`mmrl.data.shape_slots`).
+  (shape, colour) object (`mmrl.tiny_world.shape_slots`).
 
 `codec_config(codec)` / `codec_from_config(cfg, model)` round-trip a codec through `mmrl_adapter.json`.
 """

@@ -39,7 +39,7 @@ from mmrl.models import image_positions
 from mmrl.models.base import BaseAdapter, is_peft_model, left_pad, score_logits, selective_log_softmax, unwrap
 from mmrl.models.image_codecs import ImageCodec, PaletteCodec, VQCodec, codec_from_config
 from mmrl.models.sampling import row_seeds, row_uniforms
-from mmrl.protocol import NoisedBatch, Rollout, TokenScores
+from mmrl.core.protocol import NoisedBatch, Rollout, TokenScores
 
 JANUS_T2I_TEMPLATE = "<|User|>: {prompt}\n\n<|Assistant|>:"
 """Janus-Pro's text-to-image prompt: the `deepseek` SFT format with an empty system prompt (`generation_inference.py`),
@@ -774,7 +774,7 @@ class JanusAdapter(BaseAdapter):
                     "src/transformers/models/janus/convert_janus_weights_to_hf.py)" if model_type == "multi_modality" else "")
             raise ValueError(f"{path!r} holds model_type={model_type!r}, the Janus adapter needs 'janus'{hint}")
         if trust_remote_code:
-            from mmrl.remote_code import warn_remote_code
+            from mmrl.core.remote_code import warn_remote_code
 
             warn_remote_code(path)
         saved: dict = {}

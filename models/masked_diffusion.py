@@ -91,7 +91,7 @@ from mmrl.models.dllm_samplers import (
     generate_threshold,
 )
 from mmrl.models.prompts import check_max_prompt_length, render_chat, truncate_left
-from mmrl.protocol import DEFAULT_NEGATIVE_INSTRUCTION, NoisedBatch, Rollout, TokenScores
+from mmrl.core.protocol import DEFAULT_NEGATIVE_INSTRUCTION, NoisedBatch, Rollout, TokenScores
 
 SAMPLERS = ("low_confidence", "random", *DREAM_ORDERS, "threshold", "threshold_cache", "random_order")
 ESTIMATORS = ("mean_field", "elbo", "exact")
@@ -786,7 +786,7 @@ class MaskedDiffusionAdapter(BaseAdapter):
         if not path.exists():
             raise FileNotFoundError(f"masked-diffusion checkpoint not found: {path}")
         if trust_remote_code:
-            from mmrl.remote_code import warn_remote_code
+            from mmrl.core.remote_code import warn_remote_code
 
             warn_remote_code(path)
         saved: dict = {}

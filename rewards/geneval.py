@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from typing import Any, Mapping
 
-from mmrl.registry import REWARDS
+from mmrl.core.registry import REWARDS
 from mmrl.rewards.lazy import load_once
 
 VARIANTS = ("correct", "strict", "partial")
@@ -37,15 +37,15 @@ class GenEvalReward:
     def __init__(self, detector: str = "shapes", *, options: Mapping[str, Any] | None = None, clip_model: str | None = None,
                  clip_weights: str | None = None, device: str = "cpu", metadata_key: str = "metadata",
                  variant: str | None = None, **detector_config: Any):
-        from mmrl.geneval.detectors import DETECTORS
+        from mmrl.geneval.detectors import detector_names
         from mmrl.geneval.rules import Options
 
         self.variant = variant or self.variant
         if self.variant not in VARIANTS:
             raise ValueError(f"unknown GenEval reward variant {self.variant!r}; valid: {list(VARIANTS)}")
-        if detector not in DETECTORS or detector == "precomputed":
+        if detector not in detector_names() or detector == "precomputed":
             raise ValueError(f"GenEval rewards detect on the fly: detector must be one of "
-                             f"{[d for d in DETECTORS if d != 'precomputed']}, got {detector!r}")
+                             f"{[d for d in detector_names() if d != 'precomputed']}, got {detector!r}")
         self.options = Options.parse(dict(options or {}))
         self.detector_name, self.detector_config, self.device = detector, dict(detector_config), device
         self.clip_model = clip_model or self.options.clip_model

@@ -13,9 +13,6 @@ TRL's format (`[{"role": "user", "content": ...}]`), so every family renders the
 """
 from __future__ import annotations
 
-import csv
-import io
-import json
 import inspect
 import random
 from dataclasses import dataclass, field
@@ -23,8 +20,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Callable
 
-from mmrl.registry import TASKS
-from mmrl.data.validate import DataError, check_rows, read_jsonl, read_lines
+from mmrl.core.registry import TASKS
 from mmrl.data.loading import FILE_BUILDERS, DatasetError, holdout, hub_rows, is_saved_dataset, load_rows, require_column
 
 FORMAT_INSTRUCTION = "Respond in the following format:\n<reasoning>\n...\n</reasoning>\n<answer>\n...\n</answer>\n"
@@ -58,7 +54,8 @@ class Task:
     train: list[dict]
     """Training rows: `{"prompt": ..., **reward columns}`."""
     test: list[dict]
-    """Held-out rows, same schema (never overlapping `train` by construction of each loader)."""
+    """Held-out rows, same schema (never overlapping `train` by construction of each loader). Evaluated once per
+    reported run, never for a choice (the tiny world's comparisons; `validation` is for choices)."""
     reward_funcs: list[str]
     """Default training rewards (names in `mmrl.rewards.REWARDS`)."""
     metric: str
@@ -72,10 +69,14 @@ class Task:
     eval_prompt: Callable[[dict], Any] | None = None
     """The authors' evaluation prompt of a test row (d1's / DMPO's `eval/*.py` instructions, which ask for the final
     answer in `\\boxed{}`, in mmrl's words), used by `mmrl eval --protocol d1|dmpo`; None = the row's own prompt."""
+    validation: list[dict] = field(default_factory=list)
+    """Rows for training curves, early stopping and every recipe or base choice: disjoint from `train` and `test`
+    and held out the same way as `test` (the tiny world's tasks); empty for tasks that only ship train / test
+    (the trainer's curves then fall back to `test`)."""
 
 
 def load_task(name: str, dataset_path: str | None = None, *, seed: int = 0, **options) -> Task:
-    """The task `name` from `mmrl.registry.TASKS` (unknown names raise and list the valid ones; the tiny world's
+    """The task `name` from `mmrl.core.registry.TASKS` (unknown names raise and list the valid ones; the tiny world's
     tasks are there after `mmrl.tiny_world.register()`). `options` (e.g. `eval_split`) go to the loaders that take
     them. Tasks that generate their own data refuse a `dataset_path` rather than ignore it."""
     loader = TASKS[name]
@@ -92,29 +93,10 @@ def bundled(relpath: str) -> Path:
 
 
 def read_rows(path: str | Path) -> list[dict]:
-    """Rows of a JSONL, JSON (list), CSV or Parquet file, or of a saved `datasets` directory, read by
-    `datasets.load_dataset` (`mmrl.data.loading`). Local JSON / JSONL / CSV files are validated first (empty files,
-    malformed lines, non-UTF-8 bytes and rows that are not objects raise `DataError` naming the file and line,
-    `mmrl.data.validate`)."""
-    path = Path(path)
-    if path.is_file():
-        _validate_file(path)
-    return load_rows(path)
-
-
-def _validate_file(path: Path) -> None:
-    if path.suffix == ".jsonl":
-        read_jsonl(path)
-    elif path.suffix == ".json":
-        try:
-            data = json.loads("\n".join(read_lines(path)))
-        except json.JSONDecodeError as e:
-            raise DataError(f"{path}:{e.lineno}:{e.colno}: not valid JSON ({e.msg})") from None
-        if not isinstance(data, list):
-            raise DataError(f"{path}: expected a JSON list of rows, got {type(data).__name__}")
-        check_rows(data, str(path))
-    elif path.suffix == ".csv":
-        check_rows(list(csv.DictReader(io.StringIO("\n".join(read_lines(path))))), str(path))
+    """Rows of a JSONL, JSON (list), CSV or Parquet file, or of a saved `datasets` directory (`mmrl.data.loading`:
+    local files are validated first, and empty files, malformed lines, ragged or unterminated CSV, non-UTF-8 bytes
+    and rows that are not objects raise `DataError` naming the file and line, `mmrl.data.validate`)."""
+    return load_rows(Path(path))
 
 
 def _split_rows(dataset_path: str | None, name: str) -> tuple[list[dict], list[dict]] | None:

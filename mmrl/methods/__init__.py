@@ -7,7 +7,7 @@
 - `gspo`: sequence-level ratio (the worked example of adding a method, docs/design.md)
 
 Adding a method is one module here (a `Method` subclass registered under its name) imported below, plus its
-defaults in `mmrl.config.METHOD_DEFAULTS`; the trainer does not change.
+defaults in `mmrl.config.train_config.METHOD_DEFAULTS`; the trainer does not change.
 """
 from mmrl.methods.base import METHODS, LossOutput, Method, MicroBatch, behaviour_is_current
 from mmrl.methods import policy_gradient, gcpo, dgpo, dmpo, gspo  # noqa: F401, I001  (registration, in this order)

@@ -15,7 +15,7 @@ from typing import ClassVar
 
 import torch
 
-from mmrl.registry import METHODS
+from mmrl.core.registry import METHODS
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,7 @@ class Method(abc.ABC):
     """A training method: what it needs, `prepare` at buffer time and `loss` per micro-batch.
 
     Subclasses register themselves with `@METHODS.register(name)` for every method name they implement (GRPO,
-    DAPO and Dr.GRPO share one class: their differences are config defaults, `mmrl.config.METHOD_DEFAULTS`).
+    DAPO and Dr.GRPO share one class: their differences are config defaults, `mmrl.config.train_config.METHOD_DEFAULTS`).
     """
 
     uses_behaviour_logprobs: ClassVar[bool] = True

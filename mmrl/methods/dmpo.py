@@ -20,10 +20,10 @@ from mmrl.algorithms import (
     wddo_loss,
 )
 from mmrl.algorithms.dmpo import LOSS_TIME_BASELINES, micro_batch_mean_baseline
-from mmrl.diagnostics import effective_sample_size, micro_batch_sums
+from mmrl.core.diagnostics import effective_sample_size, micro_batch_sums
 from mmrl.methods.base import METHODS, LossOutput, Method, MicroBatch, zeros_like_tokens
-from mmrl.protocol import NoisedBatch
-from mmrl.seeds import derived_seed
+from mmrl.core.protocol import NoisedBatch
+from mmrl.core.seeds import derived_seed
 
 
 @METHODS.register("dmpo")
@@ -89,7 +89,7 @@ class DMPO(Method):
         return self.estimator_options(buf.mask_seeds[0], kind=kind)
 
     def kl_diagnostics(self, buf, rows, idx: torch.Tensor) -> dict[str, float]:
-        """`mmrl.diagnostics.micro_batch_sums` of the KL of the current policy (before this step's update: one no-grad
+        """`mmrl.core.diagnostics.micro_batch_sums` of the KL of the current policy (before this step's update: one no-grad
         forward, the buffer's mask seed) to the reference terms kept at buffer time, both by `_kl_estimator`."""
         if not buf.ref_logp:
             return {}

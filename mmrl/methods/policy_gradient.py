@@ -1,7 +1,7 @@
 """The policy-gradient family: GRPO, DAPO, Dr.GRPO and diffu-GRPO (d1), the base of GCPO and DGPO.
 
 One clipped surrogate (`mmrl.algorithms.policy_loss`, docs/algorithms.md section 2) on group advantages; the four
-methods differ only in config defaults (`mmrl.config.METHOD_DEFAULTS`: clip range, aggregation, reward scaling,
+methods differ only in config defaults (`mmrl.config.train_config.METHOD_DEFAULTS`: clip range, aggregation, reward scaling,
 KL, estimator). Subclasses give the advantage a per-token weight through two hooks: `buffer_scores` (the no-grad
 forward at buffer time) and `scores_and_weights` (the gradient forward of a micro-batch).
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from mmrl.algorithms import accumulated_loss, aggregate, high_entropy_mask, policy_loss
-from mmrl.diagnostics import micro_batch_sums
+from mmrl.core.diagnostics import micro_batch_sums
 from mmrl.methods.base import METHODS, LossOutput, Method, MicroBatch
 
 TOKEN_STATS = ("entropy", "h2")

@@ -76,13 +76,13 @@ def cell_config(family: str, method: str, *, seed: int, out: Path, smoke: bool =
 def run_overfit_pool(out: str | Path = "runs/replicate", *, seeds: int = 3, smoke: bool = False, steps: int | None = None,
                      progress: bool = True, only: list[tuple[str, str]] | None = None) -> dict[str, Any]:
     """Train every cell over `seeds`; the reward at the start (mean of the first 3 steps) and end (last 3)."""
-    from mmrl.config import load_config
+    from mmrl.config.train_config import load_config
     from mmrl.data.tasks import load_task
-    from mmrl.metrics_log import read_metrics
+    from mmrl.reporting.metrics_log import read_metrics
     from mmrl.tiny_world import register
     from mmrl.tiny_world.models import load_base_policy
     from mmrl.tiny_world.report import curve, fmt, markdown_table, mean_std, plot_curves
-    from mmrl.trainer import Trainer
+    from mmrl.training.trainer import Trainer
 
     say = print if progress else (lambda *a, **k: None)
     root = Path(out) / "overfit-pool"

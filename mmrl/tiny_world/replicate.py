@@ -5,7 +5,7 @@
 
 Each arm starts from the same cached tiny base model, trains with the quickstart's settings under the reasoning
 comparisons' stable recipe (`STABLE`), sees the same number of rollouts (prompts x generations x rollout batches)
-and is scored by greedy d1-style decoding on held-out puzzles (`mmrl.evaluate`). Writes
+and is scored by greedy d1-style decoding on held-out puzzles (`mmrl.training.evaluate`). Writes
 `<out>/<name>/results.json`, `table.md` (mean ± std over seeds) and `accuracy.png` / `reward.png`.
 
     mmrl replicate gcpo-vs-grpo       # GCPO vs GRPO on the shapes world (tiny Janus, GenEval), mmrl/tiny_world/shapes_rl.py
@@ -84,14 +84,14 @@ def arm_config(name: str, arm: str, *, seed: int, rollouts: int, out: Path, smok
 
 def run_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int = 3, rollouts: int | None = None,
                    smoke: bool = False, progress: bool = True) -> dict[str, Any]:
-    from mmrl.config import load_config
+    from mmrl.config.train_config import load_config
     from mmrl.data.tasks import load_task
     from mmrl.tiny_world import register
-    from mmrl.metrics_log import read_metrics
+    from mmrl.reporting.metrics_log import read_metrics
     from mmrl.tiny_world.models import load_base_policy
     from mmrl.tiny_world.quickstart import evaluate_base
     from mmrl.tiny_world.report import curve, fmt, markdown_table, mean_std, plot_curves
-    from mmrl.trainer import Trainer
+    from mmrl.training.trainer import Trainer
 
     if name not in COMPARISONS:
         raise ValueError(f"unknown comparison {name!r}; implemented: {sorted(COMPARISONS)}")
@@ -102,7 +102,8 @@ def run_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int 
     root.mkdir(parents=True)
     register()  # the tiny world's tasks and rewards
     task = load_task("sudoku4")
-    test = task.test[: 16 if smoke else QUICKSTART_RECIPE["eval_limit"]]
+    test = task.test[: 16 if smoke else QUICKSTART_RECIPE["eval_limit"]]  # once per run, at the end
+    val = task.validation[: len(test)]  # the curves
     base = evaluate_base(load_base_policy("sudoku4", progress=progress), test, task.metric)
     t_all = time.perf_counter()
     arms: dict[str, list[dict]] = {}
@@ -114,7 +115,7 @@ def run_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int 
                 print(f"[{name}] {arm}, seed {seed + 1}/{seeds}: {cfg.max_steps} optimizer steps, {rollouts} rollout batches")
             policy = load_base_policy("sudoku4", progress=False)
             t0 = time.perf_counter()
-            Trainer(cfg, policy=policy, dataset=task.train, reward_funcs=task.reward_funcs, eval_dataset=test,
+            Trainer(cfg, policy=policy, dataset=task.train, reward_funcs=task.reward_funcs, eval_dataset=val,
                     eval_metric=task.metric).train()
             acc = evaluate_base(policy, test, task.metric)
             records = read_metrics(run_dir)
@@ -129,7 +130,7 @@ def run_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int 
         rows.append([arm, fmt(m, s), f"{100 * g[0]:+.1f} ± {100 * g[1]:.1f}", fmt(*rew)])
     table = markdown_table(["arm", "held-out cell accuracy (%)", "gain (points)", "train reward, last 5 steps (%)"], rows)
     plot_curves({a: [curve(r["records"], "eval/accuracy") for r in runs] for a, runs in arms.items()}, root / "accuracy.png",
-                title=f"{name}: held-out Sudoku cell accuracy", ylabel="cell accuracy", baseline=base)
+                title=f"{name}: validation Sudoku cell accuracy", ylabel="cell accuracy")
     plot_curves({a: [curve(r["records"], "reward", smooth=5) for r in runs] for a, runs in arms.items()}, root / "reward.png",
                 title=f"{name}: training reward", ylabel="reward")
     total = time.perf_counter() - t_all

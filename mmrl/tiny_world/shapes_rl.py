@@ -110,15 +110,15 @@ def run_shapes_rl(root: str | Path, arms: list[str], *, seeds: int = 3, smoke: b
     with `recipe` (default `SHAPES_RL`) and report into `root` (replaced if it exists): per-task held-out GenEval
     before and after (sampled with `shapes_eval.EVAL_GENERATION` updated by `eval_generation`), curves, the image
     grid and GCPO's credit picture (when a GCPO arm ran)."""
-    from mmrl.config import load_config
+    from mmrl.config.train_config import load_config
     from mmrl.data.tasks import load_task
     from mmrl.geneval.rules import TASKS
-    from mmrl.metrics_log import read_metrics
+    from mmrl.reporting.metrics_log import read_metrics
     from mmrl.tiny_world import register
     from mmrl.tiny_world.models import ensure_built, load_base_policy
     from mmrl.tiny_world.report import curve, fmt, image_grid, markdown_table, mean_std, plot_curves
     from mmrl.tiny_world.shapes_eval import PER_TASK, balanced_rows, geneval_accuracy
-    from mmrl.trainer import Trainer
+    from mmrl.training.trainer import Trainer
 
     arm_table = arm_table or ARMS
     unknown = sorted(set(arms) - set(arm_table))
