@@ -19,7 +19,7 @@ START, END = "<!-- trl-config-table:start -->", "<!-- trl-config-table:end -->"
 
 def classify(name: str) -> tuple[str, str]:
     """(status, detail) of one GRPOConfig field name."""
-    from mmrl.config import _public_fields
+    from mmrl.config.train_config import _public_fields
     from mmrl.config.aliases import INVERTED, PRECISION_FLAGS, RENAMED, UNSUPPORTED
 
     if name in _public_fields():
