@@ -92,6 +92,11 @@ class PolicyGradient(Method):
         """The stats the gradient forward takes: entropy for the buffer metric (current) or the entropy mask."""
         return ("entropy",) if current or self.cfg.top_entropy_quantile < 1 else ()
 
+    def kl_token_weights(self, buf, mb: MicroBatch, weights: torch.Tensor | None) -> torch.Tensor | None:
+        """[n, T] per-token weights of the KL term (`kl_reweight`), or None for a uniform KL: the ones fixed at
+        buffer time (STAGE), or a method's own from its token weights (GCPO)."""
+        return buf.kl_weights[mb.idx] if buf.kl_weights is not None else None
+
     def loss(self, buf, mb: MicroBatch) -> LossOutput:
         """Clipped surrogate of one micro-batch with token advantages `A_i * w_it` (`w = 1` here)."""
         cfg = self.cfg
@@ -117,7 +122,8 @@ class PolicyGradient(Method):
         old = logp.detach() if current else buf.old_logp[seed_k][idx]
         ref = buf.ref_logp[seed_k][idx] if buf.ref_logp else (scores.other_logp if cfg.beta > 0 else None)
         per_token, pm = policy_loss(logp, old, token_adv, mask, eps_low=cfg.epsilon, eps_high=cfg.eps_high,
-                                    dual_clip=cfg.dual_clip, ref_logp=ref, beta=cfg.beta)
+                                    dual_clip=cfg.dual_clip, ref_logp=ref, beta=cfg.beta,
+                                    kl_weights=self.kl_token_weights(buf, mb, weights))
         if cfg.top_entropy_quantile < 1:  # TRL: per_token_loss * entropy_mask (the normaliser keeps every token)
             ent = scores.stats.get("entropy")
             if ent is None:  # a subclass's forward took other stats: one no-grad forward for the entropies
