@@ -59,7 +59,12 @@ class TrainConfig:
     trust_remote_code: bool = False
     """Allow checkpoints that ship their own modeling code (LLaDA, Dream). Off unless you trust the source."""
     torch_dtype: str = "float32"
-    """Weights dtype: float32, bfloat16 or float16."""
+    """Weights dtype: float32, bfloat16 or float16 (transformers 5's and TRL's key `dtype` sets it)."""
+    attn_implementation: str | None = None
+    """Attention kernel of transformers models (TRL's `model_init_kwargs.attn_implementation`, transformers'
+    `attn_implementation`): eager, sdpa, flash_attention_2, flash_attention_3 or flex_attention; None keeps the
+    model's own choice (transformers picks sdpa where it can). The families built on transformers (causal_lm, vlm,
+    janus, masked_diffusion) take it."""
     mixed_precision: str = "no"
     """accelerate mixed precision: no, bf16 or fp16 (TRL's `bf16: true` / `fp16: true` set it). TRL: bf16 where the
     hardware has it; here off, so that a CPU run and its tests need no flag."""
@@ -79,6 +84,9 @@ class TrainConfig:
     eval_split: float | int = 0.0
     """Task `jsonl` with a single file: the rows held out as the test split, a fraction in (0, 1) or a count >= 1
     (the last rows; the count is printed). 0 holds nothing out (TRL trains on the whole train split)."""
+    geneval_train_on_eval_prompts: bool = False
+    """Task `geneval`: allow training prompts that are among the 553 evaluation prompts (refused by default: the
+    GenEval score of such a run is a train-set score). The default training suite never holds any."""
     reward_funcs: list[str] = field(default_factory=list)
     """Reward names from `mmrl.rewards.REWARDS`, or import paths of your own reward functions as TRL accepts them
     (`my_pkg.rewards.correctness`, `path/to/file.py:correctness`); empty uses the task's default rewards."""
@@ -107,8 +115,18 @@ class TrainConfig:
     """Micro-batches per optimizer step. One rollout batch = per_device_train_batch_size x
     gradient_accumulation_steps responses per process; it must hold whole groups."""
     num_iterations: int = 1
-    """Optimizer steps per rollout batch (TRL's mu; DMPO's buffer reuse F): rollouts are refreshed every
+    """Passes over each rollout batch (TRL's mu; DMPO's buffer reuse F): with steps_per_generation equal to
+    gradient_accumulation_steps (the default) one pass is one optimizer step, and rollouts are refreshed every
     num_iterations steps."""
+    steps_per_generation: int | None = None
+    """TRL's `steps_per_generation`: micro-batches of per_device_train_batch_size responses that one generation
+    (rollout batch) holds per process; None = gradient_accumulation_steps (one optimizer step per pass). A multiple k
+    of gradient_accumulation_steps samples k optimizer steps' worth of responses at once and takes k optimizer steps
+    per pass, each over the next gradient_accumulation_steps micro-batches (the later ones off-policy, with
+    behaviour log-probs from generation time, as TRL). Give it or generation_batch_size."""
+    generation_batch_size: int | None = None
+    """TRL's `generation_batch_size`: responses per generation over all processes, =
+    per_device_train_batch_size x processes x steps_per_generation (it sets steps_per_generation)."""
     max_steps: int = 100
     """Optimizer steps to train; -1 with `num_train_epochs` derives them from the dataset size. TRL: -1 (3
     epochs); here a fixed step count, as the papers' recipes give one."""
@@ -163,10 +181,23 @@ class TrainConfig:
     learning_rate: float = 1e-6
     """AdamW learning rate (> 0)."""
     lr_scheduler_type: str = "constant"
-    """transformers scheduler name: constant, constant_with_warmup, linear, cosine, ... TRL: linear; here constant,
-    as the GRPO/DAPO/d1/DMPO recipes train."""
+    """transformers scheduler name: constant, constant_with_warmup, linear, cosine, ... (checked at start-up). TRL:
+    linear; here constant, as the GRPO/DAPO/d1/DMPO recipes train."""
+    lr_scheduler_kwargs: dict = field(default_factory=dict)
+    """Extra keyword arguments of the scheduler (TRL / transformers `lr_scheduler_kwargs`, passed to
+    `get_scheduler(scheduler_specific_kwargs=...)`), e.g. `{min_lr: 1e-7}` for cosine_with_min_lr or `{num_cycles: 2}`
+    for cosine_with_restarts; a keyword the scheduler does not take is refused at start-up."""
+    warmup_steps: float = 0
+    """Learning-rate warm-up (transformers 5's and TRL's `warmup_steps`): an integer >= 1 is a number of optimizer
+    steps; a value in [0, 1) is that fraction of max_steps, rounded up (transformers 5 folded `warmup_ratio` into
+    it)."""
     warmup_ratio: float = 0.0
-    """Fraction of max_steps used for warm-up."""
+    """transformers 4's fraction of max_steps used for warm-up (kept for older presets; give warmup_steps or this,
+    not both)."""
+    optim: str = "adamw_torch"
+    """Optimizer (transformers' names of the AdamW variants torch ships): adamw_torch (torch.optim.AdamW) or
+    adamw_torch_fused (its fused kernel: the same update, fewer kernel launches). TRL: adamw_torch_fused; here
+    adamw_torch, which the recorded results used (the two agree to rounding)."""
     weight_decay: float = 0.0
     """AdamW weight decay."""
     adam_beta1: float = 0.9
@@ -181,6 +212,18 @@ class TrainConfig:
     """A step whose loss or gradient is NaN/inf is skipped and logged; this many in a row stop the run."""
     beta: float = 0.0
     """KL coefficient to the reference (k3 estimator); 0 loads no reference for the KL."""
+    sync_ref_model: bool = False
+    """TRL's reference-model sync (TR-DPO, Gorbatovski et al. 2024): every ref_model_sync_steps optimizer steps the
+    reference becomes alpha x policy + (1 - alpha) x reference (alpha = ref_model_mixup_alpha). Needs a separate
+    reference model (not with LoRA, as in TRL)."""
+    ref_model_mixup_alpha: float = 0.6
+    """alpha of sync_ref_model (TRL's default 0.6); 1 copies the policy."""
+    ref_model_sync_steps: int = 512
+    """Optimizer steps between reference syncs (TRL's default 512)."""
+    top_entropy_quantile: float = 1.0
+    """TRL's `top_entropy_quantile` (Wang et al. 2025, "Beyond the 80/20 rule"): only the tokens whose entropy is
+    in the top q of a micro-batch's response tokens carry the policy loss (the rest are masked out of it); 1.0
+    keeps every token. Policy-gradient methods (grpo, dapo, dr_grpo, diffu_grpo, gcpo, dgpo)."""
     epsilon: float = 0.2
     """Lower clip range (ratio >= 1 - epsilon)."""
     epsilon_high: float | None = None
@@ -194,6 +237,9 @@ class TrainConfig:
     over tokens / (N * max_completion_length))."""
     scale_rewards: str = "group"
     """Advantage scaling (TRL): group, batch or none."""
+    advantage_epsilon: float = 1e-6
+    """eps of the std-scaled advantage `(r - mean) / (std + eps)` (EasyR1 / GCPO VLM: 1e-6; GCPO T2I, STAGE and TRL's
+    GRPOTrainer: 1e-4). It matters for groups whose rewards barely differ, e.g. STAGE's entropy-only bonus."""
     mask_truncated_completions: bool = False
     """Exclude responses that never produced EOS from the loss (DAPO's overlong filtering)."""
     dynamic_sampling: bool = False
@@ -209,6 +255,10 @@ class TrainConfig:
     logprob_estimator: str = "mean_field"
     """Masked diffusion log-probs for GRPO-family losses: mean_field (d1's one-step estimate) or elbo; masked_image
     also per_step (each image token at the sampler step that revealed it, models/masked_image.py)."""
+    gumbel_dtype: str = "float64"
+    """Masked diffusion, low-confidence sampler: precision of the Gumbel-max token draw. float64 samples
+    `softmax(logits / temperature)` (LLaDA's `add_gumbel_noise`); bfloat16 is what d1's diffu-GRPO rollouts ran
+    (`dtype=model.dtype`), a lower-entropy draw (`models/dllm_samplers.py` gumbel_argmax)."""
     p_mask_prompt: float = 0.15
     """d1 mean-field estimator: probability of masking each prompt token."""
     random_masking: bool = True
@@ -223,6 +273,10 @@ class TrainConfig:
     """GCPO rank-power: fraction of top tokens ..."""
     gcpo_target_mass: float = 0.8
     """... that carries this fraction of the weight."""
+    kl_reweight: bool = False
+    """Per-token weights on the KL term, as the GCPO T2I and STAGE launches (`kl_reweight True`): gcpo weights it by
+    `0.5 + 0.5 clamp(2 - 2 w, 0, 1)` of its token weights w, stage by `0.5 + 0.5 clamp(c + 1, 0, 1)` of its
+    similarity map (`mmrl.algorithms.stage`). False: a uniform KL. Only gcpo and stage have token masks for it."""
     gcpo_entropy_reward: float = 0.0
     """STAGE's entropy reward, which GCPO's text-to-image launch turns on with 0.4 (0 = off): among the responses of
     maximal reward in a group, r_i += c (e_i - mean e), e_i = 1 / (1 + (H_ref,i - H_theta,i)^2) of the mean token
@@ -288,7 +342,20 @@ class TrainConfig:
 
     # ---- output, logging, checkpoints ---------------------------------------------------------------------
     output_dir: str = "runs/mmrl"
-    """Run directory: metrics, TensorBoard, checkpoints and pictures are written only inside it."""
+    """Run directory: metrics, TensorBoard, checkpoints and pictures are written only inside it; the final model
+    is written to it at the end (`from_pretrained(output_dir)` loads it)."""
+    run_name: str | None = None
+    """Name of the run in the trackers (transformers' `run_name`: the W&B run name, the TensorBoard / MLflow run);
+    None = the name of output_dir. The W&B project is the WANDB_PROJECT environment variable (as in transformers),
+    else "mmrl"."""
+    push_to_hub: bool = False
+    """Upload the final model (the contents of output_dir's final model and model card) to the Hugging Face Hub
+    at the end (transformers' `push_to_hub`). Needs a token (HF_TOKEN or `hf auth login`), checked at start-up."""
+    hub_model_id: str | None = None
+    """Hub repository of push_to_hub, `user/name` or `name` (transformers' `hub_model_id`); None = the name of
+    output_dir."""
+    hub_private_repo: bool | None = None
+    """Create the Hub repository private (transformers' `hub_private_repo`); None = the Hub's default."""
     logging_steps: int = 1
     """Write metrics every this many optimizer steps. TRL: 10; here every step (RL curves are noisy and short)."""
     log_completions: bool = False
@@ -320,6 +387,10 @@ class TrainConfig:
     message naming the cause (a frozen, killed or far slower process) instead of waiting forever."""
     eval_steps: int = 0
     """Evaluate on the task's test split every this many steps (0 = off); logged as `eval/accuracy`."""
+    eval_strategy: str | None = None
+    """transformers' / TRL's `eval_strategy`: no (off), steps (every eval_steps; eval_steps 0 then means
+    logging_steps, as in transformers) or epoch (after each pass over the prompts); None = eval_steps alone decides
+    (mmrl's way: 0 is off)."""
     eval_limit: int | None = 256
     """Test rows used by the periodic evaluation (None = all)."""
     eval_generation: dict = field(default_factory=dict)
@@ -339,8 +410,32 @@ class TrainConfig:
 
     @property
     def rollout_batch_size(self) -> int:
-        """Responses per process in one rollout batch."""
+        """Responses per process in one rollout batch (TRL's generation batch, per process)."""
+        return self.per_device_train_batch_size * self.generation_steps
+
+    @property
+    def step_batch_size(self) -> int:
+        """Responses per process in one optimizer step."""
         return self.per_device_train_batch_size * self.gradient_accumulation_steps
+
+    @property
+    def generation_steps(self) -> int:
+        """Micro-batches per process in one rollout batch (TRL's `steps_per_generation`, resolved)."""
+        if self.steps_per_generation is not None:
+            return self.steps_per_generation
+        if self.generation_batch_size is not None:
+            return max(1, self.generation_batch_size // (self.per_device_train_batch_size * _world_size()))
+        return self.gradient_accumulation_steps
+
+    @property
+    def steps_per_pass(self) -> int:
+        """Optimizer steps of one pass over a rollout batch (1 unless steps_per_generation says more)."""
+        return max(1, self.generation_steps // max(1, self.gradient_accumulation_steps))
+
+    @property
+    def steps_per_rollout(self) -> int:
+        """Optimizer steps each rollout batch serves: steps_per_pass x num_iterations."""
+        return self.steps_per_pass * self.num_iterations
 
     @property
     def prompts_per_rollout(self) -> int:
@@ -370,6 +465,8 @@ METHOD_DEFAULTS: dict[str, dict[str, Any]] = {
     "diffu_grpo": {"loss_type": "bnpo", "scale_rewards": "none", "epsilon": 0.5, "beta": 0.04, "logprob_estimator": "mean_field"},
     # GCPO (authors' VLM recipe on EasyR1): DAPO-style clip 0.2/0.28, dual clip 3, token mean, online filtering, no KL.
     "gcpo": {"loss_type": "dapo", "epsilon_high": 0.28, "dual_clip": 3.0, "dynamic_sampling": True, "beta": 0.0},
+    # STAGE (GCPO's T2I GRPO baseline launcher): one step per rollout, token mean, KL re-weighted by similarity.
+    "stage": {"loss_type": "dapo", "kl_reweight": True, "advantage_epsilon": 1e-4},
     # DGPO: PPO-clip on a DAPO base, no KL term.
     "dgpo": {"loss_type": "dapo", "epsilon_high": 0.28, "dynamic_sampling": True, "overlong_penalty": True, "beta": 0.0},
     # DMPO (authors' yaml): buffer reuse F = 8, grad clip 0.2, AdamW (0.9, 0.99), weight decay 0.1.
@@ -475,7 +572,12 @@ def _parse_override(item: str) -> tuple[str, Any]:
 
 
 def _unknown_key_error(key: str) -> ConfigError:
-    from mmrl.config.aliases import alias_names
+    from mmrl.config.aliases import alias_names, unsupported_reason
+
+    reason = unsupported_reason(key)
+    if reason is not None:
+        return ConfigError(f"{key!r} is a TRL GRPOConfig field mmrl does not support: {reason} (README.md, \"TRL GRPOConfig "
+                           "fields\", lists every field)")
 
     names = sorted([*_public_fields(), *alias_names()])
     close = difflib.get_close_matches(key, names, n=3)
@@ -562,6 +664,14 @@ def _with_method_defaults(init):
 TrainConfig.__init__ = _with_method_defaults(TrainConfig.__init__)
 
 
+def _world_size() -> int:
+    """Processes of this launch (torchrun / accelerate set WORLD_SIZE), for TRL's generation_batch_size."""
+    try:
+        return max(1, int(os.environ.get("WORLD_SIZE", "1")))
+    except ValueError:
+        return 1
+
+
 def _one_of(errors: list[str], cfg: TrainConfig, name: str, allowed: typing.Iterable[str]) -> None:
     value = getattr(cfg, name)
     allowed = list(allowed)
@@ -583,7 +693,13 @@ def _validate(cfg: TrainConfig) -> list[str]:
     _one_of(e, cfg, "mixed_precision", ["no", "bf16", "fp16"])
     _one_of(e, cfg, "on_reward_error", ["raise", "drop"])
     e.extend(_nonfinite_floats(cfg))
-    _one_of(e, cfg, "loss_type", list(LOSS_TYPES) + list(AGGREGATIONS))
+    from mmrl.config.aliases import UNSUPPORTED_VALUES
+
+    if cfg.loss_type in UNSUPPORTED_VALUES["loss_type"]:
+        e.append(f"loss_type={cfg.loss_type!r}: {UNSUPPORTED_VALUES['loss_type'][cfg.loss_type]}; choose one of "
+                 f"{list(LOSS_TYPES) + list(AGGREGATIONS)}")
+    else:
+        _one_of(e, cfg, "loss_type", list(LOSS_TYPES) + list(AGGREGATIONS))
     _one_of(e, cfg, "scale_rewards", ["group", "batch", "none"])
     _one_of(e, cfg, "score_logits", ["conditional", "guided"])
     _one_of(e, cfg, "logprob_estimator", ["mean_field", "elbo", "per_step"])
@@ -617,9 +733,10 @@ def _validate(cfg: TrainConfig) -> list[str]:
             e.append(f"{name}={getattr(cfg, name)} must be >= 1")
     if cfg.max_steps < 1 and not (cfg.max_steps == -1 and cfg.num_train_epochs is not None):
         e.append(f"max_steps={cfg.max_steps} must be >= 1 (or -1 with num_train_epochs)")
-    if cfg.num_generations >= 2 and cfg.rollout_batch_size % cfg.num_generations:
+    e.extend(_validate_trl_fields(cfg))
+    if cfg.num_generations >= 2 and cfg.step_batch_size % cfg.num_generations:
         e.append(
-            f"per_device_train_batch_size x gradient_accumulation_steps = {cfg.rollout_batch_size} responses is not a multiple of "
+            f"per_device_train_batch_size x gradient_accumulation_steps = {cfg.step_batch_size} responses is not a multiple of "
             f"num_generations={cfg.num_generations}: a rollout batch must hold whole groups"
         )
     if not cfg.learning_rate > 0:
@@ -646,7 +763,7 @@ def _validate(cfg: TrainConfig) -> list[str]:
         e.append(f"dual_clip={cfg.dual_clip} must be > 1 (or null to disable)")
     if cfg.max_grad_norm < 0:
         e.append(f"max_grad_norm={cfg.max_grad_norm} must be >= 0 (0 disables clipping)")
-    if not 0 <= cfg.warmup_ratio < 1:
+    if not 0 <= cfg.warmup_ratio < 1 or isinstance(cfg.warmup_ratio, bool):
         e.append(f"warmup_ratio={cfg.warmup_ratio} must be in [0, 1)")
     if cfg.weight_decay < 0:
         e.append(f"weight_decay={cfg.weight_decay} must be >= 0")
@@ -680,6 +797,11 @@ def _validate(cfg: TrainConfig) -> list[str]:
         e.append(f"dmpo_min_mask_rate={cfg.dmpo_min_mask_rate} must be in [0, 1]")
     if not 0 < cfg.gcpo_top_fraction < 1 or not cfg.gcpo_top_fraction <= cfg.gcpo_target_mass < 1:
         e.append(f"gcpo_top_fraction={cfg.gcpo_top_fraction}, gcpo_target_mass={cfg.gcpo_target_mass}: need 0 < top_fraction <= target_mass < 1")
+    _one_of(e, cfg, "gumbel_dtype", ["float64", "float32", "bfloat16"])
+    if cfg.kl_reweight and cfg.method not in ("gcpo", "stage"):
+        e.append(f"kl_reweight=true weights the KL by a method's token masks; method {cfg.method!r} has none (use gcpo or stage)")
+    if not cfg.advantage_epsilon > 0:
+        e.append(f"advantage_epsilon={cfg.advantage_epsilon} must be > 0 (TRL: 1e-4)")
     if cfg.gcpo_entropy_reward < 0:
         e.append(f"gcpo_entropy_reward={cfg.gcpo_entropy_reward} must be >= 0 (0 = off; GCPO's T2I launch uses 0.4)")
     if not cfg.dgpo_tau > 0:
@@ -717,6 +839,82 @@ def _validate(cfg: TrainConfig) -> list[str]:
                         e.append(f"reward_funcs: {err}")
         except ImportError:  # pragma: no cover - the rewards package is part of mmrl
             pass
+    return e
+
+
+ATTN_IMPLEMENTATIONS = ("eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention")
+"""transformers' attention kernels (`attn_implementation`)."""
+
+EVAL_STRATEGIES = ("no", "steps", "epoch")
+"""transformers' `eval_strategy` values."""
+
+
+def hub_token() -> str | None:
+    """The Hugging Face token push_to_hub would use (HF_TOKEN, or the one `hf auth login` stored), or None."""
+    try:
+        from huggingface_hub import get_token
+    except ImportError:  # pragma: no cover - huggingface_hub comes with transformers
+        return os.environ.get("HF_TOKEN")
+    return get_token()
+
+
+def _validate_trl_fields(cfg: TrainConfig) -> list[str]:
+    """The TRL / transformers fields: warm-up, scheduler, optimizer, generation batch, reference sync, entropy
+    masking, attention kernel, evaluation strategy, Hub upload."""
+    e: list[str] = []
+    ws = cfg.warmup_steps
+    if not (isinstance(ws, (int, float)) and math.isfinite(ws) and ws >= 0 and (ws < 1 or float(ws).is_integer())):
+        e.append(f"warmup_steps={ws} must be a whole number of steps >= 1 or a fraction of max_steps in [0, 1)")
+    elif ws and cfg.warmup_ratio:
+        e.append(f"warmup_steps={ws} and warmup_ratio={cfg.warmup_ratio} both set the warm-up; give one (transformers 5: "
+                 "warmup_steps, a fraction below 1 being a ratio)")
+    if isinstance(cfg.lr_scheduler_kwargs, dict):
+        from mmrl.training.optim import check_schedule
+
+        if 0 <= cfg.warmup_ratio < 1 and not e:
+            e.extend(check_schedule(cfg))
+    if cfg.steps_per_generation is not None and cfg.generation_batch_size is not None:
+        e.append(f"steps_per_generation={cfg.steps_per_generation} and generation_batch_size={cfg.generation_batch_size} "
+                 "set the same thing; give one (TRL refuses both too)")
+    elif cfg.generation_batch_size is not None:
+        unit = cfg.per_device_train_batch_size * _world_size()
+        if cfg.generation_batch_size < 1 or cfg.generation_batch_size % unit:
+            e.append(f"generation_batch_size={cfg.generation_batch_size} must be a positive multiple of per_device_train_batch_size "
+                     f"x processes = {unit}")
+    ga = max(1, cfg.gradient_accumulation_steps)
+    if cfg.steps_per_generation is not None and (cfg.steps_per_generation < 1 or cfg.steps_per_generation % ga):
+        e.append(f"steps_per_generation={cfg.steps_per_generation} must be a positive multiple of gradient_accumulation_steps="
+                 f"{cfg.gradient_accumulation_steps} (each optimizer step takes whole micro-batches of one generation)")
+    elif cfg.generation_batch_size is not None and not e and cfg.generation_steps % ga:
+        e.append(f"generation_batch_size={cfg.generation_batch_size} gives {cfg.generation_steps} micro-batches per process, not a "
+                 f"multiple of gradient_accumulation_steps={cfg.gradient_accumulation_steps}")
+    if cfg.sync_ref_model:
+        if cfg.use_peft:
+            e.append("sync_ref_model=true needs a separate reference model; with use_peft the reference is the adapter-"
+                     "disabled base (TRL refuses this combination too)")
+        if not 0 < cfg.ref_model_mixup_alpha <= 1:
+            e.append(f"ref_model_mixup_alpha={cfg.ref_model_mixup_alpha} must be in (0, 1]")
+        if cfg.ref_model_sync_steps < 1:
+            e.append(f"ref_model_sync_steps={cfg.ref_model_sync_steps} must be >= 1")
+    if not 0 < cfg.top_entropy_quantile <= 1:
+        e.append(f"top_entropy_quantile={cfg.top_entropy_quantile} must be in (0, 1] (1 keeps every token)")
+    elif cfg.top_entropy_quantile < 1:
+        from mmrl.methods import METHODS
+
+        if cfg.method in METHODS and not getattr(METHODS[cfg.method], "supports_entropy_mask", False):
+            e.append(f"top_entropy_quantile={cfg.top_entropy_quantile} masks the tokens of a policy-gradient loss; method "
+                     f"{cfg.method!r} has none (use 1.0)")
+    if cfg.attn_implementation is not None:
+        _one_of(e, cfg, "attn_implementation", ATTN_IMPLEMENTATIONS)
+        if cfg.family == "masked_image":
+            e.append("attn_implementation: the masked_image family (diffusers' UVit2DModel) has no transformers attention "
+                     "switch; leave it null")
+    if cfg.eval_strategy is not None:
+        _one_of(e, cfg, "eval_strategy", EVAL_STRATEGIES)
+    if cfg.push_to_hub and not hub_token():
+        e.append("push_to_hub=true needs a Hugging Face token: set HF_TOKEN or run `hf auth login` (or set push_to_hub=false)")
+    if cfg.hub_model_id is not None and not re.fullmatch(r"([A-Za-z0-9][\w.-]*/)?[A-Za-z0-9][\w.-]*", cfg.hub_model_id):
+        e.append(f"hub_model_id={cfg.hub_model_id!r} must be `name` or `user/name` (letters, digits, '-', '_', '.')")
     return e
 
 

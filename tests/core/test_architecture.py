@@ -11,7 +11,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = {"mmrl": ROOT / "mmrl", "mmrl.models": ROOT / "models", "mmrl.rewards": ROOT / "rewards"}
 """Import name -> folder on disk (pyproject.toml's package-dir)."""
-METHOD_NAMES = ("grpo", "dapo", "dr_grpo", "diffu_grpo", "gcpo", "dgpo", "dmpo", "gspo")
+METHOD_NAMES = ("grpo", "dapo", "dr_grpo", "diffu_grpo", "gcpo", "stage", "dgpo", "dmpo", "gspo")
 
 
 def modules() -> dict[str, Path]:
