@@ -211,16 +211,19 @@ def write_manifest(ckpt: Path) -> None:
     (ckpt / MANIFEST).write_text(json.dumps({"format": 1, "files": files}, indent=1))
 
 
-def verify_checkpoint(path: str | Path) -> bool:
-    """Check every file of checkpoint `path` against its manifest; raise `CheckpointDamaged` naming the first bad file.
+def verify_checkpoint(path: str | Path, under: str | None = None) -> bool:
+    """Check every file of checkpoint `path` (only those under the folder `under`, e.g. "model", when given) against
+    its manifest; raise `CheckpointDamaged` naming the first bad file.
 
-    Returns False for a checkpoint written before manifests existed (nothing to verify against), True if verified."""
+    Returns False for a checkpoint without a manifest (written before manifests existed, or the file was lost:
+    nothing to verify against; callers say so), True if verified."""
     path = Path(path)
     if not (path / MANIFEST).is_file():
         return False
     try:
         files = json.loads((path / MANIFEST).read_text())["files"]
-        items = [(str(rel), int(rec["bytes"]), str(rec["sha256"])) for rel, rec in files.items()]
+        items = [(str(rel), int(rec["bytes"]), str(rec["sha256"])) for rel, rec in files.items()
+                 if under is None or str(rel).startswith(under.rstrip("/") + "/")]
     except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError) as e:
         raise CheckpointDamaged(f"checkpoint {path}: {MANIFEST} is unreadable ({type(e).__name__}: {e})") from e
     for rel, size, digest in items:
@@ -283,7 +286,9 @@ def resume_newest_intact(candidates: list[Path], restore: Callable[[Path, dict],
     problems: list[str] = []
     for path in reversed(candidates):
         try:
-            verify_checkpoint(path)
+            if not verify_checkpoint(path):
+                warn(f"checkpoint {path} has no {MANIFEST} (written by an older mmrl, or the file was lost): its files "
+                     "are checked only by loading them, so damage inside a tensor cannot be detected")
             restore(path, load_checkpoint(path))
             return path, damaged
         except CheckpointDamaged as e:

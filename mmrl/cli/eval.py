@@ -53,6 +53,24 @@ def checkpoint_family(path: Path) -> tuple[Path, str | None]:
     return model_dir, None
 
 
+def _verify_model(path: Path, model_dir: Path) -> str | None:
+    """The model files of an mmrl checkpoint checked against its manifest before loading: a message naming the
+    damaged file, or None. A checkpoint without a manifest is loaded with a warning (nothing to check against); a
+    model directory mmrl did not save has no manifest and is loaded as it is."""
+    from mmrl.checkpointing.checkpoint import CheckpointDamaged, verify_checkpoint
+
+    root = model_dir.parent if model_dir.name == "model" and (model_dir.parent / "trainer_state.json").is_file() else None
+    if root is None:
+        return None
+    try:
+        verified = verify_checkpoint(root, under="model")
+    except CheckpointDamaged as e:
+        return f"{e}; refusing to evaluate it (restore the file, or evaluate another checkpoint)"
+    if not verified:
+        print(f"mmrl eval: warning: {root} has no manifest.json, so its weights cannot be verified", file=sys.stderr)
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
     from mmrl.data.tasks import load_task
     from mmrl.training.evaluate import dmpo_generation, evaluate, protocol_generation, protocol_rows, write_result
@@ -80,6 +98,10 @@ def run(args: argparse.Namespace) -> int:
         if family is None:
             print(f"mmrl eval: {args.model} holds no mmrl_adapter.json naming its family; pass --family "
                   "(causal_lm, vlm, janus or masked_diffusion)", file=sys.stderr)
+            return 2
+        problem = _verify_model(Path(args.model), model_dir)
+        if problem is not None:
+            print(f"mmrl eval: {problem}", file=sys.stderr)
             return 2
         policy = load_policy(family, str(model_dir), trust_remote_code=args.trust_remote_code)
     if args.protocol == "none":

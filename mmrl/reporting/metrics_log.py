@@ -7,11 +7,15 @@ Metric names follow TRL's GRPOTrainer where the concept is the same (`reward`, `
 """
 from __future__ import annotations
 
+import errno
 import json
+import logging
 import math
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
+
+logger = logging.getLogger(__name__)
 
 
 class MetricLogger:
@@ -28,14 +32,12 @@ class MetricLogger:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         for path in (self.path, self.completions_path):
             if resume_step is not None and path.exists():
-                # drop records of steps after the checkpoint we resume from (they will be recomputed), and a last line
-                # cut short by a killed process; rewritten through a temporary file so a kill now loses nothing
-                keep = [line for line in path.read_text().splitlines() if (rec := _record(line)) is not None and rec.get("step", 0) <= resume_step]
-                tmp = path.with_name(path.name + ".tmp")
-                tmp.write_text("".join(line + "\n" for line in keep))
-                os.replace(tmp, path)
+                keep_records_up_to(path, resume_step)
             elif resume_step is None and path.exists():
-                path.unlink()
+                # a rerun that resumes nothing (a fresh run, or resume_from=auto before the first checkpoint): the
+                # earlier run's log is moved aside, never deleted
+                aside = move_aside(path)
+                logger.warning("%s holds the log of an earlier run here; moved it to %s", path, aside.name)
         from mmrl.reporting.trackers import TRACKER_NAMES, start_tracker
 
         for name in dict.fromkeys(report_to):
@@ -50,8 +52,7 @@ class MetricLogger:
             return
         clean = {k: _to_float(v) for k, v in metrics.items()}
         record = {"step": step, **clean}
-        with open(self.path, "a") as f:
-            f.write(json.dumps(record) + "\n")
+        _append(self.path, json.dumps(record) + "\n")
         finite = {k: v for k, v in clean.items() if isinstance(v, float) and math.isfinite(v)}
         for tracker in self._trackers:
             tracker.log(finite, step=step)
@@ -62,8 +63,7 @@ class MetricLogger:
             return
         from mmrl.reporting.completions_log import extra_names, jsonl_lines, markdown_table
 
-        with open(self.completions_path, "a") as f:
-            f.write(jsonl_lines(step, rows))
+        _append(self.completions_path, jsonl_lines(step, rows))
         if self._trackers:
             from mmrl.reporting.trackers import log_table
 
@@ -76,6 +76,18 @@ class MetricLogger:
             markdown = markdown_table(rows)
             for tracker in self._trackers:
                 log_table(tracker, "completions", columns, data, markdown, step)
+
+    def sync(self) -> None:
+        """fsync the JSONL logs (called before every checkpoint, so a checkpoint is never ahead of its logs on disk)."""
+        if not self.enabled:
+            return
+        for path in (self.path, self.completions_path):
+            if path.exists():
+                try:
+                    with open(path, "ab") as f:
+                        os.fsync(f.fileno())
+                except OSError as e:
+                    raise _named(e, path, "syncing") from e
 
     def close(self) -> None:
         for tracker in self._trackers:
@@ -92,6 +104,61 @@ def _to_float(v: Any) -> Any:
     return v
 
 
+def _named(e: OSError, path: Path, doing: str) -> OSError:
+    """`e` with a message naming the log file; a full disk (ENOSPC / EDQUOT) says what to do."""
+    if e.errno in (errno.ENOSPC, errno.EDQUOT):
+        return OSError(e.errno, f"No space left on device while {doing} {path}; the records up to the last checkpoint are "
+                                "on disk (a line cut short is skipped on resume): free space, then resume with resume_from=auto")
+    return OSError(e.errno, f"{type(e).__name__} while {doing} {path}: {e}")
+
+
+def _append(path: Path, text: str) -> None:
+    try:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(text)
+    except OSError as e:
+        raise _named(e, path, "appending to") from e
+
+
+def move_aside(path: Path) -> Path:
+    """Rename `path` to `<stem>.previous-<n><suffix>` (the first free n) and return the new path."""
+    n = 1
+    while (aside := path.with_name(f"{path.stem}.previous-{n}{path.suffix}")).exists():
+        n += 1
+    os.replace(path, aside)
+    return aside
+
+
+def iter_records(path: Path) -> Iterator[tuple[bytes, dict]]:
+    """(raw line, record) of each usable line of a JSONL log, read one line at a time (a log of gigabytes never sits
+    in memory). A line that is not UTF-8 JSON of an object (a last line cut short by a killed process, a damaged
+    byte) is skipped, with a warning naming its line number."""
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, 1):
+            try:
+                rec = _record(raw.decode("utf-8"))
+            except UnicodeDecodeError:
+                rec = None
+            if rec is None:
+                if raw.strip():
+                    logger.warning("%s:%d: not a JSON record (cut short or damaged); skipped", path, lineno)
+                continue
+            yield raw if raw.endswith(b"\n") else raw + b"\n", rec
+
+
+def keep_records_up_to(path: Path, step: int) -> None:
+    """Drop the records of steps after `step` (they will be recomputed) and unusable lines, streaming through a
+    temporary file that replaces `path` atomically (a kill meanwhile loses nothing)."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as out:
+        for raw, rec in iter_records(path):
+            if rec.get("step", 0) <= step:
+                out.write(raw)
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(tmp, path)
+
+
 def _record(line: str) -> dict | None:
     """One JSONL record, or None for a blank line or one cut short by a killed process."""
     if not line.strip():
@@ -106,4 +173,4 @@ def _record(line: str) -> dict | None:
 def read_metrics(run_dir: str | Path) -> list[dict]:
     """The records of `<run_dir>/metrics.jsonl` (a last line cut short by a kill is skipped)."""
     path = Path(run_dir) / "metrics.jsonl"
-    return [rec for line in path.read_text().splitlines() if (rec := _record(line)) is not None] if path.exists() else []
+    return [rec for _, rec in iter_records(path)] if path.exists() else []

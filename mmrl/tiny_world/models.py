@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
 import shutil
@@ -19,6 +20,10 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
+
+from mmrl.checkpointing.checkpoint import verify_checkpoint, write_manifest
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -330,11 +335,15 @@ def _vqa_data(spec: TinySpec) -> dict:
 
 def ensure_built(name: str, *, force: bool = False, progress: bool = True, steps: int | None = None) -> Path:
     """The cache directory of model `name`, pre-training it first if it is missing (or `force`); `steps` builds
-    the smoke variant (`smoke_spec`)."""
+    the smoke variant (`smoke_spec`). A cached model is checked against its manifest (size and SHA-256 of every
+    file, `mmrl.checkpointing.checkpoint.write_manifest`) before it is used; a damaged one is rebuilt, with a warning naming the
+    file. A cache written before manifests existed is checked by loading it, then given a manifest."""
     spec = _spec(name, steps)
     final = model_dir(name, steps)
     if final.is_dir() and (final / "tiny_spec.json").is_file() and not force:
-        return final
+        if _cache_intact(final, spec):
+            return final
+        force = True
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = final.parent / f".tmp-{final.name}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -343,10 +352,26 @@ def ensure_built(name: str, *, force: bool = False, progress: bool = True, steps
     policy.save_pretrained(tmp)
     info = {"spec": asdict(spec), "seconds": time.perf_counter() - t0, "final_loss": history[-1]["loss"] if history else None}
     (tmp / "tiny_spec.json").write_text(json.dumps(info, indent=2, default=str))
+    write_manifest(tmp)
     if final.exists():
-        shutil.rmtree(final)
+        damaged = final.parent / f".damaged-{final.name}-{os.getpid()}"
+        final.rename(damaged)  # out of the way at once; a kill during the deletion leaves no half-deleted cache
+        shutil.rmtree(damaged, ignore_errors=True)
     tmp.rename(final)
     return final
+
+
+def _cache_intact(path: Path, spec: TinySpec) -> bool:
+    """Whether the cached model at `path` matches its manifest (False, with a warning, when it does not)."""
+    try:
+        if verify_checkpoint(path):
+            return True
+        _adapter_class(spec.family).from_pretrained(path)  # no manifest yet (an older cache): loading is the check
+    except Exception as e:  # CheckpointDamaged, or a file that does not load
+        logger.warning("tiny-world model cache %s is damaged (%s); rebuilding it", path, e)
+        return False
+    write_manifest(path)
+    return True
 
 
 def load_base_policy(name: str, family: str | None = None, *, progress: bool = True, steps: int | None = None):

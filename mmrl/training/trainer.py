@@ -211,7 +211,7 @@ class Trainer:
                 metrics["epoch"] = self.stream.position * self.world / len(self.dataset)
                 last = metrics
                 if cfg.eval_steps and (self.step % cfg.eval_steps == 0 or self.step == cfg.max_steps):
-                    metrics.update(self.evaluate())
+                    self._evaluate_or_save(metrics, logger)
                 if logged_step(cfg, self.step):  # step 7
                     logger.log(self.step, metrics)
                     logger.log_completions(self.step, self._completions_table)  # each rollout batch once
@@ -223,10 +223,13 @@ class Trainer:
                     bar.set_postfix(reward=f"{metrics.get('reward', float('nan')):.3f}", loss=f"{metrics.get('loss', float('nan')):.4f}")
                 saved = None
                 if (cfg.save_steps and self.step % cfg.save_steps == 0) or self.step == cfg.max_steps:
+                    logger.sync()  # the logs reach the disk before the checkpoint that vouches for them
                     saved = self.save()
                 fault_point("after_step", self.step)
                 signum = self._stop.agreed(self.world, self.accelerator.device)
                 if signum and self.step < cfg.max_steps:
+                    if saved is None:
+                        logger.sync()
                     path = saved or self.save()
                     name = signal.Signals(signum).name
                     raise TrainingStopped(f"stopped by {name} after step {self.step}; checkpoint written to {path}; "
@@ -242,6 +245,20 @@ class Trainer:
             logger.close()
             self._lock.release()
         return last
+
+    def _evaluate_or_save(self, metrics: dict, logger: MetricLogger) -> None:
+        """The evaluation of this step into `metrics`; if it fails, the step's work is kept first (its metrics logged,
+        a checkpoint written) and the error re-raised naming the checkpoint."""
+        try:
+            metrics.update(self.evaluate())
+        except Exception as e:
+            if self.world > 1:
+                raise  # the other processes may be inside the evaluation's collectives: no checkpoint barrier now
+            logger.log(self.step, metrics)
+            logger.sync()
+            path = self.save()
+            raise TrainingError(f"evaluation at step {self.step} failed ({type(e).__name__}: {e}); the step's checkpoint "
+                                f"was written first, to {path}: fix the evaluation, then resume with resume_from=auto") from e
 
     def evaluate(self) -> dict[str, float]:
         """Accuracy on the evaluation rows (each process scores its share; the mean is over all of them)."""
