@@ -170,6 +170,9 @@ class _Fields:
     eval_split: float | int = setting(0.0, help="""
         Task `jsonl` with a single file: the rows held out as the test split, a fraction in (0, 1) or a count >= 1
         (the last rows; the count is printed). 0 holds nothing out (TRL trains on the whole train split).""")
+    geneval_train_on_eval_prompts: bool = setting(False, help="""
+        Task `geneval`: allow training prompts that are among the 553 evaluation prompts (refused by default: the
+        GenEval score of such a run is a train-set score). The default training suite never holds any.""")
     reward_funcs: list[str] = setting(factory=list, help="""
         Reward names from `mmrl.rewards.REWARDS`, or import paths of your own reward functions as TRL accepts them
         (`my_pkg.rewards.correctness`, `path/to/file.py:correctness`); empty uses the task's default rewards.""")
@@ -285,6 +288,9 @@ class _Fields:
         over tokens / (N * max_completion_length)).""")
     scale_rewards: str = setting("group", choices=("group", "batch", "none"), help="""
         Advantage scaling (TRL): group, batch or none.""")
+    advantage_epsilon: float = setting(1e-6, range="(0, inf)", note="(TRL: 1e-4)", help="""
+        eps of the std-scaled advantage `(r - mean) / (std + eps)` (EasyR1 / GCPO VLM: 1e-6; GCPO T2I, STAGE and TRL's
+        GRPOTrainer: 1e-4). It matters for groups whose rewards barely differ, e.g. STAGE's entropy-only bonus.""")
     mask_truncated_completions: bool = setting(False, help="""
         Exclude responses that never produced EOS from the loss (DAPO's overlong filtering).""")
     dynamic_sampling: bool = setting(False, help="""
@@ -300,6 +306,10 @@ class _Fields:
     logprob_estimator: str = setting("mean_field", choices=("mean_field", "elbo", "per_step"), help="""
         Masked diffusion log-probs for GRPO-family losses: mean_field (d1's one-step estimate) or elbo; masked_image
         also per_step (each image token at the sampler step that revealed it, models/masked_image.py).""")
+    gumbel_dtype: str = setting("float64", choices=("float64", "float32", "bfloat16"), help="""
+        Masked diffusion, low-confidence sampler: precision of the Gumbel-max token draw. float64 samples
+        `softmax(logits / temperature)` (LLaDA's `add_gumbel_noise`); bfloat16 is what d1's diffu-GRPO rollouts ran
+        (`dtype=model.dtype`), a lower-entropy draw (`models/dllm_samplers.py` gumbel_argmax).""")
     p_mask_prompt: float = setting(0.15, range="[0, 1)", help="""
         d1 mean-field estimator: probability of masking each prompt token.""")
     random_masking: bool = setting(True, help="""
@@ -314,6 +324,10 @@ class _Fields:
         GCPO rank-power: fraction of top tokens ...""")
     gcpo_target_mass: float = setting(0.8, help="""
         ... that carries this fraction of the weight.""")
+    kl_reweight: bool = setting(False, help="""
+        Per-token weights on the KL term, as the GCPO T2I and STAGE launches (`kl_reweight True`): gcpo weights it by
+        `0.5 + 0.5 clamp(2 - 2 w, 0, 1)` of its token weights w, stage by `0.5 + 0.5 clamp(c + 1, 0, 1)` of its
+        similarity map (`mmrl.algorithms.stage`). False: a uniform KL. Only gcpo and stage have token masks for it.""")
     gcpo_entropy_reward: float = setting(0.0, range="[0, inf)", note="(0 = off; GCPO's T2I launch uses 0.4)", help="""
         STAGE's entropy reward, which GCPO's text-to-image launch turns on with 0.4 (0 = off): among the responses of
         maximal reward in a group, r_i += c (e_i - mean e), e_i = 1 / (1 + (H_ref,i - H_theta,i)^2) of the mean token
@@ -476,6 +490,8 @@ METHOD_DEFAULTS: dict[str, dict[str, Any]] = {
     "diffu_grpo": {"loss_type": "bnpo", "scale_rewards": "none", "epsilon": 0.5, "beta": 0.04, "logprob_estimator": "mean_field"},
     # GCPO (authors' VLM recipe on EasyR1): DAPO-style clip 0.2/0.28, dual clip 3, token mean, online filtering, no KL.
     "gcpo": {"loss_type": "dapo", "epsilon_high": 0.28, "dual_clip": 3.0, "dynamic_sampling": True, "beta": 0.0},
+    # STAGE (GCPO's T2I GRPO baseline launcher): one step per rollout, token mean, KL re-weighted by similarity.
+    "stage": {"loss_type": "dapo", "kl_reweight": True, "advantage_epsilon": 1e-4},
     # DGPO: PPO-clip on a DAPO base, no KL term.
     "dgpo": {"loss_type": "dapo", "epsilon_high": 0.28, "dynamic_sampling": True, "overlong_penalty": True, "beta": 0.0},
     # DMPO (authors' yaml): buffer reuse F = 8, grad clip 0.2, AdamW (0.9, 0.99), weight decay 0.1.
@@ -711,6 +727,8 @@ def _validate(cfg: TrainConfig) -> list[str]:
                  f"{cfg.per_device_train_batch_size} must be a multiple of num_generations={cfg.num_generations}")
     if not 0 < cfg.gcpo_top_fraction < 1 or not cfg.gcpo_top_fraction <= cfg.gcpo_target_mass < 1:
         e.append(f"gcpo_top_fraction={cfg.gcpo_top_fraction}, gcpo_target_mass={cfg.gcpo_target_mass}: need 0 < top_fraction <= target_mass < 1")
+    if cfg.kl_reweight and cfg.method not in ("gcpo", "stage"):
+        e.append(f"kl_reweight=true weights the KL by a method's token masks; method {cfg.method!r} has none (use gcpo or stage)")
     if cfg.reward_weights is not None and cfg.reward_funcs and len(cfg.reward_weights) != len(cfg.reward_funcs):
         e.append(f"reward_weights has {len(cfg.reward_weights)} entries but reward_funcs has {len(cfg.reward_funcs)}")
     from mmrl.reporting.trackers import TRACKER_NAMES

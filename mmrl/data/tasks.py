@@ -253,15 +253,27 @@ def _sudoku(dataset_path: str | None, seed: int) -> Task:
 
 
 @TASKS.register("geneval")
-def _geneval(dataset_path: str | None, seed: int) -> Task:
-    """GenEval's 553 official prompts (metadata as the reward's column). There is no official training split: the
-    same prompts serve for RL and evaluation, as in GCPO/Flow-GRPO's GenEval runs; pass a metadata JSONL of your own
-    training prompts (`mmrl geneval prompts`) as dataset_path to train on a disjoint suite."""
-    from mmrl.geneval.prompts import official_metadata, read_metadata
+def _geneval(dataset_path: str | None, seed: int, geneval_train_on_eval_prompts: bool = False) -> Task:
+    """GenEval: test = the 553 official evaluation prompts; train = prompts none of which is a test prompt.
+
+    Without dataset_path the training rows are `mmrl.geneval.prompts.training_suite()`: the official generator's
+    rules with other seeds, every evaluation prompt removed (3543 prompts). A dataset_path is a metadata JSONL of
+    training prompts (e.g. Flow-GRPO's `dataset/geneval/train_metadata.jsonl`, which GCPO's T2I launch trains on);
+    one that holds any of the 553 is refused unless `geneval_train_on_eval_prompts=True` (the config field of the
+    same name), since a GenEval score after training on its own prompts is a train-set score."""
+    from mmrl.geneval.prompts import official_metadata, overlap_with_evaluation, read_metadata, training_suite
 
     test = [{"prompt": m["prompt"], "metadata": m} for m in official_metadata()]
-    train = [{"prompt": m["prompt"], "metadata": m} for m in (read_metadata(dataset_path) if dataset_path else official_metadata())]
-    return Task("geneval", train, test, ["geneval"], "geneval_strict", family="janus")
+    records = read_metadata(dataset_path) if dataset_path else training_suite()
+    shared = overlap_with_evaluation(records)
+    if shared and not geneval_train_on_eval_prompts:
+        raise DatasetError(
+            f"geneval: dataset_path={dataset_path!r} holds {len(shared)} of the 553 GenEval evaluation prompts (first: "
+            f"{shared[0]!r}); remove them, omit dataset_path to train on the generated training suite, or set "
+            "geneval_train_on_eval_prompts=true to train on them knowingly (the GenEval score is then a train-set score)")
+    train = [{"prompt": m["prompt"], "metadata": m} for m in records]
+    info = {"train_source": dataset_path or "mmrl.geneval.prompts.training_suite()", "train_eval_overlap": len(shared)}
+    return Task("geneval", train, test, ["geneval"], "geneval_strict", family="janus", info=info)
 
 
 @TASKS.register("jsonl")

@@ -87,6 +87,11 @@ class PolicyGradient(Method):
         entropy = ("entropy",) if current else ()  # the buffer's entropy metric, from the same logits
         return self.policy.logprob(rows, stats=entropy, **est), None, {}
 
+    def kl_token_weights(self, buf, mb: MicroBatch, weights: torch.Tensor | None) -> torch.Tensor | None:
+        """[n, T] per-token weights of the KL term (`kl_reweight`), or None for a uniform KL: the ones fixed at
+        buffer time (STAGE), or a method's own from its token weights (GCPO)."""
+        return buf.kl_weights[mb.idx] if buf.kl_weights is not None else None
+
     def loss(self, buf, mb: MicroBatch) -> LossOutput:
         """Clipped surrogate of one micro-batch with token advantages `A_i * w_it` (`w = 1` here)."""
         cfg = self.cfg
@@ -112,7 +117,8 @@ class PolicyGradient(Method):
         old = logp.detach() if current else buf.old_logp[seed_k][idx]
         ref = buf.ref_logp[seed_k][idx] if buf.ref_logp else (scores.other_logp if cfg.beta > 0 else None)
         per_token, pm = policy_loss(logp, old, token_adv, mask, eps_low=cfg.epsilon, eps_high=cfg.eps_high,
-                                    dual_clip=cfg.dual_clip, ref_logp=ref, beta=cfg.beta)
+                                    dual_clip=cfg.dual_clip, ref_logp=ref, beta=cfg.beta,
+                                    kl_weights=self.kl_token_weights(buf, mb, weights))
         loss = accumulated_loss(per_token, mask, cfg.loss_type, global_tokens=mb.g_tokens, global_seqs=mb.g_seqs,
                                 max_len=cfg.max_completion_length)
         if cfg.nll_coef:

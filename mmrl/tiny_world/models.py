@@ -201,7 +201,7 @@ def build_untrained(spec: TinySpec):
         arch = dict(spec.arch)
         if arch.pop("codec", "palette") == "slots":
             import mmrl.tiny_world.tasks  # noqa: F401  (the tiny world's own tasks, registered by their module)
-            from mmrl.data import shape_slots
+            from mmrl.tiny_world import shape_slots
             from mmrl.data.tasks import load_task
             from mmrl.models.image_codecs import PatchCodec
 
@@ -216,7 +216,7 @@ def build_untrained(spec: TinySpec):
         return cls.tiny(seed=spec.seed, max_new_tokens=spec.gen_length, **spec.arch)
     if spec.family == "masked_image":
         import mmrl.tiny_world.tasks  # noqa: F401  (the tiny world's own tasks, registered by their module)
-        from mmrl.data import shape_slots
+        from mmrl.tiny_world import shape_slots
         from mmrl.data.tasks import load_task
         from mmrl.models.clip_tokenizer import words_of
         from mmrl.models.image_codecs import PatchCodec
@@ -306,7 +306,7 @@ def _shapes_data(spec: TinySpec, policy) -> dict:
     """janus_sft's data options for a shapes spec: slot scenes for a slot codec, noisy captions."""
     from functools import partial
 
-    from mmrl.data import caption_noise, shape_slots
+    from mmrl.tiny_world import caption_noise, shape_slots
     from mmrl.tiny_world.shapes import COLORS, SHAPE_NAMES
 
     out: dict = {}

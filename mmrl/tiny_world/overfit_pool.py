@@ -31,7 +31,7 @@ FAMILIES: dict[str, dict[str, Any]] = {
 """family -> its task, base and generation settings."""
 
 MATRIX = ("grpo", "gcpo", "dgpo", "dmpo")
-EXTRA = {"causal_lm": ("dapo", "dr_grpo", "gspo"), "masked_diffusion": ("diffu_grpo",)}
+EXTRA = {"causal_lm": ("dapo", "dr_grpo", "gspo"), "masked_diffusion": ("diffu_grpo",), "janus": ("stage",)}
 """The four methods run on every family; the others on their own family."""
 
 POOL = 8

@@ -118,7 +118,8 @@ class Trainer:
         if dataset is None:
             from mmrl.data.tasks import load_task
 
-            task = load_task(cfg.task, cfg.dataset_path, seed=cfg.seed, eval_split=cfg.eval_split)
+            task = load_task(cfg.task, cfg.dataset_path, seed=cfg.seed, eval_split=cfg.eval_split,
+                             geneval_train_on_eval_prompts=cfg.geneval_train_on_eval_prompts)
             dataset = task.train
             reward_funcs = reward_funcs or cfg.reward_funcs or task.reward_funcs
             # curves on the validation split where the task has one: the test split is for the final figure only
@@ -404,8 +405,9 @@ class Trainer:
             all_r = self.accelerator.gather(torch.where(scorable, rewards, torch.full_like(rewards, float("nan"))))
             all_r = all_r[~torch.isnan(all_r)]
             centered = group_advantages(rewards, cfg.num_generations, scale="none", scorable=scorable)
-            return centered / (all_r.std() + 1e-6) if all_r.numel() >= 2 else torch.zeros_like(centered)
-        return group_advantages(rewards, cfg.num_generations, scale=cfg.scale_rewards, scorable=scorable)
+            return centered / (all_r.std() + cfg.advantage_epsilon) if all_r.numel() >= 2 else torch.zeros_like(centered)
+        return group_advantages(rewards, cfg.num_generations, scale=cfg.scale_rewards, scorable=scorable,
+                                eps=cfg.advantage_epsilon)
 
     def _micro_batches(self, n: int) -> list[torch.Tensor]:
         b = self.cfg.per_device_train_batch_size

@@ -31,7 +31,7 @@ def test_yaml_overrides_and_method_defaults(tmp_path):
     from mmrl.methods import METHODS
 
     # every registered method has its defaults, and no defaults name a method that does not exist
-    assert set(METHOD_DEFAULTS) == set(METHODS) == {"grpo", "dapo", "dr_grpo", "diffu_grpo", "gcpo", "dgpo", "dmpo", "gspo"}
+    assert set(METHOD_DEFAULTS) == set(METHODS) == {"grpo", "dapo", "dr_grpo", "diffu_grpo", "gcpo", "stage", "dgpo", "dmpo", "gspo"}
 
 
 def test_base_preset_inheritance(tmp_path):
@@ -48,7 +48,7 @@ def test_every_preset_validates(path):
 
 
 @pytest.mark.parametrize("override,needle", [
-    ("method=ppo", "method='ppo' is not allowed; choose one of ['grpo', 'dapo', 'dr_grpo', 'diffu_grpo', 'gcpo', 'dgpo', 'dmpo', 'gspo']"),
+    ("method=ppo", "method='ppo' is not allowed; choose one of ['grpo', 'dapo', 'dr_grpo', 'diffu_grpo', 'gcpo', 'stage', 'dgpo', 'dmpo', 'gspo']"),
     ("family=rnn", "family='rnn' is not allowed; choose one of ['causal_lm', 'vlm', 'janus', 'masked_diffusion', 'masked_image']"),
     ("learning_rate=-1e-5", "learning_rate=-1e-05 must be > 0"),
     ("num_generations=1", "num_generations=1: a group needs at least 2 responses"),
