@@ -131,6 +131,13 @@ def _masked_diffusion_samplers() -> list[str]:
     return list(SAMPLERS)
 
 
+ATTN_IMPLEMENTATIONS = ("eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention")
+"""transformers' attention kernels (`attn_implementation`)."""
+
+EVAL_STRATEGIES = ("no", "steps", "epoch")
+"""transformers' `eval_strategy` values."""
+
+
 @dataclass
 class _Fields:
     """The fields of `TrainConfig`, each with its help text and allowed values (`setting`)."""
@@ -150,7 +157,12 @@ class _Fields:
     trust_remote_code: bool = setting(False, help="""
         Allow checkpoints that ship their own modeling code (LLaDA, Dream). Off unless you trust the source.""")
     torch_dtype: str = setting("float32", choices=("float32", "bfloat16", "float16"), help="""
-        Weights dtype: float32, bfloat16 or float16.""")
+        Weights dtype: float32, bfloat16 or float16 (transformers 5's and TRL's key `dtype` sets it).""")
+    attn_implementation: str | None = setting(None, choices=ATTN_IMPLEMENTATIONS, help="""
+        Attention kernel of transformers models (TRL's `model_init_kwargs.attn_implementation`, transformers'
+        `attn_implementation`): eager, sdpa, flash_attention_2, flash_attention_3 or flex_attention; None keeps the
+        model's own choice (transformers picks sdpa where it can). The families built on transformers (causal_lm, vlm,
+        janus, masked_diffusion) take it.""")
     mixed_precision: str = setting("no", choices=("no", "bf16", "fp16"), help="""
         accelerate mixed precision: no, bf16 or fp16 (TRL's `bf16: true` / `fp16: true` set it). TRL: bf16 where the
         hardware has it; here off, so that a CPU run and its tests need no flag.""")
@@ -201,8 +213,18 @@ class _Fields:
         Micro-batches per optimizer step. One rollout batch = per_device_train_batch_size x
         gradient_accumulation_steps responses per process; it must hold whole groups.""")
     num_iterations: int = setting(1, range="[1, inf)", help="""
-        Optimizer steps per rollout batch (TRL's mu; DMPO's buffer reuse F): rollouts are refreshed every
+        Passes over each rollout batch (TRL's mu; DMPO's buffer reuse F): with steps_per_generation equal to
+        gradient_accumulation_steps (the default) one pass is one optimizer step, and rollouts are refreshed every
         num_iterations steps.""")
+    steps_per_generation: int | None = setting(None, help="""
+        TRL's `steps_per_generation`: micro-batches of per_device_train_batch_size responses that one generation
+        (rollout batch) holds per process; None = gradient_accumulation_steps (one optimizer step per pass). A multiple k
+        of gradient_accumulation_steps samples k optimizer steps' worth of responses at once and takes k optimizer steps
+        per pass, each over the next gradient_accumulation_steps micro-batches (the later ones off-policy, with
+        behaviour log-probs from generation time, as TRL). Give it or generation_batch_size.""")
+    generation_batch_size: int | None = setting(None, help="""
+        TRL's `generation_batch_size`: responses per generation over all processes, =
+        per_device_train_batch_size x processes x steps_per_generation (it sets steps_per_generation).""")
     max_steps: int = setting(100, help="""
         Optimizer steps to train; -1 with `num_train_epochs` derives them from the dataset size. TRL: -1 (3
         epochs); here a fixed step count, as the papers' recipes give one.""")
@@ -257,10 +279,23 @@ class _Fields:
     learning_rate: float = setting(1e-6, range="(0, inf)", help="""
         AdamW learning rate (> 0).""")
     lr_scheduler_type: str = setting("constant", help="""
-        transformers scheduler name: constant, constant_with_warmup, linear, cosine, ... TRL: linear; here constant,
-        as the GRPO/DAPO/d1/DMPO recipes train.""")
+        transformers scheduler name: constant, constant_with_warmup, linear, cosine, ... (checked at start-up). TRL:
+        linear; here constant, as the GRPO/DAPO/d1/DMPO recipes train.""")
+    lr_scheduler_kwargs: dict = setting(factory=dict, help="""
+        Extra keyword arguments of the scheduler (TRL / transformers `lr_scheduler_kwargs`, passed to
+        `get_scheduler(scheduler_specific_kwargs=...)`), e.g. `{min_lr: 1e-7}` for cosine_with_min_lr or `{num_cycles: 2}`
+        for cosine_with_restarts; a keyword the scheduler does not take is refused at start-up.""")
+    warmup_steps: float = setting(0, help="""
+        Learning-rate warm-up (transformers 5's and TRL's `warmup_steps`): an integer >= 1 is a number of optimizer
+        steps; a value in [0, 1) is that fraction of max_steps, rounded up (transformers 5 folded `warmup_ratio` into
+        it).""")
     warmup_ratio: float = setting(0.0, range="[0, 1)", help="""
-        Fraction of max_steps used for warm-up.""")
+        transformers 4's fraction of max_steps used for warm-up (kept for older presets; give warmup_steps or this,
+        not both).""")
+    optim: str = setting("adamw_torch", help="""
+        Optimizer (transformers' names of the AdamW variants torch ships): adamw_torch (torch.optim.AdamW) or
+        adamw_torch_fused (its fused kernel: the same update, fewer kernel launches). TRL: adamw_torch_fused; here
+        adamw_torch, which the recorded results used (the two agree to rounding).""")
     weight_decay: float = setting(0.0, range="[0, inf)", help="""
         AdamW weight decay.""")
     adam_beta1: float = setting(0.9, range="[0, 1)", help="""
@@ -275,6 +310,18 @@ class _Fields:
         A step whose loss or gradient is NaN/inf is skipped and logged; this many in a row stop the run.""")
     beta: float = setting(0.0, range="[0, inf)", help="""
         KL coefficient to the reference (k3 estimator); 0 loads no reference for the KL.""")
+    sync_ref_model: bool = setting(False, help="""
+        TRL's reference-model sync (TR-DPO, Gorbatovski et al. 2024): every ref_model_sync_steps optimizer steps the
+        reference becomes alpha x policy + (1 - alpha) x reference (alpha = ref_model_mixup_alpha). Needs a separate
+        reference model (not with LoRA, as in TRL).""")
+    ref_model_mixup_alpha: float = setting(0.6, range="(0, 1]", help="""
+        alpha of sync_ref_model (TRL's default 0.6); 1 copies the policy.""")
+    ref_model_sync_steps: int = setting(512, range="[1, inf)", help="""
+        Optimizer steps between reference syncs (TRL's default 512).""")
+    top_entropy_quantile: float = setting(1.0, range="(0, 1]", note="(1 keeps every token)", help="""
+        TRL's `top_entropy_quantile` (Wang et al. 2025, "Beyond the 80/20 rule"): only the tokens whose entropy is
+        in the top q of a micro-batch's response tokens carry the policy loss (the rest are masked out of it); 1.0
+        keeps every token. Policy-gradient methods (grpo, dapo, dr_grpo, diffu_grpo, gcpo, dgpo).""")
     epsilon: float = setting(0.2, range="[0, inf)", help="""
         Lower clip range (ratio >= 1 - epsilon).""")
     epsilon_high: float | None = setting(None, range="[0, inf)", note="(or null: epsilon)", help="""
@@ -387,7 +434,20 @@ class _Fields:
 
     # ---- output, logging, checkpoints ---------------------------------------------------------------------
     output_dir: str = setting("runs/mmrl", help="""
-        Run directory: metrics, TensorBoard, checkpoints and pictures are written only inside it.""")
+        Run directory: metrics, TensorBoard, checkpoints and pictures are written only inside it; the final model
+        is written to it at the end (`from_pretrained(output_dir)` loads it).""")
+    run_name: str | None = setting(None, help="""
+        Name of the run in the trackers (transformers' `run_name`: the W&B run name, the TensorBoard / MLflow run);
+        None = the name of output_dir. The W&B project is the WANDB_PROJECT environment variable (as in transformers),
+        else "mmrl".""")
+    push_to_hub: bool = setting(False, help="""
+        Upload the final model (the contents of output_dir's final model and model card) to the Hugging Face Hub
+        at the end (transformers' `push_to_hub`). Needs a token (HF_TOKEN or `hf auth login`), checked at start-up.""")
+    hub_model_id: str | None = setting(None, help="""
+        Hub repository of push_to_hub, `user/name` or `name` (transformers' `hub_model_id`); None = the name of
+        output_dir.""")
+    hub_private_repo: bool | None = setting(None, help="""
+        Create the Hub repository private (transformers' `hub_private_repo`); None = the Hub's default.""")
     logging_steps: int = setting(1, range="[1, inf)", help="""
         Write metrics every this many optimizer steps. TRL: 10; here every step (RL curves are noisy and short).""")
     log_completions: bool = setting(False, help="""
@@ -419,6 +479,10 @@ class _Fields:
         message naming the cause (a frozen, killed or far slower process) instead of waiting forever.""")
     eval_steps: int = setting(0, range="[0, inf)", note="(0 = off)", help="""
         Evaluate on the task's test split every this many steps (0 = off); logged as `eval/accuracy`.""")
+    eval_strategy: str | None = setting(None, choices=EVAL_STRATEGIES, help="""
+        transformers' / TRL's `eval_strategy`: no (off), steps (every eval_steps; eval_steps 0 then means
+        logging_steps, as in transformers) or epoch (after each pass over the prompts); None = eval_steps alone decides
+        (mmrl's way: 0 is off).""")
     eval_limit: int | None = setting(256, range="[1, inf)", note="(or null)", help="""
         Test rows used by the periodic evaluation (None = all).""")
     eval_generation: dict = setting(factory=dict, help="""
@@ -459,8 +523,32 @@ class TrainConfig(_Fields):
 
     @property
     def rollout_batch_size(self) -> int:
-        """Responses per process in one rollout batch."""
+        """Responses per process in one rollout batch (TRL's generation batch, per process)."""
+        return self.per_device_train_batch_size * self.generation_steps
+
+    @property
+    def step_batch_size(self) -> int:
+        """Responses per process in one optimizer step."""
         return self.per_device_train_batch_size * self.gradient_accumulation_steps
+
+    @property
+    def generation_steps(self) -> int:
+        """Micro-batches per process in one rollout batch (TRL's `steps_per_generation`, resolved)."""
+        if self.steps_per_generation is not None:
+            return self.steps_per_generation
+        if self.generation_batch_size is not None:
+            return max(1, self.generation_batch_size // (self.per_device_train_batch_size * _world_size()))
+        return self.gradient_accumulation_steps
+
+    @property
+    def steps_per_pass(self) -> int:
+        """Optimizer steps of one pass over a rollout batch (1 unless steps_per_generation says more)."""
+        return max(1, self.generation_steps // max(1, self.gradient_accumulation_steps))
+
+    @property
+    def steps_per_rollout(self) -> int:
+        """Optimizer steps each rollout batch serves: steps_per_pass x num_iterations."""
+        return self.steps_per_pass * self.num_iterations
 
     @property
     def prompts_per_rollout(self) -> int:
@@ -589,7 +677,12 @@ def _parse_override(item: str) -> tuple[str, Any]:
 
 
 def _unknown_key_error(key: str) -> ConfigError:
-    from mmrl.config.aliases import alias_names
+    from mmrl.config.aliases import alias_names, unsupported_reason
+
+    reason = unsupported_reason(key)
+    if reason is not None:
+        return ConfigError(f"{key!r} is a TRL GRPOConfig field mmrl does not support: {reason} (README.md, \"TRL GRPOConfig "
+                           "fields\", lists every field)")
 
     names = sorted([*_public_fields(), *alias_names()])
     close = difflib.get_close_matches(key, names, n=3)
@@ -656,8 +749,11 @@ def build_config(values: dict, *, validate: bool = True) -> TrainConfig:
 
 
 def check_fields(cfg: TrainConfig) -> list[str]:
-    """Every field's own rule from its metadata (`setting`): a value not in `choices`, a number outside `range`.
+    """Every field's own rule from its metadata (`setting`): a value not in `choices` (a TRL value mmrl does not
+    support says why, `mmrl.config.aliases.UNSUPPORTED_VALUES`), a number outside `range` (a boolean is not a number).
     None (an optional field left unset) is not checked."""
+    from mmrl.config.aliases import UNSUPPORTED_VALUES
+
     e: list[str] = []
     groups: dict[str, list[tuple[str, Any, str, bool]]] = {}
     for name, f in _public_fields().items():
@@ -666,10 +762,13 @@ def check_fields(cfg: TrainConfig) -> list[str]:
             continue
         if "choices" in md:
             allowed = list(md["choices"]() if callable(md["choices"]) else md["choices"])
-            if value not in allowed:
+            reason = UNSUPPORTED_VALUES.get(name, {}).get(value) if isinstance(value, str) else None
+            if reason is not None:
+                e.append(f"{name}={value!r}: {reason}; choose one of {allowed}")
+            elif value not in allowed:
                 e.append(f"{name}={value!r} is not allowed; choose one of {allowed}")
-        if "range" in md and isinstance(value, (int, float)) and not isinstance(value, bool):
-            ok, rule = md["range"].contains(value, cfg), md["range"].rule(cfg)
+        if "range" in md and isinstance(value, (int, float)):
+            ok, rule = not isinstance(value, bool) and md["range"].contains(value, cfg), md["range"].rule(cfg)
             if "together" in md:
                 groups.setdefault(md["together"], []).append((name, value, rule, ok))
             elif not ok:
@@ -678,6 +777,14 @@ def check_fields(cfg: TrainConfig) -> list[str]:
         if not all(ok for *_, ok in members):
             e.append(", ".join(f"{name}={value} ({rule})" for name, value, rule, _ in members))
     return e
+
+
+def _world_size() -> int:
+    """Processes of this launch (torchrun / accelerate set WORLD_SIZE), for TRL's generation_batch_size."""
+    try:
+        return max(1, int(os.environ.get("WORLD_SIZE", "1")))
+    except ValueError:
+        return 1
 
 
 def _validate(cfg: TrainConfig) -> list[str]:
@@ -696,9 +803,10 @@ def _validate(cfg: TrainConfig) -> list[str]:
         e.append(f"eval_split={cfg.eval_split} must be 0 (no hold-out), a fraction in (0, 1) or a whole number of rows")
     if cfg.max_steps < 1 and not (cfg.max_steps == -1 and cfg.num_train_epochs is not None):
         e.append(f"max_steps={cfg.max_steps} must be >= 1 (or -1 with num_train_epochs)")
-    if cfg.num_generations >= 2 and cfg.rollout_batch_size % cfg.num_generations:
+    e.extend(_validate_trl_fields(cfg))
+    if cfg.num_generations >= 2 and cfg.step_batch_size % cfg.num_generations:
         e.append(
-            f"per_device_train_batch_size x gradient_accumulation_steps = {cfg.rollout_batch_size} responses is not a multiple of "
+            f"per_device_train_batch_size x gradient_accumulation_steps = {cfg.step_batch_size} responses is not a multiple of "
             f"num_generations={cfg.num_generations}: a rollout batch must hold whole groups"
         )
     if cfg.family != "masked_diffusion" and not cfg.temperature > 0:
@@ -758,6 +866,64 @@ def _validate(cfg: TrainConfig) -> list[str]:
                         e.append(f"reward_funcs: {err}")
         except ImportError:  # pragma: no cover - the rewards package is part of mmrl
             pass
+    return e
+
+
+def hub_token() -> str | None:
+    """The Hugging Face token push_to_hub would use (HF_TOKEN, or the one `hf auth login` stored), or None."""
+    try:
+        from huggingface_hub import get_token
+    except ImportError:  # pragma: no cover - huggingface_hub comes with transformers
+        return os.environ.get("HF_TOKEN")
+    return get_token()
+
+
+def _validate_trl_fields(cfg: TrainConfig) -> list[str]:
+    """The TRL / transformers fields: warm-up, scheduler, optimizer, generation batch, reference sync, entropy
+    masking, attention kernel, evaluation strategy, Hub upload."""
+    e: list[str] = []
+    ws = cfg.warmup_steps
+    if not (isinstance(ws, (int, float)) and math.isfinite(ws) and ws >= 0 and (ws < 1 or float(ws).is_integer())):
+        e.append(f"warmup_steps={ws} must be a whole number of steps >= 1 or a fraction of max_steps in [0, 1)")
+    elif ws and cfg.warmup_ratio:
+        e.append(f"warmup_steps={ws} and warmup_ratio={cfg.warmup_ratio} both set the warm-up; give one (transformers 5: "
+                 "warmup_steps, a fraction below 1 being a ratio)")
+    if isinstance(cfg.lr_scheduler_kwargs, dict):
+        from mmrl.training.optim import check_schedule
+
+        if 0 <= cfg.warmup_ratio < 1 and not e:
+            e.extend(check_schedule(cfg))
+    if cfg.steps_per_generation is not None and cfg.generation_batch_size is not None:
+        e.append(f"steps_per_generation={cfg.steps_per_generation} and generation_batch_size={cfg.generation_batch_size} "
+                 "set the same thing; give one (TRL refuses both too)")
+    elif cfg.generation_batch_size is not None:
+        unit = cfg.per_device_train_batch_size * _world_size()
+        if cfg.generation_batch_size < 1 or cfg.generation_batch_size % unit:
+            e.append(f"generation_batch_size={cfg.generation_batch_size} must be a positive multiple of per_device_train_batch_size "
+                     f"x processes = {unit}")
+    ga = max(1, cfg.gradient_accumulation_steps)
+    if cfg.steps_per_generation is not None and (cfg.steps_per_generation < 1 or cfg.steps_per_generation % ga):
+        e.append(f"steps_per_generation={cfg.steps_per_generation} must be a positive multiple of gradient_accumulation_steps="
+                 f"{cfg.gradient_accumulation_steps} (each optimizer step takes whole micro-batches of one generation)")
+    elif cfg.generation_batch_size is not None and not e and cfg.generation_steps % ga:
+        e.append(f"generation_batch_size={cfg.generation_batch_size} gives {cfg.generation_steps} micro-batches per process, not a "
+                 f"multiple of gradient_accumulation_steps={cfg.gradient_accumulation_steps}")
+    if cfg.sync_ref_model and cfg.use_peft:
+        e.append("sync_ref_model=true needs a separate reference model; with use_peft the reference is the adapter-"
+                 "disabled base (TRL refuses this combination too)")
+    if 0 < cfg.top_entropy_quantile < 1:  # outside (0, 1]: check_fields
+        from mmrl.methods import METHODS
+
+        if cfg.method in METHODS and not getattr(METHODS[cfg.method], "supports_entropy_mask", False):
+            e.append(f"top_entropy_quantile={cfg.top_entropy_quantile} masks the tokens of a policy-gradient loss; method "
+                     f"{cfg.method!r} has none (use 1.0)")
+    if cfg.attn_implementation is not None and cfg.family == "masked_image":
+        e.append("attn_implementation: the masked_image family (diffusers' UVit2DModel) has no transformers attention "
+                 "switch; leave it null")
+    if cfg.push_to_hub and not hub_token():
+        e.append("push_to_hub=true needs a Hugging Face token: set HF_TOKEN or run `hf auth login` (or set push_to_hub=false)")
+    if cfg.hub_model_id is not None and not re.fullmatch(r"([A-Za-z0-9][\w.-]*/)?[A-Za-z0-9][\w.-]*", cfg.hub_model_id):
+        e.append(f"hub_model_id={cfg.hub_model_id!r} must be `name` or `user/name` (letters, digits, '-', '_', '.')")
     return e
 
 
