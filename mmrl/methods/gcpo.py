@@ -21,7 +21,7 @@ class GCPO(PolicyGradient):
     def scores_and_weights(self, buf, rows, mb: MicroBatch, est: dict, current: bool, metrics: dict):
         cfg, policy = self.cfg, self.policy
         mask = buf.loss_mask[mb.idx]  # [n, T]
-        entropy = ("entropy",) if current else ()
+        entropy = self.entropy_stats(current)
         if cfg.gcpo_divergence == "full_kl":
             # the exact KL(pi(.|positive) || pi(.|negative)) over the vocabulary, from the adapter's chunked pass
             scores = policy.logprob(rows, stats=("kl", *entropy), stats_against="negative", **est)
