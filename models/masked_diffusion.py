@@ -138,7 +138,32 @@ def _as_id_list(value) -> list[int]:
     return [int(value)]
 
 
-def _transformers5_compatible(model_cls):
+def _default_rope_parameters(config=None, device=None, seq_len=None, **kwargs):
+    """The original RoPE inverse frequencies `base^(-2i / d)` and attention factor 1 (Su et al. 2021, RoFormer eq. 15;
+    transformers 4's `_compute_default_rope_parameters`), from `config` (`rope_theta`, head dim, partial rotary
+    factor) or from `base` / `dim` keywords."""
+    if config is not None:
+        params = getattr(config, "rope_parameters", None) or {}  # transformers 5 keeps rope_theta there
+        base = float(getattr(config, "rope_theta", None) or params.get("rope_theta") or 10000.0)
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        dim = int(head_dim * getattr(config, "partial_rotary_factor", 1.0))
+    else:
+        base, dim = float(kwargs["base"]), int(kwargs["dim"])
+    exponents = torch.arange(0, dim, 2, dtype=torch.int64).to(device=device, dtype=torch.float) / dim
+    return 1.0 / (base ** exponents), 1.0
+
+
+def ensure_default_rope() -> None:
+    """Register `"default"` in transformers' `ROPE_INIT_FUNCTIONS` when absent: transformers 5 dropped the key, and
+    Dream's modelling code (NVlabs/Fast-dLLM `dream/model/modeling_dream.py`, as Dream's checkpoints) looks it up
+    for plain RoPE ("KeyError: 'default'", found by scripts/check_real_architectures.py). Only an absent key is
+    added; what transformers registers is never replaced."""
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    ROPE_INIT_FUNCTIONS.setdefault("default", _default_rope_parameters)
+
+
+def transformers5_compatible(model_cls):
     """`model_cls` (remote modelling code written for transformers 4.x) made loadable by transformers 5.
 
     Two incompatibilities of LLaDA's modelling code (NVlabs/Fast-dLLM `llada/model/modeling_llada.py`; found by
@@ -803,8 +828,9 @@ class MaskedDiffusionAdapter(BaseAdapter):
         kwargs = {} if dtype is None else {"dtype": dtype}
         if remote or model_type not in CONFIG_MAPPING:
             auto = (raw.get("auto_map") or {}).get("AutoModel")
+            ensure_default_rope()
             if auto:
-                model = _transformers5_compatible(get_class_from_dynamic_module(auto, str(path))).from_pretrained(path, **kwargs)
+                model = transformers5_compatible(get_class_from_dynamic_module(auto, str(path))).from_pretrained(path, **kwargs)
                 if not hasattr(model.config, "use_cache"):
                     # transformers 5 no longer keeps `use_cache` on a config that does not declare it; LLaDA's forward
                     # reads it (and its checkpoints set it to false)

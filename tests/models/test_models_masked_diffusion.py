@@ -761,3 +761,22 @@ def test_remote_code_written_for_transformers_4_loads(tmp_path):
     assert all(torch.equal(v, saved[k]) for k, v in a.unwrapped.state_dict().items())
     out = a.sample(PROMPTS, 1, seeds=[0, 1, 2])
     assert torch.isfinite(a.logprob(out, estimator="elbo").logp).all()
+
+
+def test_default_rope_for_remote_code_matches_transformers_own():
+    """Dream's remote code looks up ROPE_INIT_FUNCTIONS["default"], which transformers 5 no longer has; the
+    registered stand-in gives the original RoPE frequencies base^(-2i/d), as transformers' Qwen2 computes them."""
+    from transformers import Qwen2Config
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+    from transformers.models.qwen2.modeling_qwen2 import Qwen2RotaryEmbedding
+
+    from mmrl.models.masked_diffusion import ensure_default_rope
+
+    ensure_default_rope()
+    cfg = Qwen2Config(hidden_size=64, num_attention_heads=4, rope_theta=1e6)
+    inv, factor = ROPE_INIT_FUNCTIONS["default"](cfg, "cpu")
+    ref, ref_factor = Qwen2RotaryEmbedding.compute_default_rope_parameters(cfg, device="cpu")
+    assert factor == ref_factor == 1.0 and torch.allclose(inv, ref)
+    assert inv.shape == (8,) and float(inv[1]) == pytest.approx(1e6 ** (-2 / 16))
+    kw, _ = ROPE_INIT_FUNCTIONS["default"](None, "cpu", base=10000.0, dim=4)
+    assert torch.allclose(kw, torch.tensor([1.0, 0.01]))
