@@ -208,20 +208,23 @@ def qwen25_vl_policy():
 def janus_policy():
     """Janus-Pro-7B (transformers' `JanusForConditionalGeneration`) scaled to hidden 64: text vocab 102400, VQ
     codebook 16384 of dim 8, 24 x 24 = 576 image tokens, 16x VQ down-sampling (channel multipliers [1, 1, 2, 2, 4]:
-    384 px), BOS 100000, pad 100002, <begin_of_image> 100016, <image_placeholder> 100581."""
+    384 px). Ids: BOS 100000, EOS 100001 (Janus `conversation.py` stop id), pad 100015 (Janus-Pro-7B, as reported in
+    PKU-Alignment/align-anything #188; 100002 in 1B), `<image_placeholder>` 100581 (transformers' `JanusConfig`
+    default); `<begin_of_image>`, `<end_of_image>`, `<|User|>`, `<|Assistant|>` get ids in the same special range
+    whose exact values were not verifiable here (the adapter reads them from the tokenizer and generation config)."""
     from transformers import JanusConfig, JanusForConditionalGeneration
 
     from mmrl.models import adapter_class
     from mmrl.models.image_codecs import VQCodec
 
-    specials = {"<｜begin▁of▁sentence｜>": 100000, "<｜end▁of▁sentence｜>": 100001, "<｜▁pad▁｜>": 100002,
+    specials = {"<｜begin▁of▁sentence｜>": 100000, "<｜end▁of▁sentence｜>": 100001, "<｜▁pad▁｜>": 100015,
                 "<begin_of_image>": 100016, "<end_of_image>": 100593, "<image_placeholder>": 100581,
                 "<|User|>": 100588, "<|Assistant|>": 100589}
     tok = layout_tokenizer(102400, specials, chat_template=None, roles={
         "bos": "<｜begin▁of▁sentence｜>", "eos": "<｜end▁of▁sentence｜>", "pad": "<｜▁pad▁｜>"})
     text = dict(model_type="llama", vocab_size=102400, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                 num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=16384, rope_theta=10000.0,
-                pad_token_id=100002, bos_token_id=100000, eos_token_id=100001)
+                pad_token_id=100015, bos_token_id=100000, eos_token_id=100001)
     vision = dict(image_size=384, patch_size=16, num_image_tokens=576, hidden_size=32, projection_dim=64,
                   num_hidden_layers=1, num_attention_heads=2, mlp_ratio=2)
     vq = dict(embed_dim=8, num_embeddings=16384, num_patches=24, latent_channels=32, base_channels=32,
@@ -230,7 +233,7 @@ def janus_policy():
     torch.manual_seed(0)
     model = JanusForConditionalGeneration(cfg).eval()
     gen = model.generation_config
-    gen.pad_token_id, gen.bos_token_id, gen.eos_token_id = 100002, 100000, 100001
+    gen.pad_token_id, gen.bos_token_id, gen.eos_token_id = 100015, 100000, 100001
     gen.boi_token_id = 100016
     gen.generation_kwargs = {"boi_token_id": 100016}
     return adapter_class("janus")(model, tok, codec=VQCodec(model))
