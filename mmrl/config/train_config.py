@@ -333,6 +333,10 @@ class TrainConfig:
     """LoRA dropout (kept 0 by default: dropout would break ratio == 1 at the first inner step)."""
     lora_target_modules: list[str] | str = "all-linear"
     """Modules that get adapters (peft syntax)."""
+    use_dora: bool = False
+    """DoRA: weight-decomposed LoRA (peft's `use_dora`, TRL's ModelConfig name)."""
+    use_rslora: bool = False
+    """rsLoRA: scale the adapters by alpha / sqrt(r) instead of alpha / r (peft's `use_rslora`, TRL's ModelConfig name)."""
 
     # ---- output, logging, checkpoints ---------------------------------------------------------------------
     output_dir: str = "runs/mmrl"
