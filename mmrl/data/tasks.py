@@ -14,6 +14,7 @@ TRL's format (`[{"role": "user", "content": ...}]`), so every family renders the
 from __future__ import annotations
 
 import inspect
+import logging
 import random
 from dataclasses import dataclass, field
 from importlib import resources
@@ -23,6 +24,8 @@ from typing import Any, Callable
 from mmrl.core.registry import TASKS
 from mmrl.data.loading import (EVAL_SPLITS, FILE_BUILDERS, DatasetError, holdout, hub_rows, is_saved_dataset, load_rows, local_splits,
                                require_column)
+
+logger = logging.getLogger(__name__)
 
 FORMAT_INSTRUCTION = "Respond in the following format:\n<reasoning>\n...\n</reasoning>\n<answer>\n...\n</answer>\n"
 """d1's answer format (the GSM8K, MATH, Countdown and Sudoku rewards read the `<answer>` tag)."""
@@ -299,7 +302,7 @@ def _jsonl(dataset_path: str | None, seed: int, eval_split: float | int = 0.0) -
     else:
         train, test = holdout(rows, eval_split)
         if test:
-            print(f"task 'jsonl': holding out the last {len(test)} of {len(rows)} rows of {dataset_path} as the test split "
+            logger.info(f"task 'jsonl': holding out the last {len(test)} of {len(rows)} rows of {dataset_path} as the test split "
                   f"(eval_split={eval_split})")
     require_column(train, "prompt", str(dataset_path))
     base = path if path.is_dir() else path.parent

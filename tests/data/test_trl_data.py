@@ -4,6 +4,7 @@ model loads."""
 from __future__ import annotations
 
 import json
+import logging
 
 import pytest
 
@@ -59,13 +60,14 @@ def test_bad_data_errors_name_the_path(tmp_path):
         load_rows("some-org/some-set")
 
 
-def test_eval_split_is_explicit_and_printed(tmp_path, capsys):
+def test_eval_split_is_explicit_and_printed(tmp_path, caplog):
     d = write_formats(tmp_path / "data")
     task = load_task("jsonl", str(d / "r.jsonl"))
     assert len(task.train) == 10 and task.test == []  # nothing held out silently
-    task = load_task("jsonl", str(d / "r.jsonl"), eval_split=3)
+    with caplog.at_level(logging.INFO, logger="mmrl.data.tasks"):
+        task = load_task("jsonl", str(d / "r.jsonl"), eval_split=3)
     assert [r["prompt"] for r in task.test] == ["say 7", "say 8", "say 9"] and len(task.train) == 7
-    assert "holding out the last 3 of 10 rows" in capsys.readouterr().out
+    assert "holding out the last 3 of 10 rows" in caplog.text
     task = load_task("jsonl", str(d / "r.jsonl"), eval_split=0.2)
     assert len(task.test) == 2
     assert holdout(list(range(5)), 0.01) == ([0, 1, 2, 3], [4])  # at least one row
