@@ -437,6 +437,11 @@ class _Fields:
         LoRA dropout (kept 0 by default: dropout would break ratio == 1 at the first inner step).""")
     lora_target_modules: list[str] | str = setting("all-linear", help="""
         Modules that get adapters (peft syntax).""")
+    use_dora: bool = setting(False, help="""
+        DoRA: weight-decomposed LoRA (peft's `use_dora`, TRL's ModelConfig name).""")
+    use_rslora: bool = setting(False, help="""
+        rsLoRA: scale the adapters by alpha / sqrt(r) instead of alpha / r (peft's `use_rslora`, TRL's ModelConfig
+        name).""")
 
     # ---- output, logging, checkpoints ---------------------------------------------------------------------
     output_dir: str = setting("runs/mmrl", help="""
