@@ -20,8 +20,9 @@ def build_parser():
     """transformers' `HfArgumentParser` over `TrainConfig` (`mmrl.config.parser.ConfigParser`) and the command's own
     options."""
     from mmrl.config.parser import ConfigParser
+    from mmrl.config.train_config import TrainConfig
 
-    parser = ConfigParser(prog="mmrl train", description=__doc__.split("\n\n")[0],
+    parser = ConfigParser(TrainConfig, prog="mmrl train", description=__doc__.split("\n\n")[0],
                           usage="mmrl train [CONFIG] [key=value ...] [--key value ...]")
     parser.add_argument("--help-config", "--help_config", action="store_true",
                         help="list every config field with its default and meaning")

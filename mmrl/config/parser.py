@@ -84,22 +84,20 @@ def word_type(tp: Any) -> typing.Callable[[str], Any]:
 
 
 class ConfigParser(HfArgumentParser):
-    """`HfArgumentParser` over `TrainConfig`, plus TRL's alias options and `--config`.
+    """`HfArgumentParser` over a config dataclass (`TrainConfig`), plus TRL's alias options and `--config`.
 
     Only what the command line gives reaches the namespace (every default is `argparse.SUPPRESS`): the fields left
     out stay unset, so that the method's defaults fill them (`TrainConfig.__init__`). Errors raise `ConfigError`.
     """
 
-    def __init__(self, **kwargs: Any):
-        from mmrl.config.train_config import TrainConfig
-
-        super().__init__(TrainConfig, **kwargs)
+    def __init__(self, dtype: Any, **kwargs: Any):
+        super().__init__(dtype, **kwargs)
         self.add_argument("--config", help="YAML preset (configs/*.yaml); also the first word without `--`")
         from mmrl.config.aliases import INVERTED, PRECISION_FLAGS, RENAMED
 
         for name in [*PRECISION_FLAGS, *INVERTED]:
             self.add_argument(f"--{name}", type=string_to_bool, nargs="?", const=True, help=f"TRL's {name} (mmrl.config.aliases)")
-        hints = typing.get_type_hints(TrainConfig)
+        hints = typing.get_type_hints(dtype)
         for name, field in RENAMED.items():
             self.add_argument(f"--{name}", type=word_type(hints[field]) if name != "resume_from_checkpoint" else yaml_word,
                               help=f"TRL's name of {field}")
@@ -123,26 +121,20 @@ class ConfigParser(HfArgumentParser):
         raise ConfigError(message)
 
 
-@functools.lru_cache(maxsize=1)
-def _hints() -> dict[str, Any]:
-    from mmrl.config.train_config import TrainConfig
-
-    return typing.get_type_hints(TrainConfig)
-
-
-@functools.lru_cache(maxsize=1)
-def _word_types() -> dict[str, typing.Callable[[str], Any]]:
-    """Field -> the conversion of one word (of one list item, for a list field)."""
-    return {name: word_type(_list_item(tp) or tp) for name, tp in _hints().items() if not name.startswith("_")}
+@functools.lru_cache(maxsize=4)
+def _field_types(dtype: Any) -> dict[str, tuple[Any, typing.Callable[[str], Any]]]:
+    """Field -> (its annotation, the conversion of one word: of one list item, for a list field)."""
+    return {name: (tp, word_type(_list_item(tp) or tp)) for name, tp in typing.get_type_hints(dtype).items()}
 
 
 def type_name(tp: Any) -> str:
     return str(tp).replace("typing.", "").replace("<class '", "").replace("'>", "")
 
 
-def typed(name: str, value: Any) -> Any:
-    """`value` (from YAML, a dict, or the command line) as a value of field `name`, or `ConfigError` naming both."""
-    tp, convert = _hints()[name], _word_types()[name]
+def typed(dtype: Any, name: str, value: Any) -> Any:
+    """`value` (from YAML, a dict, or the command line) as a value of field `name` of dataclass `dtype`, or
+    `ConfigError` naming both."""
+    tp, convert = _field_types(dtype)[name]
     try:
         if isinstance(value, str) and value.lower() in NULL_WORDS and type(None) in _members(tp):
             return None
@@ -181,7 +173,7 @@ def _checked(value: Any, tp: Any) -> Any:
     raise TypeError(f"got {type(value).__name__}")
 
 
-def parse_command_line(argv: list[str], parser: ConfigParser | None = None) -> tuple[str | None, dict[str, Any], list[str]]:
+def parse_command_line(argv: list[str], parser: ConfigParser) -> tuple[str | None, dict[str, Any], list[str]]:
     """`mmrl train`'s arguments as (YAML path, values given, the words left over).
 
     `key=value` words are overrides as in `load_config` (the value read as YAML); the first other word without
@@ -194,7 +186,7 @@ def parse_command_line(argv: list[str], parser: ConfigParser | None = None) -> t
             overrides[key.replace("-", "_")] = yaml_word(raw) if raw.strip() else ""
         else:
             rest.append(word)
-    ns, left = (parser or ConfigParser()).parse_known_args(rest)
+    ns, left = parser.parse_known_args(rest)
     values = vars(ns)
     path = values.pop("config", None)
     positional = [w for w in left if not w.startswith("-")]

@@ -676,7 +676,7 @@ def build_config(values: dict, *, validate: bool = True) -> TrainConfig:
         key = key.replace("-", "_")
         if key not in fields_:
             raise unknown_key_error(key)
-        kwargs[key] = typed(key, value)
+        kwargs[key] = typed(TrainConfig, key, value)
     cfg = TrainConfig(**kwargs, _explicit=frozenset(kwargs))  # method defaults fill the rest (TrainConfig.__init__)
     return cfg.validate() if validate else cfg
 
