@@ -409,6 +409,12 @@ class _Fields:
         w_base. 1 = the paper's negative gradient insertion (an unbounded unlikelihood push on below-baseline
         responses); 0 = fit only above-baseline responses (what the tiny reasoning presets use: at useful learning rates
         the negative term drove the likelihood of the model's own outputs down until it collapsed, docs/RESULTS.md).""")
+    dmpo_trust_region: float | None = setting(None, range="(0, inf)", note="nats per response token (or null)", help="""
+        Per-response trust region delta of WDCE under buffer reuse (`dmpo_trust_region_gate`, a deviation from the
+        paper, PPO's clip carried over): a response's weighted likelihood term stops acting once the current policy's
+        log-likelihood of it has moved more than delta per token from the behaviour policy's in the direction of its
+        weight. None = the paper (no bound). Costs one no-grad likelihood forward per micro-step (with the buffer's
+        shared masks for masked diffusion) and one at buffer time.""")
     dmpo_num_copies: int = setting(4, range="[1, inf)", help="""
         R: masked copies per response in the WDCE loss (antithetic pairs, so even).""")
     dmpo_elbo_copies: int = setting(4, range="[1, inf)", help="""
@@ -431,6 +437,11 @@ class _Fields:
         LoRA dropout (kept 0 by default: dropout would break ratio == 1 at the first inner step).""")
     lora_target_modules: list[str] | str = setting("all-linear", help="""
         Modules that get adapters (peft syntax).""")
+    use_dora: bool = setting(False, help="""
+        DoRA: weight-decomposed LoRA (peft's `use_dora`, TRL's ModelConfig name).""")
+    use_rslora: bool = setting(False, help="""
+        rsLoRA: scale the adapters by alpha / sqrt(r) instead of alpha / r (peft's `use_rslora`, TRL's ModelConfig
+        name).""")
 
     # ---- output, logging, checkpoints ---------------------------------------------------------------------
     output_dir: str = setting("runs/mmrl", help="""
