@@ -185,9 +185,15 @@ class _Fields:
     geneval_train_on_eval_prompts: bool = setting(False, help="""
         Task `geneval`: allow training prompts that are among the 553 evaluation prompts (refused by default: the
         GenEval score of such a run is a train-set score). The default training suite never holds any.""")
+    eval_reward_funcs: list[str] = setting(factory=list, help="""
+        Rewards the periodic evaluation scores (names, import paths or reward-model directories, as reward_funcs),
+        logged as `eval/reward` and `eval/rewards/<name>/mean`; empty: the task's metric (`eval/accuracy`) when the
+        rewards are the task's own, else the training rewards (TRL evaluates with them).""")
     reward_funcs: list[str] = setting(factory=list, help="""
-        Reward names from `mmrl.rewards.REWARDS`, or import paths of your own reward functions as TRL accepts them
-        (`my_pkg.rewards.correctness`, `path/to/file.py:correctness`); empty uses the task's default rewards.""")
+        Reward names from `mmrl.rewards.REWARDS`, import paths of your own reward functions as TRL accepts them
+        (`my_pkg.rewards.correctness`, `path/to/file.py:correctness`), or local directories of sequence-classification
+        reward models (TRL's reward models, `mmrl.rewards.reward_model`: scored on the chat-formatted prompt +
+        completion, logged under the directory's name); empty uses the task's default rewards.""")
     reward_weights: list[float] | None = setting(None, help="""
         One weight per reward (TRL `reward_weights`); None means all 1.""")
     reward_kwargs: dict = setting(factory=dict, help="""
@@ -792,24 +798,35 @@ def _validate(cfg: TrainConfig) -> list[str]:
     if not str(cfg.output_dir).strip():
         e.append("output_dir must not be empty")
     e.extend(_validate_reliability(cfg))
-    if cfg.reward_funcs:
-        try:
-            from mmrl.rewards import REWARDS
+    for key in ("reward_funcs", "eval_reward_funcs"):
+        e.extend(_check_reward_specs(key, getattr(cfg, key)))
+    return e
 
-            from mmrl.rewards.imports import RewardImportError, import_reward, is_import_path
 
-            unknown = [r for r in cfg.reward_funcs if r not in REWARDS and not is_import_path(r)]
-            if unknown:
-                e.append(f"reward_funcs: unknown rewards {unknown}; valid: {sorted(REWARDS)}, or an import path "
-                         "(package.module.function or path/to/file.py:function)")
-            for r in cfg.reward_funcs:
-                if r not in REWARDS and is_import_path(r):
-                    try:
-                        import_reward(r)
-                    except RewardImportError as err:
-                        e.append(f"reward_funcs: {err}")
-        except ImportError:  # pragma: no cover - the rewards package is part of mmrl
-            pass
+def _check_reward_specs(key: str, specs: list[str]) -> list[str]:
+    """Registry names, import paths (importable), or local reward-model directories."""
+    if not specs:
+        return []
+    from mmrl.rewards import REWARDS
+    from mmrl.rewards.imports import RewardImportError, import_reward, is_import_path
+    from mmrl.rewards.reward_model import is_reward_model_dir
+
+    e: list[str] = []
+    models = [r for r in specs if r not in REWARDS and is_reward_model_dir(r)]
+    dirs = [r for r in specs if r not in REWARDS and r not in models and Path(r).expanduser().is_dir()]
+    for r in dirs:
+        e.append(f"{key}: {r!r} is a directory but holds no sequence-classification model (config.json with a "
+                 "*ForSequenceClassification architecture)")
+    unknown = [r for r in specs if r not in REWARDS and r not in models + dirs and not is_import_path(r)]
+    if unknown:
+        e.append(f"{key}: unknown rewards {unknown}; valid: {sorted(REWARDS)}, an import path (package.module.function or "
+                 "path/to/file.py:function), or a local sequence-classification reward-model directory")
+    for r in specs:
+        if r not in REWARDS and r not in models + dirs and is_import_path(r):
+            try:
+                import_reward(r)
+            except RewardImportError as err:
+                e.append(f"{key}: {err}")
     return e
 
 
