@@ -135,6 +135,8 @@ class Trainer:
             self._lock.acquire().release()  # another live trainer here fails fast; held from the end of __init__
             self.run_dir.mkdir(parents=True, exist_ok=True)
         # data and rewards before the model: a bad model path, task, dataset or reward fails fast
+        own_rewards = bool(reward_funcs or cfg.reward_funcs)  # the user's rewards, not the task's defaults
+        explicit_metric = eval_metric is not None
         if dataset is None:
             from mmrl.data.tasks import load_task
 
@@ -157,12 +159,21 @@ class Trainer:
         self.rewards = RewardSet(list(reward_funcs or cfg.reward_funcs), weights=cfg.reward_weights,
                                  on_error=cfg.on_reward_error, timeout=cfg.reward_timeout, retries=cfg.reward_retries,
                                  retry_backoff=cfg.reward_retry_backoff, **cfg.reward_kwargs)
+        # what the periodic evaluation scores: eval_reward_funcs; else the task's metric when the rewards are the
+        # task's own (or eval_metric= is given); else the training rewards, as TRL evaluates
+        self.eval_rewards = None
+        if cfg.eval_reward_funcs:
+            self.eval_rewards = RewardSet(list(cfg.eval_reward_funcs), on_error="drop", timeout=cfg.reward_timeout,
+                                          retries=cfg.reward_retries, retry_backoff=cfg.reward_retry_backoff,
+                                          **{k: v for k, v in cfg.reward_kwargs.items() if k in cfg.eval_reward_funcs})
+        elif not explicit_metric and (own_rewards or not self.eval_metric):
+            self.eval_rewards = self.rewards
         self.dataset = list(dataset)
         cfg.max_steps = resolve_max_steps(cfg, len(self.dataset), self.accelerator.num_processes)  # TRL's num_train_epochs
         self.eval_every = eval_interval(cfg, len(self.dataset), self.accelerator.num_processes)  # eval_steps / eval_strategy
-        if self.eval_every and (not self.eval_dataset or not self.eval_metric):
-            raise ValueError("evaluation (eval_steps > 0 or eval_strategy) needs test rows and a metric (a task, or "
-                             "eval_dataset= and eval_metric=)")
+        if self.eval_every and not self.eval_dataset:
+            raise ValueError("evaluation (eval_steps > 0 or eval_strategy) needs evaluation rows: a task or dataset with a "
+                             "test / validation split, eval_split=..., or eval_dataset=")
         self.policy = policy if policy is not None else build_policy(cfg, device=self.accelerator.device)
         set_generation_defaults(self.policy, generation_options(cfg))  # the config's sampling options, also for a given policy
         if cfg.use_peft and not is_peft_model(self.policy.model):
@@ -286,9 +297,13 @@ class Trainer:
                                 f"was written first, to {path}: fix the evaluation, then resume with resume_from=auto") from e
 
     def evaluate(self) -> dict[str, float]:
-        """Accuracy on the evaluation rows (each process scores its share; the mean is over all of them)."""
-        from mmrl.training.evaluate import evaluate_during_training
+        """The evaluation rows scored (each process its share; the means are over all of them): `eval/reward` and
+        `eval/rewards/<name>/mean` with rewards, `eval/accuracy` with a task metric."""
+        from mmrl.training.evaluate import evaluate_during_training, evaluate_rewards_during_training
 
+        if self.eval_rewards is not None:
+            return evaluate_rewards_during_training(self.policy, self.eval_dataset, self.eval_rewards, self.cfg,
+                                                    self.accelerator, self.rank, self.world)
         return evaluate_during_training(self.policy, self.eval_dataset, self.eval_metric, self.cfg, self.accelerator,
                                         self.rank, self.world)
 
