@@ -96,11 +96,6 @@ def unfilled_batch_message(*, dynamic_sampling: bool, max_tries: int, usable: in
     return msg
 
 
-def completion_ids(rollout) -> list[list[int]]:
-    """The response token ids of each row, without padding (TRL's `completion_ids` reward argument)."""
-    return [ids[m].tolist() for ids, m in zip(rollout.response_ids, rollout.response_mask)]
-
-
 def peak_memory_gb(device) -> float:
     """Peak memory of this process: the CUDA allocator's on GPUs, the resident set size on the CPU."""
     if device.type == "cuda":

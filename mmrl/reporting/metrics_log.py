@@ -45,7 +45,6 @@ class MetricLogger:
                 tracker = start_tracker(name, self.run_dir, config=config, resume_step=resume_step)
                 if tracker is not None:
                     self._trackers.append(tracker)
-        self._jsonl = "jsonl" in report_to or True  # JSONL is the record the reports read; always written
 
     def log(self, step: int, metrics: dict[str, Any]) -> None:
         if not self.enabled:

@@ -32,6 +32,8 @@ class Buffer:
     """Per mask seed: [N, T] reference log-probs (KL term), or None."""
     token_weights: torch.Tensor | None = None
     """[N, T] token weights fixed at buffer time (DGPO with the old policy), or None."""
+    kl_weights: torch.Tensor | None = None
+    """[N, T] per-token weights of the KL term fixed at buffer time (STAGE's `kl_reweight`), or None."""
     dmpo_w: torch.Tensor | None = None
     """[N] DMPO importance weights (sum to 1 per group)."""
     dmpo_w_base: torch.Tensor | None = None

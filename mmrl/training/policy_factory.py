@@ -112,6 +112,8 @@ def build_policy(cfg: TrainConfig, device: torch.device | str | None = None):
         ref.requires_grad_(False)
         ref.eval()
         policy.ref_model = ref
+    if cfg.attn_implementation is not None:
+        set_attention(policy, cfg.attn_implementation)
     if src == "tiny" or source is not None:
         policy.model.to(dtype)
         if policy.ref_model is not None:
@@ -124,13 +126,33 @@ def build_policy(cfg: TrainConfig, device: torch.device | str | None = None):
     return policy
 
 
+class AttentionError(ValueError):
+    """The model cannot switch to the configured `attn_implementation` (kernel not installed, or unsupported)."""
+
+
+def set_attention(policy, name: str) -> None:
+    """transformers' `set_attn_implementation(name)` on the policy and the reference (TRL passes
+    `attn_implementation` to `from_pretrained`; switching after loading is the same setting)."""
+    for role, model in (("model", policy.model), ("reference", policy.ref_model)):
+        if model is None:
+            continue
+        if not hasattr(model, "set_attn_implementation"):
+            raise AttentionError(f"attn_implementation={name!r}: the {role} ({type(model).__name__}) is no transformers model "
+                                 "with an attention switch; leave attn_implementation null")
+        try:
+            model.set_attn_implementation(name)
+        except (ImportError, ValueError) as e:
+            first = str(e).splitlines()[0] if str(e) else type(e).__name__
+            raise AttentionError(f"attn_implementation={name!r} cannot be used with {type(model).__name__}: {first}") from None
+
+
 def set_generation_defaults(policy, gen: dict[str, Any]) -> None:
     """Merge the config's sampling options into the adapter's defaults, keeping only options it knows."""
     known = getattr(policy, "generation_defaults", {})
     policy.generation_defaults = {**known, **{k: v for k, v in gen.items() if k in known}}
 
 
-def apply_lora(model: torch.nn.Module, cfg: TrainConfig) -> torch.nn.Module:
+def apply_lora(model: torch.nn.Module, cfg: TrainConfig, peft_config=None) -> torch.nn.Module:
     """Wrap `model` with LoRA adapters (peft); the reference is then the adapter-disabled base (what d1 and DMPO do).
 
     Only the adapters train; with `lora_dropout = 0` (the default) the importance ratio stays exactly 1 at the first
@@ -139,5 +161,7 @@ def apply_lora(model: torch.nn.Module, cfg: TrainConfig) -> torch.nn.Module:
         from peft import LoraConfig, get_peft_model
     except ImportError as e:  # pragma: no cover - peft is in the lora / test extras
         raise ImportError("use_peft=true needs peft: pip install 'mmrl[lora]'") from e
-    lcfg = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout, target_modules=cfg.lora_target_modules)
+    lcfg = peft_config if peft_config is not None else LoraConfig(
+        r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout, target_modules=cfg.lora_target_modules,
+        use_dora=cfg.use_dora, use_rslora=cfg.use_rslora)
     return get_peft_model(model, lcfg)

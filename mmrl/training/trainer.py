@@ -43,9 +43,10 @@ from mmrl.config.train_config import TrainConfig
 from mmrl.data.loading import require_column
 from mmrl.data.validate import check_prompts
 from mmrl.core.diagnostics import finish_step_metrics, logged_step, snapshot
-from mmrl.training.epochs import resolve_max_steps
+from mmrl.training.epochs import eval_interval, resolve_max_steps
 from mmrl.core.faults import fault_point  # test hook: MMRL_KILL_AT=<point>:K kills the process there (crash tests)
 from mmrl.reporting.metrics_log import MetricLogger
+from mmrl.training.optim import build_optimizer, build_scheduler
 from mmrl.methods import METHODS, MicroBatch, behaviour_is_current
 from mmrl.methods.gcpo import stage_entropy_reward
 from mmrl.models import adapter_class
@@ -92,10 +93,16 @@ def _release_lock_on_failure(init):
 
 
 class Trainer:
-    """Runs `cfg` (see `mmrl.config.train_config.TrainConfig`).
+    """Runs `cfg` (see `mmrl.config.train_config.TrainConfig`); also takes TRL's `GRPOTrainer` call form
+    (`mmrl.training.trl_api`): `Trainer(model=..., reward_funcs=..., args=..., train_dataset=..., peft_config=...)`.
 
     Args:
-        cfg: the configuration (validated here, before any model is loaded).
+        cfg: the configuration (validated here, before any model is loaded); TRL's `args=` is the same. A model
+            path or object in this place is TRL's positional `model`.
+        model: a local model directory or a transformers model object; the family is picked from it.
+        train_dataset, eval_dataset: TRL's names (a `datasets.Dataset` or rows) for `dataset` / `eval_dataset`.
+        peft_config: a peft `LoraConfig` (DoRA, rsLoRA, ... as peft takes them) applied to the model.
+        processing_class: the tokenizer or processor of a model object (default: the one saved beside it).
         policy: an adapter to train instead of building one from `cfg` (Python API).
         dataset: rows `{"prompt": ..., <columns passed to the rewards>}` instead of `cfg.task`'s training split.
         reward_funcs: reward names or callables `fn(prompts, completions, **kwargs) -> list[float | None]` instead
@@ -105,9 +112,22 @@ class Trainer:
     """
 
     @_release_lock_on_failure
-    def __init__(self, cfg: TrainConfig, *, policy=None, dataset: Sequence[dict] | None = None,
-                 reward_funcs: Sequence[str | Callable] | None = None, eval_dataset: Sequence[dict] | None = None,
-                 eval_metric: str | None = None):
+    def __init__(self, cfg: TrainConfig | Any = None, reward_funcs: Sequence[str | Callable] | str | Callable | None = None, *,
+                 policy=None, dataset: Sequence[dict] | None = None, eval_dataset: Sequence[dict] | None = None,
+                 eval_metric: str | None = None, model=None, args: TrainConfig | dict | None = None, train_dataset=None,
+                 peft_config=None, processing_class=None):
+        from mmrl.training.trl_api import resolve_call
+
+        if cfg is not None and not isinstance(cfg, (TrainConfig, dict)) and model is None:
+            cfg, model = None, cfg  # TRL's positional form: Trainer(model, reward_funcs, args=...)
+        cfg, given, train_rows, eval_rows = resolve_call(cfg, args, model, peft_config, processing_class, train_dataset,
+                                                         eval_dataset)
+        policy = policy if policy is not None else given
+        dataset = dataset if dataset is not None else train_rows
+        eval_dataset = eval_rows
+        if reward_funcs is not None and (isinstance(reward_funcs, (str, bytes)) or callable(reward_funcs)):
+            reward_funcs = [reward_funcs]  # TRL: one reward function alone
+        self._peft_config = peft_config
         cfg.validate()
         self.cfg = cfg
         from accelerate import Accelerator
@@ -135,10 +155,13 @@ class Trainer:
             self._lock.acquire()
             self.run_dir.mkdir(parents=True, exist_ok=True)
         # data and rewards before the model: a bad model path, task, dataset or reward fails fast
+        own_rewards = bool(reward_funcs or cfg.reward_funcs)  # the user's rewards, not the task's defaults
+        explicit_metric = eval_metric is not None
         if dataset is None:
             from mmrl.data.tasks import load_task
 
-            task = load_task(cfg.task, cfg.dataset_path, seed=cfg.seed, eval_split=cfg.eval_split)
+            task = load_task(cfg.task, cfg.dataset_path, seed=cfg.seed, eval_split=cfg.eval_split,
+                             geneval_train_on_eval_prompts=cfg.geneval_train_on_eval_prompts)
             dataset = task.train
             reward_funcs = reward_funcs or cfg.reward_funcs or task.reward_funcs
             # curves on the validation split where the task has one: the test split is for the final figure only
@@ -151,19 +174,30 @@ class Trainer:
             check_model_source(cfg)
         self.eval_dataset = list(eval_dataset or [])[: cfg.eval_limit] if cfg.eval_limit else list(eval_dataset or [])
         self.eval_metric = eval_metric
-        if cfg.eval_steps and (not self.eval_dataset or not self.eval_metric):
-            raise ValueError("eval_steps > 0 needs test rows and a metric (a task, or eval_dataset= and eval_metric=)")
         from mmrl.rewards.combine import RewardSet
 
         self.rewards = RewardSet(list(reward_funcs or cfg.reward_funcs), weights=cfg.reward_weights,
                                  on_error=cfg.on_reward_error, timeout=cfg.reward_timeout, retries=cfg.reward_retries,
                                  retry_backoff=cfg.reward_retry_backoff, **cfg.reward_kwargs)
+        # what the periodic evaluation scores: eval_reward_funcs; else the task's metric when the rewards are the
+        # task's own (or eval_metric= is given); else the training rewards, as TRL evaluates
+        self.eval_rewards = None
+        if cfg.eval_reward_funcs:
+            self.eval_rewards = RewardSet(list(cfg.eval_reward_funcs), on_error="drop", timeout=cfg.reward_timeout,
+                                          retries=cfg.reward_retries, retry_backoff=cfg.reward_retry_backoff,
+                                          **{k: v for k, v in cfg.reward_kwargs.items() if k in cfg.eval_reward_funcs})
+        elif not explicit_metric and (own_rewards or not self.eval_metric):
+            self.eval_rewards = self.rewards
         self.dataset = list(dataset)
         cfg.max_steps = resolve_max_steps(cfg, len(self.dataset), self.accelerator.num_processes)  # TRL's num_train_epochs
+        self.eval_every = eval_interval(cfg, len(self.dataset), self.accelerator.num_processes)  # eval_steps / eval_strategy
+        if self.eval_every and not self.eval_dataset:
+            raise ValueError("evaluation (eval_steps > 0 or eval_strategy) needs evaluation rows: a task or dataset with a "
+                             "test / validation split, eval_split=..., or eval_dataset=")
         self.policy = policy if policy is not None else build_policy(cfg, device=self.accelerator.device)
         set_generation_defaults(self.policy, generation_options(cfg))  # the config's sampling options, also for a given policy
         if cfg.use_peft and not is_peft_model(self.policy.model):
-            self.policy.model = apply_lora(self.policy.model, cfg)
+            self.policy.model = apply_lora(self.policy.model, cfg, self._peft_config)
         if cfg.gradient_checkpointing:
             grad_checkpointing.enable(self.policy.model)
         self.policy.model.eval()  # dropout off (ratio exactly 1 at the first inner step)
@@ -173,12 +207,8 @@ class Trainer:
             self.policy.ref_model = copy.deepcopy(self.policy.unwrapped).requires_grad_(False).eval()
         self.method = METHODS[cfg.method](cfg, self.policy, partial(estimator_options, cfg))
         params = [p for p in self.policy.model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate, betas=(cfg.adam_beta1, cfg.adam_beta2),
-                                           eps=cfg.adam_epsilon, weight_decay=cfg.weight_decay)
-        from transformers import get_scheduler
-
-        self.scheduler = get_scheduler(cfg.lr_scheduler_type, self.optimizer, num_warmup_steps=int(cfg.warmup_ratio * cfg.max_steps),
-                                       num_training_steps=cfg.max_steps)
+        self.optimizer = build_optimizer(params, cfg)  # `optim`: the AdamW variant (mmrl.training.optim)
+        self.scheduler = build_scheduler(self.optimizer, cfg)  # warmup_steps (or its ratio form), lr_scheduler_kwargs
         self.policy.model, self.optimizer = self.accelerator.prepare(self.policy.model, self.optimizer)
         if self.policy.ref_model is not None:
             self.policy.ref_model.to(self.accelerator.device)
@@ -216,19 +246,21 @@ class Trainer:
         try:
             while self.step < cfg.max_steps:
                 t_step = time.perf_counter()
-                if self.buffer is None or self.step % cfg.num_iterations == 0:
+                if self.buffer is None or self.step % cfg.steps_per_rollout == 0:
                     self.buffer = self._collect_or_stop(logger)  # steps 1-5
                     self.rollout_index += 1
-                inner = self.step % cfg.num_iterations
-                metrics = self._optimizer_step(self.buffer, inner)  # step 6
+                # TRL's order: each pass (num_iterations) goes through the steps_per_generation slices in turn
+                inner, part = divmod(self.step % cfg.steps_per_rollout, cfg.steps_per_pass)
+                metrics = self._optimizer_step(self.buffer, inner, part)  # step 6
                 self.step += 1
+                self._maybe_sync_reference()  # TRL: after optimizer step global_step, when it is a multiple
                 metrics.update(self.buffer.metrics)
                 metrics["perf/step_time"] = time.perf_counter() - t_step
                 metrics["perf/peak_mem_gb"] = peak_memory_gb(self.accelerator.device)
                 metrics["learning_rate"] = self.scheduler.get_last_lr()[0]
                 metrics["epoch"] = self.stream.position * self.world / len(self.dataset)
                 last = metrics
-                if cfg.eval_steps and (self.step % cfg.eval_steps == 0 or self.step == cfg.max_steps):
+                if self.eval_every and (self.step % self.eval_every == 0 or self.step == cfg.max_steps):
                     self._evaluate_or_save(metrics, logger)
                 if logged_step(cfg, self.step):  # step 7
                     logger.log(self.step, metrics)
@@ -252,6 +284,10 @@ class Trainer:
                     name = signal.Signals(signum).name
                     raise TrainingStopped(f"stopped by {name} after step {self.step}; checkpoint written to {path}; "
                                           "resume with resume_from=auto", signum, path)
+            if self.step >= cfg.max_steps:  # TRL's scripts end with trainer.save_model(output_dir)
+                self.save_model()
+                if cfg.push_to_hub:
+                    self.push_to_hub()
         except RuntimeError as e:
             if self.world > 1 and is_peer_failure(e):
                 raise TrainingError(peer_failure_message(e, self.cfg.ddp_timeout, self.rank, latest_checkpoint(self.run_dir))) from e
@@ -296,9 +332,13 @@ class Trainer:
                                 f"was written first, to {path}: fix the evaluation, then resume with resume_from=auto") from e
 
     def evaluate(self) -> dict[str, float]:
-        """Accuracy on the evaluation rows (each process scores its share; the mean is over all of them)."""
-        from mmrl.training.evaluate import evaluate_during_training
+        """The evaluation rows scored (each process its share; the means are over all of them): `eval/reward` and
+        `eval/rewards/<name>/mean` with rewards, `eval/accuracy` with a task metric."""
+        from mmrl.training.evaluate import evaluate_during_training, evaluate_rewards_during_training
 
+        if self.eval_rewards is not None:
+            return evaluate_rewards_during_training(self.policy, self.eval_dataset, self.eval_rewards, self.cfg,
+                                                    self.accelerator, self.rank, self.world)
         return evaluate_during_training(self.policy, self.eval_dataset, self.eval_metric, self.cfg, self.accelerator,
                                         self.rank, self.world)
 
@@ -440,8 +480,9 @@ class Trainer:
             all_r = self.accelerator.gather(torch.where(scorable, rewards, torch.full_like(rewards, float("nan"))))
             all_r = all_r[~torch.isnan(all_r)]
             centered = group_advantages(rewards, cfg.num_generations, scale="none", scorable=scorable)
-            return centered / (all_r.std() + 1e-6) if all_r.numel() >= 2 else torch.zeros_like(centered)
-        return group_advantages(rewards, cfg.num_generations, scale=cfg.scale_rewards, scorable=scorable)
+            return centered / (all_r.std() + cfg.advantage_epsilon) if all_r.numel() >= 2 else torch.zeros_like(centered)
+        return group_advantages(rewards, cfg.num_generations, scale=cfg.scale_rewards, scorable=scorable,
+                                eps=cfg.advantage_epsilon)
 
     def _micro_batches(self, n: int) -> list[torch.Tensor]:
         b = self.cfg.per_device_train_batch_size
@@ -449,12 +490,18 @@ class Trainer:
 
     # ============================================================================== 6: one optimizer step
 
-    def _optimizer_step(self, buf: Buffer, inner: int) -> dict[str, float]:
+    def _optimizer_step(self, buf: Buffer, inner: int, part: int = 0) -> dict[str, float]:
+        """One optimizer step over slice `part` of the buffer (its gradient_accumulation_steps micro-batches; the
+        whole buffer unless steps_per_generation holds more), in pass `inner`."""
         cfg, acc = self.cfg, self.accelerator
         model = self.policy.model
-        N = buf.rollout.num_responses
-        mbs = self._micro_batches(N)
-        mask = buf.loss_mask
+        mbs = self._micro_batches(buf.rollout.num_responses)
+        if cfg.steps_per_pass > 1:
+            ga = cfg.gradient_accumulation_steps
+            mbs = mbs[part * ga : (part + 1) * ga]
+        rows = torch.cat(mbs)  # [n] the rows of this step
+        N = int(rows.numel())
+        mask = buf.loss_mask[rows.to(buf.loss_mask.device)]
         # global normalisers (all processes, all micro-batches) so that the accumulated, DDP-averaged gradient
         # equals the gradient of the loss over the whole global batch
         totals = torch.tensor([float(mask.sum()), float(N), float(N // cfg.num_generations)], device=acc.device)
@@ -516,6 +563,15 @@ class Trainer:
         metrics["grad_norm"] = grad_norm
         return metrics
 
+    def _maybe_sync_reference(self) -> None:
+        """TRL's `sync_ref_model` (TR-DPO): every ref_model_sync_steps steps, ref <- alpha * policy + (1 - alpha) * ref."""
+        cfg = self.cfg
+        if not cfg.sync_ref_model or self.step % cfg.ref_model_sync_steps or self.policy.ref_model is None:
+            return
+        from mmrl.algorithms.reference_sync import mix_into_reference
+
+        mix_into_reference(self.policy.ref_model, self.accelerator.unwrap_model(self.policy.model), cfg.ref_model_mixup_alpha)
+
     # =================================================================================== 7: save / resume
 
     def save(self) -> Path | None:
@@ -534,6 +590,34 @@ class Trainer:
                 buffer=self.buffer.to_state() if self.buffer is not None else None, state=state, keep=self.cfg.save_total_limit)
         acc.wait_for_everyone()
         return path
+
+    def save_model(self, output_dir: str | Path | None = None) -> Path:
+        """TRL's `Trainer.save_model`: the current model into `output_dir` (default: the run's), loadable by
+        `from_pretrained(output_dir)`, with a short model card (`mmrl.checkpointing.final_model`). Every process
+        calls it (sharded weights are gathered); the main process writes."""
+        acc = self.accelerator
+        out = Path(output_dir) if output_dir is not None else self.run_dir
+        acc.wait_for_everyone()
+        full = gather_full_state_dict(acc, self.policy.model)
+        if self.is_main:
+            from mmrl.checkpointing.final_model import write_final_model
+
+            self._final_files = write_final_model(self.policy, out, base_model=self.cfg.model_name_or_path,
+                                                  config=self.cfg.to_dict(), reward_names=self.rewards.names, full_state=full)
+        acc.wait_for_everyone()
+        return out
+
+    def push_to_hub(self) -> str | None:
+        """Upload the final model written by `save_model` to `hub_model_id` (main process); returns the repository."""
+        if not self.is_main:
+            return None
+        from mmrl.checkpointing.final_model import push_final_model
+
+        files = getattr(self, "_final_files", None) or []
+        if not files:
+            self.save_model()
+            files = self._final_files
+        return push_final_model(self.run_dir, files, hub_model_id=self.cfg.hub_model_id, private=self.cfg.hub_private_repo)
 
     def _save_model(self, path: Path) -> None:
         full, self._full_state = getattr(self, "_full_state", None), None

@@ -11,7 +11,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = {"mmrl": ROOT / "mmrl", "mmrl.models": ROOT / "models", "mmrl.rewards": ROOT / "rewards"}
 """Import name -> folder on disk (pyproject.toml's package-dir)."""
-METHOD_NAMES = ("grpo", "dapo", "dr_grpo", "diffu_grpo", "gcpo", "dgpo", "dmpo", "gspo")
+METHOD_NAMES = ("grpo", "dapo", "dr_grpo", "diffu_grpo", "gcpo", "stage", "dgpo", "dmpo", "gspo")
 
 
 def modules() -> dict[str, Path]:
@@ -150,6 +150,37 @@ def test_every_cited_repository_path_exists():
     assert missing == []
 
 
+BARE_DOC = re.compile(r"(?<![\w/.-])([A-Za-z_][\w-]*\.md)\b")
+"""A document cited by its file name alone (`design.md`, `README.md`): it must be the name of a document of the
+repository."""
+WRITTEN_DOCS = {"table.md"}
+"""Documents the experiment scripts write into their output folders (not repository files)."""
+OUTSIDE = {"DESIGN.md", "ALGORITHMS.md"}
+"""The original design documents, named by the test below that looks for citations of them."""
+
+
+def test_bare_document_names_are_repository_documents():
+    names = {p.name for p in ROOT.rglob("*.md") if ".venv" not in p.parts and ".git" not in p.parts}
+    missing = []
+    docs = [ROOT / "README.md", *ROOT.glob("docs/*.md"), *ROOT.glob("configs/*.yaml")]
+    for f in [*modules().values(), *ROOT.glob("tests/**/*.py"), *ROOT.glob("scripts/**/*.py"), *ROOT.glob("benchmarks/*.py"), *docs]:
+        if f.name == "test_architecture.py":
+            continue  # its own test of the pattern names a missing document
+        for name in BARE_DOC.findall(f.read_text()):
+            if name not in names and name not in WRITTEN_DOCS and name not in OUTSIDE:
+                missing.append(f"{f.relative_to(ROOT)}: {name}")
+    assert missing == []
+
+
+def test_bare_document_pattern_catches_a_missing_one():
+    assert BARE_DOC.findall("(see `adapter_api.md`); docs/design.md") == ["adapter_api.md"]
+
+
+def test_at_most_eight_modules_at_the_top_of_the_package():
+    top = sorted(p.name for p in (ROOT / "mmrl").glob("*.py"))
+    assert len(top) <= 8, top
+
+
 def test_no_citation_of_documents_outside_the_repository():
     bad = []
     for f in [*modules().values(), *ROOT.glob("tests/**/*.py"), *ROOT.glob("scripts/**/*.py"), *ROOT.glob("benchmarks/*.py")]:
@@ -171,3 +202,42 @@ def test_import_paths_resolve_to_the_folders():
     out = subprocess.run([sys.executable, "-m", "mmrl.cli", "--version"], capture_output=True, text=True, timeout=120,
                          cwd="/")
     assert out.returncode == 0 and out.stdout.startswith("mmrl "), out
+
+
+def print_calls(source: str) -> list[int]:
+    """Lines that call the builtin `print` (a method or attribute named print, or the word in a string, is not one)."""
+    return [n.lineno for n in ast.walk(ast.parse(source))
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "print"]
+
+
+def test_print_finder_finds_a_print():
+    src = 'def f(log):\n    log.print("a")\n    x = "print(1)"\n    if x:\n        print(x, file=None)\n'
+    assert print_calls(src) == [5]
+
+
+def test_no_print_in_library_code():
+    """Library code logs (`logging.getLogger(__name__)`); only the command (mmrl/cli/) writes to the terminal itself,
+    and it configures the handler that shows the library's messages (`mmrl.cli.configure_logging`)."""
+    found = [f"{f.relative_to(ROOT)}:{line}" for name, f in modules().items() if name != "mmrl.cli" and not name.startswith("mmrl.cli.")
+             for line in print_calls(f.read_text())]
+    assert not found, found
+
+
+def test_the_command_shows_library_messages_as_before(capsys, tmp_path):
+    """Messages logged by library modules reach the command's stdout (info) and stderr (errors) as bare lines."""
+    from mmrl.cli import main
+
+    assert main(["pretrain-tiny", "--list"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert any(line.startswith("sudoku4 ") for line in out), out  # the table logged by mmrl.tiny_world.pretrain_cli
+    assert main(["pretrain-tiny", "no-such-model"]) == 2
+    assert capsys.readouterr().err.startswith("mmrl pretrain-tiny: unknown model 'no-such-model'; valid: [")
+    rows = tmp_path / "r.jsonl"
+    rows.write_text("".join(json.dumps({"prompt": f"say {i}"}) + "\n" for i in range(10)))
+    import logging
+
+    from mmrl.data.tasks import load_task
+
+    load_task("jsonl", str(rows), eval_split=3)  # in the process the command configured
+    assert "task 'jsonl': holding out the last 3 of 10 rows" in capsys.readouterr().out
+    assert len(logging.getLogger("mmrl").handlers) == 2  # added once, however often the command runs

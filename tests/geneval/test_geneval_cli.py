@@ -24,6 +24,12 @@ def mmrl(*args, cwd=None, check=True):
     return proc
 
 
+@pytest.fixture(autouse=True)
+def _outside_the_repository(tmp_path, monkeypatch):
+    """`geneval evaluate` without --outfile writes results.jsonl into the working directory: a temporary one."""
+    monkeypatch.chdir(tmp_path)
+
+
 def fails(*args, cwd=None):
     proc = mmrl(*args, cwd=cwd, check=False)
     assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)

@@ -99,7 +99,7 @@ def bad_reward_file(tmp_path):
 
 
 def test_user_fixable_errors_are_one_line(cli, tmp_path):
-    assert_one_line(cli("reward_funcs=[a,"), 2, "reward_funcs='[a,': expected list[str] (while parsing a flow node")
+    assert_one_line(cli("reward_funcs=[a,"), 2, "reward_funcs='[a,': expected list[str]")
     assert_one_line(cli("reward_weights=[1,2]"), 2, "got 2 weights for 1 rewards")  # task's default rewards: one
     assert_one_line(cli("max_steps=1", bad_reward_file(tmp_path), run_dir=tmp_path / "r1"), 1,
                     "reward 'broken', sample 0: returned str 'x'")
