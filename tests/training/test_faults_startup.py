@@ -61,7 +61,7 @@ def test_the_run_lock_is_held_before_the_model_loads(tmp_path, monkeypatch):
 
 def test_a_failed_start_gives_the_lock_back(tmp_path):
     cfg = load_config(None, {**BASE, "output_dir": str(tmp_path / "run"), "max_steps": 1, "eval_steps": 1})
-    with pytest.raises(ValueError, match="eval_steps > 0 needs test rows"):
+    with pytest.raises(ValueError, match=r"needs evaluation rows"):
         Trainer(cfg, policy=adapter_class("causal_lm").tiny(seed=0), dataset=dataset_for("causal_lm"), reward_funcs=[vowel_reward])
     RunLock(tmp_path / "run").acquire().release()  # free again
 
