@@ -616,84 +616,16 @@ def _public_fields() -> dict[str, dataclasses.Field]:
     return {f.name: f for f in dataclasses.fields(TrainConfig) if not f.name.startswith("_")}
 
 
-def _coerce(name: str, value: Any) -> Any:
-    """Convert a YAML / command-line value to the field's annotated type, or raise ConfigError."""
-    hints = typing.get_type_hints(TrainConfig)
-    tp = hints[name]
-    allowed = typing.get_args(tp) if typing.get_origin(tp) in (typing.Union, types.UnionType) else (tp,)
-    if value is None or (isinstance(value, str) and value.lower() in ("none", "null") and type(None) in allowed):
-        if type(None) in allowed:
-            return None
-        raise ConfigError(f"{name}: None is not allowed (expected {_type_name(tp)})")
-    last_err = None
-    for t in [a for a in allowed if a is not type(None)]:
-        try:
-            return _coerce_one(t, value)
-        except (TypeError, ValueError) as e:
-            last_err = e
-    raise ConfigError(f"{name}={value!r}: expected {_type_name(tp)} ({last_err})")
-
-
-def _coerce_one(t: Any, value: Any) -> Any:
-    origin = typing.get_origin(t)
-    if t is bool:
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.lower() in ("true", "yes", "1", "on", "false", "no", "0", "off"):
-            return value.lower() in ("true", "yes", "1", "on")
-        raise ValueError("not a boolean")
-    if t is int:
-        if isinstance(value, bool):
-            raise ValueError("not an integer")
-        if isinstance(value, str):
-            value = float(value) if any(c in value for c in ".eE") else int(value)
-        if isinstance(value, float):
-            if not value.is_integer():
-                raise ValueError("not an integer")
-            return int(value)
-        return int(value)
-    if t is float:
-        if isinstance(value, bool):
-            raise ValueError("not a number")
-        return float(value)
-    if t is str:
-        if isinstance(value, (dict, list)):
-            raise ValueError("not a string")
-        return str(value)
-    if origin is list:
-        (inner,) = typing.get_args(t) or (str,)
-        if isinstance(value, str):
-            parsed = yaml.safe_load(value) if value.strip().startswith("[") else [v for v in value.split(",") if v.strip()]
-            value = parsed
-        if not isinstance(value, (list, tuple)):
-            raise ValueError("not a list")
-        return [_coerce_one(inner, v) for v in value]
-    if origin is dict or t is dict:
-        if isinstance(value, str):
-            value = yaml.safe_load(value)
-        if not isinstance(value, dict):
-            raise ValueError("not a mapping")
-        return dict(value)
-    raise TypeError(f"unsupported type {t}")
-
-
-def _type_name(tp: Any) -> str:
-    return str(tp).replace("typing.", "").replace("<class '", "").replace("'>", "")
-
-
 def _parse_override(item: str) -> tuple[str, Any]:
     if "=" not in item:
         raise ConfigError(f"override {item!r} is not of the form key=value")
+    from mmrl.config.parser import yaml_word
+
     key, raw = item.split("=", 1)
-    key = key.strip().replace("-", "_")
-    try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError:
-        value = raw
-    return key, value
+    return key.strip().replace("-", "_"), yaml_word(raw)  # typed by the field's parser (`mmrl.config.parser.typed`)
 
 
-def _unknown_key_error(key: str) -> ConfigError:
+def unknown_key_error(key: str) -> ConfigError:
     from mmrl.config.aliases import alias_names, unsupported_reason
 
     reason = unsupported_reason(key)
@@ -753,14 +685,15 @@ def _read_yaml(path: Path, depth: int = 0) -> dict:
 def build_config(values: dict, *, validate: bool = True) -> TrainConfig:
     """A `TrainConfig` from a dict of explicitly given values (method defaults fill the rest)."""
     from mmrl.config.aliases import translate
+    from mmrl.config.parser import typed
 
     fields_ = _public_fields()
     kwargs: dict[str, Any] = {}
     for key, value in translate(values).items():  # TRL's spellings (resume_from_checkpoint, bf16, ...) first
         key = key.replace("-", "_")
         if key not in fields_:
-            raise _unknown_key_error(key)
-        kwargs[key] = _coerce(key, value)
+            raise unknown_key_error(key)
+        kwargs[key] = typed(TrainConfig, key, value)
     cfg = TrainConfig(**kwargs, _explicit=frozenset(kwargs))  # method defaults fill the rest (TrainConfig.__init__)
     return cfg.validate() if validate else cfg
 
