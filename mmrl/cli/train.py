@@ -97,10 +97,11 @@ def run(args: argparse.Namespace) -> int:
     from mmrl.training.policy_factory import AttentionError, ModelSourceError
     from mmrl.rewards.imports import RewardImportError
     from mmrl.training.trainer import Trainer, TrainingError, TrainingStopped
+    from mmrl.training.trl_api import ModelFamilyError
 
     # errors the user can fix: one line each (the traceback under --debug); anything else keeps its traceback
     startup = (ConfigError, DatasetError, ModelSourceError, RewardImportError, AttentionError, FileNotFoundError, RunLocked,
-               CheckpointDamaged, RewardError, ValueError)
+               CheckpointDamaged, RewardError, TrainingError, ModelFamilyError, ValueError)
     training = (TrainingError, ConfigError, CheckpointDamaged, RewardError, RunLocked, OSError)
     try:
         trainer = Trainer(cfg)
