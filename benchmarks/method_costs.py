@@ -147,7 +147,7 @@ def build_policy(family: str, sz: dict[str, Any], seed: int = 0):
     return MaskedDiffusionAdapter(model, tok)
 
 
-def train_config(family: str, name: str, sz: dict[str, Any], out_dir: str, seed: int = 0):
+def train_config(family: str, name: str, sz: dict[str, Any], out_dir: str, seed: int = 0, extra: dict | None = None):
     from mmrl.config import load_config
 
     values: dict[str, Any] = dict(
@@ -160,14 +160,17 @@ def train_config(family: str, name: str, sz: dict[str, Any], out_dir: str, seed:
         # d1's training sampler (two tokens per step, semi-AR blocks) over Fast-dLLM's prefix cache
         values.update(block_length=sz["block"], diffusion_steps=sz["tokens"] // 2, diffusion_cache="prefix")
     values.update(METHODS[family][name])
+    values.update(extra or {})
     return load_config(None, values)
 
 
-def make_trainer(family: str, name: str, sz: dict[str, Any], out_root: str, seed: int = 0):
-    """A real `Trainer` whose checkpoint writing is switched off (this benchmark times steps, not disk)."""
+def make_trainer(family: str, name: str, sz: dict[str, Any], out_root: str, seed: int = 0, extra: dict | None = None,
+                 tag: str = ""):
+    """A real `Trainer` whose checkpoint writing is switched off (this benchmark times steps, not disk); `extra`:
+    further `TrainConfig` overrides."""
     from mmrl.trainer import Trainer
 
-    cfg = train_config(family, name, sz, str(Path(out_root) / f"{family}_{name}"), seed)
+    cfg = train_config(family, name, sz, str(Path(out_root) / f"{family}_{name}{tag}"), seed, extra)
     rows = [{"prompt": p} for p in BENCH_PROMPTS]
     trainer = Trainer(cfg, policy=build_policy(family, sz, seed), dataset=rows, reward_funcs=[char_sum_reward])
     trainer.save = lambda: None  # no checkpoints: they would only add disk time between the timed steps

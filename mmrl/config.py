@@ -288,13 +288,23 @@ class TrainConfig:
     row per response, to `completions.jsonl` in the run directory and to TensorBoard / W&B as text / a table."""
     log_diagnostics: bool = True
     """Log the `diag/` metrics every step (mmrl.diagnostics; README.md, "Metrics"): `diag/kl_k1`, `diag/kl_k3`
-    (KL to the reference on the rollout's responses; it needs a reference model: one exists with beta > 0, DMPO,
-    DGPO or LoRA, and otherwise a frozen copy of the policy is built when it has at most 1e9 parameters; with beta = 0
-    it costs one no-grad reference forward per rollout and mask seed, DMPO one no-grad policy forward per
-    micro-batch), `diag/pos_weight_frac`, `diag/neg_weight_frac` (signed weight mass of the loss),
-    `diag/update_ratio(_max)` (update size relative to the weights; it keeps one extra copy of the trainable weights
-    during the optimizer step of each logged step, so raise logging_steps or turn this off for a large full
-    fine-tune)."""
+    (KL to the reference on the rollout's responses, before the step's update; logged only where a reference model
+    exists: beta > 0, DMPO, DGPO, LoRA's adapter-disabled base, or `diagnostics_reference`; free where the method
+    computes reference log-probs anyway, else one no-grad reference forward per measured rollout, and DMPO's one
+    no-grad policy and reference forward per measured rollout: see `diagnostics_kl_every`), `diag/pos_weight_frac`,
+    `diag/neg_weight_frac` (signed weight mass of the loss), `diag/update_ratio(_max)` (update size relative to the
+    weights; it keeps one extra copy of the trainable weights during the optimizer step of each logged step, so raise
+    logging_steps or turn this off for a large full fine-tune). By default they cost under 3% of a step
+    (benchmarks/diagnostics_overhead.py)."""
+    diagnostics_reference: bool = False
+    """Build a frozen copy of the policy only for `diag/kl_*` when the run has no reference model (beta = 0 GRPO /
+    DAPO / Dr.GRPO / GCPO / GSPO without LoRA). Off by default: it holds a second copy of the weights and costs one
+    no-grad reference forward per measured rollout (15% of a GRPO beta-0 step on the 28M benchmark, issue 29)."""
+    diagnostics_kl_every: int = 1
+    """Measure the `diag/kl_*` that need forwards the method would not otherwise run (the reference forward of a
+    beta-0 run with a reference, DMPO's per-token policy and reference scores) on every this many rollouts (the
+    first included); the other rollouts' steps log no `diag/kl_*`. The KL a KL term or DGPO gives for free is logged
+    every step."""
     report_to: list[str] = field(default_factory=lambda: ["jsonl", "tensorboard"])
     """Metric sinks: jsonl (always written) and accelerate's trackers: tensorboard, wandb, mlflow, comet_ml, aim,
     clearml, dvclive, swanlab, trackio (each when installed). TRL: none; here the JSONL record the reports read, and
@@ -603,7 +613,7 @@ def _validate(cfg: TrainConfig) -> list[str]:
     if not (cfg.eval_split == 0 or 0 < cfg.eval_split < 1 or (cfg.eval_split >= 1 and float(cfg.eval_split).is_integer())):
         e.append(f"eval_split={cfg.eval_split} must be 0 (no hold-out), a fraction in (0, 1) or a whole number of rows")
     for name in ("per_device_train_batch_size", "gradient_accumulation_steps", "num_iterations", "max_completion_length",
-                 "logging_steps", "dmpo_num_copies", "dmpo_elbo_copies", "max_nonfinite_steps", "dynamic_sampling_max_tries", "block_length"):
+                 "logging_steps", "diagnostics_kl_every", "dmpo_num_copies", "dmpo_elbo_copies", "max_nonfinite_steps", "dynamic_sampling_max_tries", "block_length"):
         if getattr(cfg, name) < 1:
             e.append(f"{name}={getattr(cfg, name)} must be >= 1")
     if cfg.max_steps < 1 and not (cfg.max_steps == -1 and cfg.num_train_epochs is not None):
