@@ -221,6 +221,11 @@ class TrainConfig:
     """GCPO rank-power: fraction of top tokens ..."""
     gcpo_target_mass: float = 0.8
     """... that carries this fraction of the weight."""
+    gcpo_negative_forward: str = "separate"
+    """How GCPO scores the negative condition (k3 / abs / info_gain contrasts): separate (a no-grad forward of the
+    micro-batch before the gradient forward; the fastest on compute-bound models, e.g. CPU) or batched (the negative
+    prompts stacked into the gradient forward's batch, one forward of 2n rows: fewer calls on latency-bound models,
+    but the backward runs over both halves; families that cannot stack them, e.g. the VLM, score separately)."""
     gcpo_entropy_reward: float = 0.0
     """STAGE's entropy reward, which GCPO's text-to-image launch turns on with 0.4 (0 = off): among the responses of
     maximal reward in a group, r_i += c (e_i - mean e), e_i = 1 / (1 + (H_ref,i - H_theta,i)^2) of the mean token
@@ -593,6 +598,7 @@ def _validate(cfg: TrainConfig) -> list[str]:
         e.append(f"logprob_estimator='per_step' (the MaskGIT sampler's recorded reveal steps) needs family='masked_image', "
                  f"got family={cfg.family!r}")
     _one_of(e, cfg, "gcpo_divergence", list(GCPO_DIVERGENCES) + ["full_kl"])
+    _one_of(e, cfg, "gcpo_negative_forward", ["separate", "batched"])
     _one_of(e, cfg, "gcpo_normalization", ["rank_power", "cdf"])
     _one_of(e, cfg, "dgpo_policy", ["old", "current"])
     _one_of(e, cfg, "dmpo_loss", ["wdce", "wddo"])
