@@ -171,6 +171,50 @@ class BackboneLogits:
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         return self.window(x, 0)
 
+    # ----------------------------------------------------------------------------------------- selected positions
+    def output_head(self) -> torch.nn.Linear | None:
+        """The plain linear LM head of a native backbone (for `selected_logprob`), else None."""
+        if self.kind != "native":
+            return None
+        from mmrl.models.head_logprob import plain_linear_head
+
+        get = getattr(base_model(self.model), "get_output_embeddings", None)
+        return plain_linear_head(get()) if callable(get) else None
+
+    def selected_logprob(self, x: torch.Tensor, start: int, select: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """[M] log-probs of `targets` at the positions `select` of the window >= start (row-major order), with the
+        LM head run on those M positions only (`models.head_logprob`): the same numbers as
+        `selective_log_softmax(window(x, start)[select], targets[select])`, without the [B, L - start, V] logits.
+
+        Args:
+            x: [B, L] input ids; start: first position of the window.
+            select: [B, L - start] bool, the positions to score; targets: [B, L - start] the ids to score there.
+        Needs `output_head()` (a native backbone with a plain linear head).
+        """
+        from mmrl.models.head_logprob import head_logprob
+
+        head = self.output_head()
+        if head is None:
+            raise RuntimeError(f"selected_logprob needs a native backbone with a plain linear LM head ({self.kind})")
+        length = x.shape[1]
+        raw_start = self._raw_start(start)
+        captured: list[torch.Tensor] = []
+
+        def take_hidden(module, args):
+            captured.append(args[0])  # [B, L - raw_start, H], after the final norm
+            return (args[0][:, :0],)  # the head itself computes nothing
+
+        handle = head.register_forward_pre_hook(take_hidden)
+        try:
+            self._forward(x, 0, length - raw_start)
+        finally:
+            handle.remove()
+        hidden = captured[0]
+        if self.shift:  # aligned position i is predicted by raw position i - 1 (Dream)
+            hidden = align_shifted(hidden, starts_at_zero=start == 0)  # [B, L - start, H]
+        sel = select.bool()
+        return head_logprob(hidden[sel], head, targets[sel], self.suppress_ids)  # [M]
+
     # ----------------------------------------------------------------------------------------- prefix cache
     @property
     def supports_dual_cache(self) -> bool:

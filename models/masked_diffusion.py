@@ -700,13 +700,20 @@ class MaskedDiffusionAdapter(BaseAdapter):
         if targets is None:
             raise ValueError("denoise_logprob needs the clean tokens in noised.extras['targets'] (as forward_noise builds it)")
         r, p = noised.num_copies, noised.prompt_len
+        select = rearrange(noised.noise_mask, "r n t -> (r n) t")  # [R*N, T]
+        tgt = targets.repeat(r, 1)  # [R*N, T]
         with self.scoring_model(use_reference) as m:
             fn = BackboneLogits(
                 m, noised.attention_mask.bool(), kind=self.backbone, shift=self.shift_logits,
                 suppress_ids=(self.mask_token_id,),
             )
+            if fn.output_head() is not None:
+                # the LM head on the masked positions only, logits recomputed in the backward (models.head_logprob)
+                picked = fn.selected_logprob(noised.input_ids, p, select, tgt)  # [M]
+                logp = torch.zeros(select.shape, dtype=picked.dtype, device=picked.device).masked_scatter(select, picked)
+                return rearrange(logp, "(r n) t -> r n t", r=r)  # [R, N, T]
             logits = fn.window(noised.input_ids, p)  # [R*N, T, V]
-        logp = selective_log_softmax(logits, targets.repeat(r, 1))  # [R*N, T]
+        logp = selective_log_softmax(logits, tgt)  # [R*N, T]
         logp = rearrange(logp, "(r n) t -> r n t", r=r)  # [R, N, T]
         return torch.where(noised.noise_mask, logp, torch.zeros_like(logp))
 
