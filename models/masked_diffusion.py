@@ -569,6 +569,20 @@ class MaskedDiffusionAdapter(BaseAdapter):
                 out.append(self._logits(m, pid, pmask, resp_part))
         return out
 
+    def _selected_logprob(self, side, rollout, build, select: torch.Tensor, targets: torch.Tensor) -> torch.Tensor | None:
+        """[B, T] log-probs of `targets` at `select` (0 elsewhere) for one side, with the LM head run on the selected
+        positions only (`BackboneLogits.selected_logprob`), or None where the backbone has no plain linear head."""
+        condition, use_ref = side
+        pid, pmask, part = build(*self._condition_prompt(rollout, condition))
+        with self.scoring_model(use_ref) as m:
+            ids = torch.cat([pid, part], dim=1)  # [B, P + T]
+            attn = torch.cat([pmask.bool(), torch.ones_like(part, dtype=torch.bool)], dim=1)  # [B, P + T]
+            fn = BackboneLogits(m, attn, kind=self.backbone, shift=self.shift_logits, suppress_ids=(self.mask_token_id,))
+            if fn.output_head() is None:
+                return None
+            picked = fn.selected_logprob(ids, pid.shape[1], select, targets)  # [M]
+        return torch.zeros(select.shape, dtype=picked.dtype, device=picked.device).masked_scatter(select, picked)
+
     def _mean_field(self, sides, *, rollout, mask_seed, temperature, p_mask_prompt, stats) -> TokenScores:
         seeds = row_seeds(mask_seed, rollout.prompt_ids, rollout.prompt_mask, rollout.response_ids, "prompt")
         resp = rollout.response_ids
@@ -602,12 +616,16 @@ class MaskedDiffusionAdapter(BaseAdapter):
             ids = masked_copies_input(pid, resp, masked, self.mask_token_id)  # [R*N, P+T]
             return ids[:, : pid.shape[1]], pmask.repeat(r, 1), ids[:, pid.shape[1] :]
 
+        flat_masked = rearrange(masked, "r n t -> (r n) t")  # [R*N, T]
+        per_copy = lambda v: rearrange(v, "(r n) t -> r n t", r=r)  # noqa: E731  [R*N, T] -> [R, N, T]
+        if not stats and temperature == 1.0:  # DMPO's likelihoods: the LM head on the masked positions only
+            picked = self._selected_logprob(sides[0], rollout, build, flat_masked, resp.repeat(r, 1))
+            if picked is not None:
+                return TokenScores(logp=elbo_token_contributions(per_copy(picked), masked), stats={})
         logits = self._sides_logits(sides, rollout, build)  # [R*N, T, V] each
         other = logits[1] if len(logits) > 1 else None
-        flat_masked = rearrange(masked, "r n t -> (r n) t")  # [R*N, T]
         sc = score_logits(logits[0], resp.repeat(r, 1), flat_masked, temperature=temperature, other_logits=other,
                           stats=tuple(stats))
-        per_copy = lambda v: rearrange(v, "(r n) t -> r n t", r=r)  # noqa: E731  [R*N, T] -> [R, N, T]
         contrib = elbo_token_contributions(per_copy(sc.logp), masked)  # [N, T]
         other_contrib = None
         if sc.other_logp is not None:
