@@ -53,6 +53,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
+import warnings
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -69,6 +70,7 @@ from mmrl.models.base import (
     selective_log_softmax,
 )
 from mmrl.models.dllm_backbone import BackboneLogits, backbone_kind, base_model
+from mmrl.models.dllm_native import family_of, load_native
 from mmrl.models.dllm_estimators import (
     elbo_masks,
     elbo_token_contributions,
@@ -757,7 +759,8 @@ class MaskedDiffusionAdapter(BaseAdapter):
 
     @staticmethod
     def _load_backbone(path: Path, *, trust_remote_code: bool, dtype, device):
-        """(model, tokenizer) from a local directory; remote-code families only with `trust_remote_code`."""
+        """(model, tokenizer) from a local directory. LLaDA and Dream load into transformers-native classes
+        (`models.dllm_native`); remote code only where that does not apply, and only with `trust_remote_code`."""
         from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoTokenizer
         from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
@@ -768,19 +771,34 @@ class MaskedDiffusionAdapter(BaseAdapter):
             raise FileNotFoundError(f"{cfg_file} not found: {path} is not a transformers checkpoint directory")
         raw = json.loads(cfg_file.read_text())
         model_type = str(raw.get("model_type", ""))
-        remote = model_type.lower().startswith("llada") or model_type.lower() == "dream"
-        if remote or (model_type not in CONFIG_MAPPING and "auto_map" in raw):
+        remote = family_of(raw) is not None
+        kwargs = {} if dtype is None else {"dtype": dtype}
+        if remote:
+            # LLaDA / Dream weights in a transformers-native bidirectional class (KV cache, logits_to_keep); their own
+            # modelling code only where the conversion does not apply
+            model, why = load_native(path, raw, dtype=dtype)
+            if model is not None:
+                tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+                return (model.to(device) if device is not None else model), tokenizer
+            if not trust_remote_code:
+                raise ValueError(
+                    f"{path} is a {model_type!r} checkpoint that cannot be loaded into a transformers-native class ({why}) "
+                    f"and ships its own modelling code (auto_map {raw.get('auto_map', {})}); loading it runs that code: "
+                    "pass trust_remote_code=True if you trust it"
+                )
+            warnings.warn(f"{path}: {model_type} checkpoint loaded with its own modelling code ({why}): no KV cache, "
+                          "every sampler step runs a full forward", stacklevel=3)
+        if model_type not in CONFIG_MAPPING and "auto_map" in raw:
             if not trust_remote_code:
                 raise ValueError(
                     f"{path} is a {model_type!r} checkpoint that ships its own modelling code (auto_map "
                     f"{raw.get('auto_map', {})}); loading it runs that code: pass trust_remote_code=True if you trust it"
                 )
-        elif model_type not in CONFIG_MAPPING:
+        elif model_type not in CONFIG_MAPPING and not remote:
             raise ValueError(
                 f"unknown masked-diffusion family model_type={model_type!r} in {cfg_file}; supported: LLaDA ('llada'), "
-                "Dream ('Dream') with trust_remote_code=True, or a transformers-native decoder (e.g. 'llama', 'qwen2')"
+                "Dream ('Dream'), or a transformers-native decoder (e.g. 'llama', 'qwen2')"
             )
-        kwargs = {} if dtype is None else {"dtype": dtype}
         if remote or model_type not in CONFIG_MAPPING:
             model = AutoModel.from_pretrained(path, trust_remote_code=True, **kwargs)
         else:
