@@ -1,6 +1,6 @@
 """Pieces every adapter shares: the reference model, padding helpers, and scoring of logits.
 
-Adapters subclass `BaseAdapter` and implement the protocol of `mmrl.protocol.Policy`.
+Adapters subclass `BaseAdapter` and implement the protocol of `mmrl.core.protocol.Policy`.
 """
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any, Iterator, Sequence
 import torch
 
 from mmrl.algorithms.distributions import default_chunk_size, token_distribution_stats
-from mmrl.protocol import TokenScores
+from mmrl.core.protocol import TokenScores
 
 
 def unwrap(model: torch.nn.Module) -> torch.nn.Module:
@@ -41,6 +41,9 @@ class BaseAdapter:
     """What throughput is counted in: `tokens` (perf/tokens_per_s) or `images` (perf/images_per_s)."""
     batches_negative_condition: bool = False
     """Whether the adapter has `logprob_with_negative`: GCPO's positive and negative scorings in one forward."""
+    generation_option_names: tuple[str, ...] = ()
+    """The `sample()` options the family knows: `generation_kwargs` keys outside it are refused at start-up
+    (`TrainConfig.validate`); empty means the family does not say (no check)."""
 
     @classmethod
     def generation_options(cls, cfg) -> dict[str, Any]:

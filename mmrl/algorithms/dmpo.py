@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from mmrl.algorithms.groups import check_group_size, group_softmax, to_groups
 from mmrl.algorithms.registry import DMPO_BASELINES
-from mmrl.diagnostics import effective_sample_size  # noqa: F401  (re-exported: Kish's ESS, one definition)
+from mmrl.core.diagnostics import effective_sample_size  # noqa: F401  (re-exported: Kish's ESS, one definition)
 
 
 def _check_alpha(alpha: float) -> None:

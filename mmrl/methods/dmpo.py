@@ -20,10 +20,10 @@ from mmrl.algorithms import (
     wddo_loss,
 )
 from mmrl.algorithms.dmpo import LOSS_TIME_BASELINES, micro_batch_mean_baseline
-from mmrl.diagnostics import effective_sample_size, measures_kl, micro_batch_sums
+from mmrl.core.diagnostics import effective_sample_size, measures_kl, micro_batch_sums
 from mmrl.methods.base import METHODS, LossOutput, Method, MicroBatch, zeros_like_tokens
-from mmrl.protocol import NoisedBatch
-from mmrl.seeds import derived_seed
+from mmrl.core.protocol import NoisedBatch
+from mmrl.core.seeds import derived_seed
 
 
 @METHODS.register("dmpo")
@@ -96,9 +96,10 @@ class DMPO(Method):
         return self.estimator_options(buf.mask_seeds[0], kind=kind)
 
     def kl_diagnostics(self, buf, idx: torch.Tensor, inner: int) -> dict[str, float]:
-        """`mmrl.diagnostics.micro_batch_sums` of the KL of the behaviour policy (the policy before the buffer's first
-        update) to the reference, from the per-token terms `prepare` kept (`_kl_estimator`), at the buffer's first
-        inner step: no forward here (a no-grad policy forward per micro-batch and optimizer step before issue 29)."""
+        """`mmrl.core.diagnostics.micro_batch_sums` of the KL of the behaviour policy (the policy before the buffer's
+        first update) to the reference, from the per-token terms `prepare` kept (`_kl_estimator`), at the buffer's
+        first inner step: no forward here (a no-grad forward per micro-batch and optimizer step would add to every
+        update)."""
         if not buf.ref_logp or inner != 0:
             return {}
         return micro_batch_sums(buf.loss_mask[idx], logp=buf.old_logp[0][idx], ref_logp=buf.ref_logp[0][idx])

@@ -191,16 +191,16 @@ def janus_sft(policy, prompts: Sequence[str], metadata: Sequence[dict], *, steps
     """Train a tiny `JanusAdapter` in place on shapes scenes drawn for each prompt's GenEval record.
 
     Every step draws fresh random scenes that satisfy the sampled prompts, as image tokens
-    (`draw_tokens(record, rng) -> [T]` ids; default the palette cells of `mmrl.data.shapes.scene_for_metadata`), and
+    (`draw_tokens(record, rng) -> [T]` ids; default the palette cells of `mmrl.tiny_world.shapes.scene_for_metadata`), and
     minimises the next-image-token cross-entropy given the prompt; a `cfg_dropout` fraction of rows sees the CFG null
     prompt instead (unconditional training for guidance). With `caption_noise` > 0 that fraction of rows is drawn for
-    `corrupt(record, rng)` instead while keeping the original caption (noisy captions, `mmrl.data.caption_noise`).
+    `corrupt(record, rng)` instead while keeping the original caption (noisy captions, `mmrl.tiny_world.caption_noise`).
     With `groups` (a label per prompt, e.g. its GenEval task) rows are drawn uniformly over the groups, then over the
     group's prompts; else uniformly over prompts.
     """
     import numpy as np
 
-    from mmrl.data.shapes import scene_for_metadata
+    from mmrl.tiny_world.shapes import scene_for_metadata
     from mmrl.models.base import left_pad
 
     if not 0.0 <= caption_noise < 1.0:

@@ -7,11 +7,14 @@ the regime where the reward-tilted target `p_ref * exp(r / alpha)` (DMPO) or a g
 """
 from __future__ import annotations
 
+import logging
 import re
 from pathlib import Path
 from typing import Any, Sequence
 
 import torch
+
+logger = logging.getLogger(__name__)
 
 
 def sampled_generation(family: str, length: int, temperature: float = 1.0) -> dict[str, Any]:
@@ -28,16 +31,26 @@ def held_out(policy, rows: Sequence[dict], metric: str, family: str, length: int
     """Greedy accuracy, sampled accuracy (mean over `k` samples per row at temperature 1) and pass@k on `rows`.
 
     Sudoku's scores are cell accuracies (pass@k then counts fully solved puzzles); the other metrics are 1 / 0."""
-    from mmrl.evaluate import d1_generation, evaluate
+    return held_out_items(policy, rows, metric, family, length, k, batch_size)[0]
+
+
+def held_out_items(policy, rows: Sequence[dict], metric: str, family: str, length: int, k: int = 4,
+                   batch_size: int = 128) -> tuple[dict[str, float], dict[str, list[float]]]:
+    """(`held_out`'s figures, the per-row scores behind them: {"greedy": [R], "sampled": [R] (mean of the row's
+    k samples), "pass": [R] (1 if any sample scores 1)}), for the paired intervals of `mmrl.tiny_world.stats`."""
+    from mmrl.training.evaluate import d1_generation, evaluate
 
     greedy = evaluate(policy, rows, metric, batch_size=batch_size, progress=False,
-                      **d1_generation(family, length, length, length)).accuracy
+                      **d1_generation(family, length, length, length))
     scores = torch.zeros(len(rows), k)  # [R, K]
     for j in range(k):
         res = evaluate(policy, rows, metric, batch_size=batch_size, progress=False, seed=1000 + j,
                        **sampled_generation(family, length))
         scores[:, j] = torch.tensor(res.scores)
-    return {"greedy": float(greedy), "sampled": float(scores.mean()), f"pass@{k}": float((scores >= 1).any(1).float().mean())}
+    passed = (scores >= 1).any(1).float()  # [R]
+    summary = {"greedy": float(greedy.accuracy), "sampled": float(scores.mean()), f"pass@{k}": float(passed.mean())}
+    items = {"greedy": [float(x) for x in greedy.scores], "sampled": scores.mean(1).tolist(), "pass": passed.tolist()}
+    return summary, items
 
 
 _PROBLEM = re.compile(r"(\d+),(\d+),(\d+)=(\d+)")
@@ -158,13 +171,13 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
     import shutil
     import time
 
-    from mmrl.config import load_config
+    from mmrl.config.train_config import load_config
     from mmrl.data.tasks import load_task
-    from mmrl.metrics_log import read_metrics
+    from mmrl.reporting.metrics_log import read_metrics
     from mmrl.tiny_world import register
     from mmrl.tiny_world.models import TINY_MODELS, load_base_policy
     from mmrl.tiny_world.report import curve, fmt, markdown_table, mean_std, plot_curves
-    from mmrl.trainer import Trainer
+    from mmrl.training.trainer import Trainer
 
     if name not in COMPARISONS:
         raise ValueError(f"unknown comparison {name!r}; valid: {sorted(COMPARISONS)}")
@@ -185,7 +198,8 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
     base_name = base or recipe["model_name_or_path"].split(":", 1)[1]
     op = TINY_MODELS[base_name].data.get("lazy_op", "+") if base_name in TINY_MODELS else "+"  # the shortcut to count
     task = load_task(recipe["task"])
-    rows = task.test[: 16 if smoke else FINAL_ROWS]
+    rows = task.test[: 16 if smoke else FINAL_ROWS]  # evaluated once per run, at the end
+    val_rows = task.validation[: 16 if smoke else recipe["eval_limit"]]  # the curves (and any choice) use validation
     k = 2 if smoke else FINAL_SAMPLES
     L = recipe["max_completion_length"]
     t_all = time.perf_counter()
@@ -201,7 +215,7 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
                                                   base=base))
             policy = load_base_policy(base_name, progress=False, steps=base_steps)
             t0 = time.perf_counter()
-            Trainer(cfg, policy=policy, dataset=task.train, reward_funcs=cfg.reward_funcs, eval_dataset=rows[: cfg.eval_limit],
+            Trainer(cfg, policy=policy, dataset=task.train, reward_funcs=cfg.reward_funcs, eval_dataset=val_rows,
                     eval_metric=task.metric).train()
             secs = time.perf_counter() - t0
             after = held_out(policy, rows, task.metric, recipe["family"], L, k)
@@ -230,8 +244,7 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
                            f"{100 * first:.1f} / {100 * last:.1f}", short, f"{kl:.3f}", f"{mean_std([r['seconds'] for r in runs])[0]:.0f}"])
     table = markdown_table(head, table_rows)
     plot_curves({a: [curve(r["records"], "eval/accuracy") for r in runs] for a, runs in arms.items()}, root / "accuracy.png",
-                title=f"{name}: held-out accuracy (one sampled answer per row, T = 1)", ylabel="accuracy",
-                baseline=before["sampled"])
+                title=f"{name}: validation accuracy (one sampled answer per row, T = 1)", ylabel="accuracy")
     plot_curves({a: [curve(r["records"], "reward", smooth=5) for r in runs] for a, runs in arms.items()}, root / "reward.png",
                 title=f"{name}: training reward", ylabel="reward")
     plot_curves({a: [r["shortcut"] for r in runs] for a, runs in arms.items()}, root / "shortcut.png",
@@ -244,5 +257,5 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
                "configs": {a: arm_config(name, a, seed=0, out=Path("."), rollouts=rollouts, smoke=smoke, base=base) for a in arms}}
     (root / "results.json").write_text(json.dumps(results, indent=2, default=str))
     (root / "table.md").write_text(table + f"\n\nBase `{base_name}`, {seeds} seeds per arm, {len(rows)} held-out rows, {total:.0f} s in all.\n")
-    print("\n" + table + f"\n\n{root}  ({total:.0f} s)")
+    logger.info("\n" + table + f"\n\n{root}  ({total:.0f} s)")
     return results

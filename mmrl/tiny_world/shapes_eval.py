@@ -44,7 +44,7 @@ def per_task_accuracy(rows: Sequence[dict], scores: Sequence[float]) -> dict[str
 def geneval_accuracy(policy, rows: Sequence[dict], *, per_task: int = PER_TASK, seed: int = 0, batch_size: int = 128,
                      **generation: Any) -> tuple[dict[str, float], list]:
     """({task: accuracy, "overall": mean over tasks}, the sampled images) of `policy` on held-out `rows`."""
-    from mmrl.evaluate import evaluate
+    from mmrl.training.evaluate import evaluate
 
     balanced = balanced_rows(rows, per_task)
     res = evaluate(policy, balanced, "geneval", batch_size=batch_size, progress=False, seed=seed,

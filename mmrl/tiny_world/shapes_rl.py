@@ -11,11 +11,14 @@ seeds before and after, seed 0 of each arm) and `credit.png` (GCPO's token credi
 from __future__ import annotations
 
 import json
+import logging
 import re
 import shutil
 import time
 from pathlib import Path
 from typing import Any
+
+logger = logging.getLogger(__name__)
 
 SHAPES_RL: dict[str, Any] = {
     # the values of configs/tiny_grpo_shapes.yaml and configs/tiny_gcpo_shapes.yaml (a test checks both)
@@ -110,15 +113,15 @@ def run_shapes_rl(root: str | Path, arms: list[str], *, seeds: int = 3, smoke: b
     with `recipe` (default `SHAPES_RL`) and report into `root` (replaced if it exists): per-task held-out GenEval
     before and after (sampled with `shapes_eval.EVAL_GENERATION` updated by `eval_generation`), curves, the image
     grid and GCPO's credit picture (when a GCPO arm ran)."""
-    from mmrl.config import load_config
+    from mmrl.config.train_config import load_config
     from mmrl.data.tasks import load_task
     from mmrl.geneval.rules import TASKS
-    from mmrl.metrics_log import read_metrics
+    from mmrl.reporting.metrics_log import read_metrics
     from mmrl.tiny_world import register
     from mmrl.tiny_world.models import ensure_built, load_base_policy
     from mmrl.tiny_world.report import curve, fmt, image_grid, markdown_table, mean_std, plot_curves
     from mmrl.tiny_world.shapes_eval import PER_TASK, balanced_rows, geneval_accuracy
-    from mmrl.trainer import Trainer
+    from mmrl.training.trainer import Trainer
 
     arm_table = arm_table or ARMS
     unknown = sorted(set(arms) - set(arm_table))
@@ -200,5 +203,5 @@ def run_shapes_rl(root: str | Path, arms: list[str], *, seeds: int = 3, smoke: b
     (root / "results.json").write_text(json.dumps(results, indent=2, default=str))
     (root / "table.md").write_text(table + f"\n\n{seeds} seeds per arm, {per_task} held-out images per GenEval task, "
                                    f"{total:.0f} s in all.\n")
-    print("\n" + table + f"\n\n{root}  ({total:.0f} s)")
+    logger.info("\n" + table + f"\n\n{root}  ({total:.0f} s)")
     return results

@@ -1,6 +1,6 @@
 """`shapes_vqa`: visual questions about shapes-world scenes, for the tiny vision-language model (family `vlm`).
 
-A row is a rendered scene (`mmrl.data.shapes`: 1-4 shapes on the 12 x 12 cell grid, random shapes, colours and
+A row is a rendered scene (`mmrl.tiny_world.shapes`: 1-4 shapes on the 12 x 12 cell grid, random shapes, colours and
 places, `CELL_PX` pixels per cell, so one 4-pixel vision patch of the tiny Qwen2.5-VL is one cell), one question
 and its one-word answer, computed from the scene's objects:
 
@@ -32,7 +32,7 @@ from functools import lru_cache
 import numpy as np
 
 from mmrl.algorithms.registry import REWARDS
-from mmrl.data.shapes import COLORS, GAP, GRID, PATTERN, SHAPE_NAMES, Scene, SceneObject
+from mmrl.tiny_world.shapes import COLORS, GAP, GRID, PATTERN, SHAPE_NAMES, Scene, SceneObject
 from mmrl.data.tasks import TASKS, Task
 from mmrl.rewards.completions import completion_text
 
@@ -136,12 +136,17 @@ def _shapes_vqa(dataset_path: str | None, seed: int) -> Task:
     return _shapes_vqa_task()  # the split is part of the task definition, not of a run's seed
 
 
-_TRAILING = re.compile(r"[\s.!?,;:]+$")
+_TRAILING_PUNCTUATION = ".!?,;:"
 
 
 def normalise_answer(text: str) -> str:
-    """Lower case, outer whitespace and trailing punctuation removed, inner whitespace collapsed."""
-    return " ".join(_TRAILING.sub("", text.strip().lower()).split())
+    """Lower case, outer whitespace and trailing punctuation removed, inner whitespace collapsed. (A loop, not the
+    regex `[\\s.!?,;:]+$`, which retries every start of a long punctuation run: quadratic.)"""
+    text = text.strip().lower()
+    end = len(text)
+    while end and (text[end - 1].isspace() or text[end - 1] in _TRAILING_PUNCTUATION):
+        end -= 1
+    return " ".join(text[:end].split())
 
 
 @REWARDS.register("shapes_vqa")

@@ -1,0 +1,171 @@
+"""Paired-bootstrap 95% intervals over test items and seeds, for the tiny world's comparisons.
+
+Every comparison scores each test item (a GenEval prompt, a Countdown problem, a Sudoku puzzle) once per training
+seed, so an arm's result is a score matrix `[S seeds, I items]` (each entry the mean over that item's samples). The
+uncertainty of a reported figure has two sources, the finite test set and the seed-to-seed spread of training, and a
+two-level nonparametric bootstrap resamples both (Efron & Tibshirani 1993, "An Introduction to the Bootstrap",
+ch. 13, the percentile interval; the two-level resampling of a nested design follows Davison & Hinkley 1997,
+"Bootstrap Methods and their Application", section 3.8):
+
+- items are drawn with replacement **once per replicate and shared by every arm** (the pairing: a gain or a
+  difference is measured on the same prompts, so item difficulty cancels);
+- seeds are drawn with replacement **independently per arm** (two arms' seed-k runs are separate trainings);
+- with `groups` (e.g. the GenEval task of each prompt), items are resampled within their group and the statistic is
+  the mean over groups of the group means (GenEval's overall score), so every replicate keeps the task weights.
+
+The interval is the 2.5 / 97.5 percentiles of the replicated statistic. A difference is claimed only when its
+interval excludes 0 (`Interval.excludes_zero`). With one seed the seed level is degenerate and the interval covers the
+test-set sampling error only; `n_seeds` in the result says so.
+
+Pure functions of numpy arrays; a `seed` makes every interval reproducible.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Sequence
+
+import numpy as np
+
+N_BOOT = 2000
+"""Bootstrap replicates per interval (the percentile ends' Monte-Carlo error is then ~0.1 of the interval's width)."""
+LEVEL = 0.95
+"""Coverage of every reported interval."""
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A point estimate with its percentile-bootstrap interval."""
+
+    estimate: float
+    low: float
+    high: float
+    n_items: int
+    n_seeds: int
+    level: float = LEVEL
+
+    @property
+    def excludes_zero(self) -> bool:
+        """Whether the interval lies entirely on one side of 0 (the only case in which a difference is claimed)."""
+        return self.low > 0.0 or self.high < 0.0
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "excludes_zero": self.excludes_zero}
+
+    def fmt(self, scale: float = 100.0, signed: bool = False, digits: int = 1) -> str:
+        """"+10.9 [+8.1, +13.5]" (`signed`) or "63.4 [61.0, 65.8]", in units of `scale` (100: points)."""
+        f = f"{{:{'+' if signed else ''}.{digits}f}}"
+        return f"{f.format(scale * self.estimate)} [{f.format(scale * self.low)}, {f.format(scale * self.high)}]"
+
+
+def as_matrix(scores, name: str = "scores") -> np.ndarray:
+    """`scores` as a float [S, I] matrix (a 1-D array is one seed); raises on empty or non-finite input."""
+    x = np.asarray(scores, dtype=np.float64)
+    if x.ndim == 1:
+        x = x[None, :]
+    if x.ndim != 2 or x.shape[0] < 1 or x.shape[1] < 1:
+        raise ValueError(f"{name} must be a non-empty [seeds, items] array (or [items]), got shape {np.shape(scores)}")
+    if not np.isfinite(x).all():
+        raise ValueError(f"{name} holds non-finite values; every item needs a score in every seed")
+    return x
+
+
+def _item_weights_and_resampler(n_items: int, groups: Sequence | None, rng: np.random.Generator, n_boot: int):
+    """(weights [I], resampled item indices [B, I]): uniform weights and plain resampling without groups; with
+    groups, weight 1 / (G * n_g) per item of group g and resampling within each group (the group sizes, hence the
+    weights, stay fixed in every replicate)."""
+    if groups is None:
+        return np.full(n_items, 1.0 / n_items), rng.integers(0, n_items, size=(n_boot, n_items))
+    labels = list(groups)
+    if len(labels) != n_items:
+        raise ValueError(f"groups has {len(labels)} labels for {n_items} items")
+    uniq = sorted(set(labels), key=labels.index)
+    weights = np.empty(n_items)
+    idx = np.empty((n_boot, n_items), dtype=np.int64)
+    for g in uniq:
+        members = np.array([i for i, lab in enumerate(labels) if lab == g])
+        weights[members] = 1.0 / (len(uniq) * len(members))
+        idx[:, members] = members[rng.integers(0, len(members), size=(n_boot, len(members)))]
+    return weights, idx
+
+
+def point_estimate(scores, groups: Sequence | None = None) -> float:
+    """The statistic itself: the mean over seeds and items (with `groups`, the mean over groups of group means)."""
+    x = as_matrix(scores)
+    weights, _ = _item_weights_and_resampler(x.shape[1], groups, np.random.default_rng(0), 1)
+    return float((x @ weights).mean())
+
+
+def _replicates(x: np.ndarray, weights: np.ndarray, item_idx: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """[B] replicated statistics of one arm: its per-seed weighted item means under each shared item resample
+    (`item_idx` [B, I]), averaged over an independent resample of its seeds."""
+    n_boot = item_idx.shape[0]
+    per_seed = np.stack([(x[:, row] * weights).sum(axis=1) for row in item_idx], axis=1)  # [S, B]
+    seed_idx = rng.integers(0, x.shape[0], size=(n_boot, x.shape[0]))  # [B, S]
+    return per_seed[seed_idx, np.arange(n_boot)[:, None]].mean(axis=1)  # [B]
+
+
+def _interval(estimate: float, reps: np.ndarray, n_items: int, n_seeds: int, level: float) -> Interval:
+    alpha = (1.0 - level) / 2.0
+    low, high = np.quantile(reps, [alpha, 1.0 - alpha])
+    return Interval(float(estimate), float(low), float(high), n_items, n_seeds, level)
+
+
+def _check(level: float, n_boot: int) -> None:
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level must lie in (0, 1), got {level}")
+    if n_boot < 100:
+        raise ValueError(f"n_boot must be >= 100 for a percentile interval, got {n_boot}")
+
+
+def mean_interval(scores, *, groups: Sequence | None = None, n_boot: int = N_BOOT, level: float = LEVEL,
+                  seed: int = 0) -> Interval:
+    """The interval of one arm's mean score; `scores` [S, I] (or [I])."""
+    _check(level, n_boot)
+    x = as_matrix(scores)
+    rng = np.random.default_rng(seed)
+    weights, item_idx = _item_weights_and_resampler(x.shape[1], groups, rng, n_boot)
+    reps = _replicates(x, weights, item_idx, rng)
+    return _interval(float((x @ weights).mean()), reps, x.shape[1], x.shape[0], level)
+
+
+def difference_interval(a, b, *, groups: Sequence | None = None, n_boot: int = N_BOOT, level: float = LEVEL,
+                        seed: int = 0) -> Interval:
+    """The paired interval of mean(a) - mean(b) on the same items: `a` [S_a, I], `b` [S_b, I] (or [I]).
+
+    Used for a gain (a = after RL, b = the base, one row per base measurement) and for a between-method difference
+    (a, b = two arms). Items are shared by both arms in every replicate; seeds are resampled per arm."""
+    _check(level, n_boot)
+    xa, xb = as_matrix(a, "a"), as_matrix(b, "b")
+    if xa.shape[1] != xb.shape[1]:
+        raise ValueError(f"a and b must score the same items: {xa.shape[1]} vs {xb.shape[1]} items")
+    rng = np.random.default_rng(seed)
+    weights, item_idx = _item_weights_and_resampler(xa.shape[1], groups, rng, n_boot)
+    reps = _replicates(xa, weights, item_idx, rng) - _replicates(xb, weights, item_idx, rng)
+    est = float((xa @ weights).mean() - (xb @ weights).mean())
+    return _interval(est, reps, xa.shape[1], min(xa.shape[0], xb.shape[0]), level)
+
+
+def gain_interval(after, base, **kw) -> Interval:
+    """The paired interval of a gain over the base: `difference_interval(after, base)`."""
+    return difference_interval(after, base, **kw)
+
+
+def gap_closed_interval(after, base, reference, *, groups: Sequence | None = None, n_boot: int = N_BOOT,
+                        level: float = LEVEL, seed: int = 0) -> Interval:
+    """The share of the base-to-reference gap an arm closes, (mean(after) - mean(base)) / (mean(reference) -
+    mean(base)), e.g. the reference being the same model pre-trained on clean data at the same compute; all three
+    resampled on shared items (replicates with a gap of exactly 0 are dropped). Raises when the point gap is 0."""
+    _check(level, n_boot)
+    xa, xb, xr = as_matrix(after, "after"), as_matrix(base, "base"), as_matrix(reference, "reference")
+    if not xa.shape[1] == xb.shape[1] == xr.shape[1]:
+        raise ValueError(f"after, base and reference must score the same items: {xa.shape[1]}, {xb.shape[1]}, {xr.shape[1]}")
+    rng = np.random.default_rng(seed)
+    weights, item_idx = _item_weights_and_resampler(xa.shape[1], groups, rng, n_boot)
+    ra, rb, rr = (_replicates(x, weights, item_idx, rng) for x in (xa, xb, xr))
+    gap = float((xr @ weights).mean() - (xb @ weights).mean())
+    if gap == 0.0:
+        raise ValueError("the reference scores exactly the base: the share of the gap closed is undefined")
+    est = float((xa @ weights).mean() - (xb @ weights).mean()) / gap
+    ok = (rr - rb) != 0.0
+    reps = (ra[ok] - rb[ok]) / (rr[ok] - rb[ok])
+    return _interval(est, reps, xa.shape[1], xa.shape[0], level)
