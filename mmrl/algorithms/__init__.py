@@ -11,6 +11,7 @@ from mmrl.algorithms.dmpo import (
     copy_elbos,
     dmpo_baseline,
     dmpo_real_weights,
+    dmpo_trust_region_gate,
     dmpo_weights,
     effective_sample_size,
     elbo_from_masked_logp,
@@ -37,7 +38,7 @@ from mmrl.algorithms.token_weights import average_ranks, cdf_weights, rank_power
 __all__ = [
     "high_entropy_mask",
     "ADVANTAGES", "AGGREGATIONS", "DMPO_BASELINES", "GCPO_DIVERGENCES", "LOSS_TYPES", "STATS", "TOKEN_WEIGHTS", "Registry", "UnknownNameError", "aggregate", "antithetic_masks", "average_ranks",
-    "cdf_weights", "check_group_size", "copy_elbos", "dgpo_token_weights", "dmpo_baseline", "dmpo_real_weights",
+    "cdf_weights", "check_group_size", "copy_elbos", "dgpo_token_weights", "dmpo_baseline", "dmpo_real_weights", "dmpo_trust_region_gate",
     "dmpo_weights", "accumulated_loss", "soft_overlong_penalty", "wddo_deltas", "effective_sample_size",
     "elbo_from_masked_logp", "gcpo_token_weights", "gcpo_weights_from_scores", "group_advantages",
     "hellinger_entropy", "k3_kl", "policy_loss", "rank_power_alpha", "rank_power_weights", "softmax_weights",
