@@ -125,6 +125,20 @@ def _accepted_params(fn: Callable) -> set[str] | None:
     return {n for n, p in sig.parameters.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
 
 
+TRAINER_ARGUMENTS = frozenset({"prompts", "completions", "completion_ids", "trainer_state", "log_metric", "log_extra"})
+"""The keyword arguments the trainer passes every reward besides the dataset columns (`mmrl.training.reward_inputs`)."""
+
+
+def _required_params(fn: Callable) -> list[str]:
+    """Named parameters of `fn` without a default (positional-or-keyword or keyword-only)."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return []
+    return [n for n, p in sig.parameters.items()
+            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.default is inspect.Parameter.empty]
+
+
 def _name_of(fn: Callable) -> str:
     if is_reward_model(fn):
         from mmrl.rewards.reward_model import model_reward_name
@@ -207,6 +221,17 @@ class RewardSet:
     @property
     def names(self) -> list[str]:
         return [r.name for r in self.rewards]
+
+    def missing_columns(self, columns: Sequence[str]) -> dict[str, list[str]]:
+        """Reward name -> the parameters it requires (no default) that neither the trainer passes nor `columns`
+        holds: a reward reading a dataset column the data lacks, found before training instead of at step 1."""
+        given = set(columns) | TRAINER_ARGUMENTS
+        out = {}
+        for r in self.rewards:
+            need = [p for p in _required_params(r.fn) if p not in given]
+            if need:
+                out[r.name] = need
+        return out
 
     @property
     def weights(self) -> list[float]:

@@ -82,10 +82,12 @@ def run(args: argparse.Namespace) -> int:
     from mmrl.training.policy_factory import AttentionError, ModelSourceError
     from mmrl.rewards.imports import RewardImportError
     from mmrl.training.trainer import Trainer, TrainingError, TrainingStopped
+    from mmrl.training.trl_api import ModelFamilyError
 
     try:
         trainer = Trainer(cfg)
-    except (DatasetError, ModelSourceError, RewardImportError, AttentionError, FileNotFoundError) as e:  # start-up: one line, no traceback
+    except (DatasetError, ModelSourceError, RewardImportError, AttentionError, FileNotFoundError, TrainingError,
+            ModelFamilyError) as e:  # start-up: one line, no traceback
         print(f"mmrl train: {e}", file=sys.stderr)
         return 2
     try:

@@ -39,7 +39,7 @@ from mmrl.checkpointing.checkpoint import latest_checkpoint, save_checkpoint
 from mmrl.reporting.completion_stats import length_metrics, terminated
 from mmrl.reporting.completions_log import completion_rows, with_advantages
 from mmrl.config.train_config import TrainConfig
-from mmrl.data.loading import require_column
+from mmrl.data.loading import DatasetError, require_column
 from mmrl.data.validate import check_prompts
 from mmrl.core.diagnostics import finish_step_metrics, logged_step, snapshot
 from mmrl.training.epochs import eval_interval, resolve_max_steps
@@ -169,6 +169,11 @@ class Trainer:
         elif not explicit_metric and (own_rewards or not self.eval_metric):
             self.eval_rewards = self.rewards
         self.dataset = list(dataset)
+        missing = self.rewards.missing_columns([k for row in self.dataset[:1] for k in row])
+        if missing:  # a reward reads a column the data lacks: say so now, not at step 1
+            name, cols = next(iter(missing.items()))
+            raise DatasetError(f"reward {name!r} needs the dataset column(s) {cols}, which {where} lacks (columns: "
+                               f"{sorted(self.dataset[0])}); add them, or choose rewards for this data")
         cfg.max_steps = resolve_max_steps(cfg, len(self.dataset), self.accelerator.num_processes)  # TRL's num_train_epochs
         self.eval_every = eval_interval(cfg, len(self.dataset), self.accelerator.num_processes)  # eval_steps / eval_strategy
         if self.eval_every and not self.eval_dataset:
