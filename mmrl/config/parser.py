@@ -120,7 +120,7 @@ class ConfigParser(HfArgumentParser):
         for field in dataclasses.fields(dtype):
             if field.init and not field.name.startswith("_"):
                 view = dataclasses.field(default=field.default, default_factory=field.default_factory,
-                                         metadata={"help": field.metadata.get("help", "")})
+                                         metadata={"help": field.metadata.get("help", "").replace("%", "%%")})  # argparse %-formats help
                 view.name, view.type = field.name, parser_type(hints[field.name])
                 self._parse_dataclass_field(self, view)
 
