@@ -19,7 +19,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     # name: (module, one-line help)
     "train": ("mmrl.cli.train", "train a policy with an RL method from a YAML preset and key=value overrides"),
     "eval": ("mmrl.cli.eval", "accuracy of a checkpoint on a task's test split (--protocol dmpo|d1)"),
-    "quickstart": ("mmrl.tiny_world.quickstart", "the main job on a laptop CPU: DMPO on the tiny Sudoku model, before/after report"),
+    "quickstart": ("mmrl.tiny_world.quickstart", "the main job on a laptop CPU: GCPO on a tiny text-to-image model (shapes world), held-out GenEval before/after; --world sudoku: DMPO on tiny Sudoku"),
     "replicate": ("mmrl.tiny_world.replicate", "a paper's comparison at toy scale on the tiny world, over seeds (table and curves)"),
     "pretrain-tiny": ("mmrl.tiny_world.pretrain_cli", "build (pre-train) a tiny-world base model into the cache, or --list them"),
     "geneval": ("mmrl.cli.geneval", "GenEval: write prompts, generate images, evaluate them, summarize results"),

@@ -187,6 +187,28 @@ def test_prefix_cache_suffix_equals_full_forward_on_unchanged_input(shift):
     assert fn.tokens_fed == 3 * x.shape[1] * 3 + 2 * 3 * (x.shape[1] - s + int(shift)) + 3 * 2
 
 
+@pytest.mark.parametrize("shift", [False, True])
+@pytest.mark.parametrize("start_offset", [0, 2])
+def test_block_only_logits_equal_the_window_slice(shift, start_offset):
+    """`window` / `prefill` / `suffix` with an `end` run the LM head on the block only (`logits_to_keep` positions,
+    Dream's shift included, also at position 0) and give exactly the block's slice of the full window."""
+    a = MDA.tiny(seed=1, initializer_range=0.3, shift_logits=shift)
+    pid, pm = prompt_batch(a, PROMPTS)
+    fn = a.backbone_logits(pm, 6)
+    x = torch.cat([pid, torch.full((3, 6), MASK)], dim=1)
+    x[:, pid.shape[1] : pid.shape[1] + 2] = torch.tensor([[10, 11], [12, 13], [14, 15]])
+    s = 0 if start_offset == 0 else pid.shape[1] + start_offset
+    e = s + 3
+    with torch.no_grad():
+        full = fn.window(x, s)[:, : e - s]
+        only = fn.window(x, s, e)
+        first = fn.prefill(x, s, e)
+        again = fn.suffix(x, s, e)
+    assert only.shape == (3, 3, full.shape[-1])
+    for out in (only, first, again):
+        torch.testing.assert_close(out, full, rtol=0, atol=1e-5)
+
+
 # ------------------------------------------------------------------------------------------ samplers vs references
 def test_num_transfer_tokens_spreads_evenly():
     out = num_transfer_tokens(torch.tensor([7, 8, 0, 3]), 4)
