@@ -168,12 +168,15 @@ def ensure_default_rope() -> None:
 def transformers5_compatible(model_cls):
     """`model_cls` (remote modelling code written for transformers 4.x) made loadable by transformers 5.
 
-    Two incompatibilities of LLaDA's modelling code (NVlabs/Fast-dLLM `llada/model/modeling_llada.py`; found by
-    scripts/check_real_architectures.py, docs/sources.md "Real architectures"): its `__init__` never calls
+    Incompatibilities found by scripts/check_real_architectures.py (docs/sources.md "Real architectures") in the
+    public modelling code (NVlabs/Fast-dLLM `llada/model`, `dream/model`): LLaDA's `__init__` never calls
     `post_init()`, whose attributes (`all_tied_weights_keys`, ...) transformers 5 reads while loading ("no attribute
-    'all_tied_weights_keys'"), and its `tie_weights(self)` takes no keyword arguments while transformers 5 passes
-    `recompute_mapping`. `post_init` only sets static properties (no weights change); the keywords are dropped."""
-    import inspect
+    'all_tied_weights_keys'"); LLaDA's `tie_weights(self)` takes no keyword arguments while transformers 5 passes
+    `recompute_mapping`; Dream's `_tied_weights_keys` is transformers 4's list, on which transformers 5's
+    `save_pretrained` fails; Dream's `DreamGenerationConfig.validate(self, is_init=False)` is called with
+    `user_set_attributes`. `post_init` only sets static properties (no weights change); undeclared keywords are
+    dropped; the list becomes the {tied: input embedding} mapping it means."""
+    import sys
 
     if getattr(model_cls, "_mmrl_compat", False):
         return model_cls
@@ -181,18 +184,44 @@ def transformers5_compatible(model_cls):
 
     def __init__(self, *args, **kwargs):
         original_init(self, *args, **kwargs)
-        if not hasattr(self, "all_tied_weights_keys") and hasattr(self, "post_init"):
+        tied = getattr(self, "_tied_weights_keys", None)
+        if isinstance(tied, (list, tuple)):
+            # transformers 4's list of tied names ("lm_head.weight", Dream's); transformers 5 wants {target: source}
+            # and `save_pretrained` fails on a list ("'list' object has no attribute 'keys'")
+            emb = self.get_input_embeddings().weight
+            source = next(n for n, p in self.named_parameters(remove_duplicate=False) if p is emb)
+            self._tied_weights_keys = {name: source for name in tied}
+            self.post_init()
+        elif not hasattr(self, "all_tied_weights_keys") and hasattr(self, "post_init"):
             self.post_init()
 
     model_cls.__init__ = __init__
-    tie = model_cls.__dict__.get("tie_weights")
-    if tie is not None and not any(p.kind == p.VAR_KEYWORD for p in inspect.signature(tie).parameters.values()):
-        def tie_weights(self, *args, **kwargs):
-            return tie(self)
+    _drop_new_keywords(model_cls, "tie_weights")
+    from transformers import GenerationConfig
 
-        model_cls.tie_weights = tie_weights
+    module = sys.modules.get(model_cls.__module__)
+    for obj in list(vars(module).values()) if module is not None else []:
+        if isinstance(obj, type) and issubclass(obj, GenerationConfig) and obj is not GenerationConfig:
+            _drop_new_keywords(obj, "validate")  # Dream's `validate(self, is_init=False)`; transformers 5 passes more
     model_cls._mmrl_compat = True
     return model_cls
+
+
+def _drop_new_keywords(cls, name: str) -> None:
+    """Let `cls.name`, defined without `**kwargs`, accept (and ignore) keyword arguments it does not declare."""
+    import inspect
+
+    fn = cls.__dict__.get(name)
+    if fn is None:
+        return
+    params = inspect.signature(fn).parameters
+    if any(p.kind == p.VAR_KEYWORD for p in params.values()):
+        return
+
+    def wrapper(self, *args, **kwargs):
+        return fn(self, *args, **{k: v for k, v in kwargs.items() if k in params})
+
+    setattr(cls, name, wrapper)
 
 
 class MaskedDiffusionAdapter(BaseAdapter):

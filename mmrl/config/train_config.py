@@ -949,6 +949,9 @@ MAX_ROLLOUT_RESPONSES = 65536
 """Largest rollout batch per process (per_device_train_batch_size x gradient_accumulation_steps responses)."""
 MAX_COMPLETION_LENGTH = 131072
 """Longest response in tokens (the longest context windows of current models)."""
+MAX_DIFFUSION_STEPS = 4096
+"""Most denoising steps per sample (aMUSEd uses 12, LLaDA one per token of up to 1024-token answers): 100000 steps of
+masked_image ran for hours on one batch."""
 
 
 def _beyond_machine_limits(cfg: TrainConfig) -> list[str]:
@@ -962,6 +965,10 @@ def _beyond_machine_limits(cfg: TrainConfig) -> list[str]:
                  f"process is beyond {MAX_ROLLOUT_RESPONSES}: one rollout batch would not fit in memory")
     if cfg.max_completion_length > MAX_COMPLETION_LENGTH:
         e.append(f"max_completion_length={cfg.max_completion_length} is beyond {MAX_COMPLETION_LENGTH} tokens")
+    if cfg.diffusion_steps is not None and not 1 <= cfg.diffusion_steps <= MAX_DIFFUSION_STEPS:
+        e.append(f"diffusion_steps={cfg.diffusion_steps} must be in [1, {MAX_DIFFUSION_STEPS}] (or null for the model's default)")
+    if not cfg.cfg_scale >= 0:  # checked here, before the model loads (the adapters check it again per call)
+        e.append(f"cfg_scale={cfg.cfg_scale} must be >= 0 (1 disables guidance)")
     return e
 
 

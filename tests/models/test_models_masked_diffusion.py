@@ -802,3 +802,37 @@ def test_default_rope_for_remote_code_matches_transformers_own():
     assert inv.shape == (8,) and float(inv[1]) == pytest.approx(1e6 ** (-2 / 16))
     kw, _ = ROPE_INIT_FUNCTIONS["default"](None, "cpu", base=10000.0, dim=4)
     assert torch.allclose(kw, torch.tensor([1.0, 0.01]))
+
+
+def test_transformers_4_tied_names_and_generation_config_validate(tmp_path):
+    """Dream's modelling code lists tied weights as transformers 4 did (`["lm_head.weight"]`) and defines
+    `validate(self, is_init=False)` on its generation config: transformers 5 cannot save the first and passes
+    `user_set_attributes` to the second; the compatibility shim makes both work."""
+    import sys
+    import types
+
+    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
+
+    from mmrl.models.masked_diffusion import transformers5_compatible
+
+    mod = types.ModuleType("fake_dream_module")
+
+    class OldGenerationConfig(GenerationConfig):
+        def validate(self, is_init=False):
+            return super().validate()
+
+    class OldTied(LlamaForCausalLM):
+        _tied_weights_keys = ["lm_head.weight"]
+
+    for c in (OldGenerationConfig, OldTied):
+        c.__module__ = mod.__name__
+        setattr(mod, c.__name__, c)
+    sys.modules[mod.__name__] = mod
+    transformers5_compatible(OldTied)
+    model = OldTied(LlamaConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                num_attention_heads=2, tie_word_embeddings=False))
+    assert model._tied_weights_keys == {"lm_head.weight": "model.embed_tokens.weight"}
+    model.save_pretrained(tmp_path / "m")  # transformers 5 fails here on the list
+    assert (tmp_path / "m" / "model.safetensors").is_file()
+    OldGenerationConfig().save_pretrained(tmp_path / "g")
+    assert isinstance(OldGenerationConfig.from_pretrained(tmp_path / "g", do_sample=False), OldGenerationConfig)
