@@ -12,7 +12,7 @@ import pytest
 import torch
 import yaml
 
-from mmrl.data.shapes import COLORS, SHAPE_NAMES, Scene, SceneObject, detect
+from mmrl.data.shapes import CLASSIC_COLORS as COLORS, CLASSIC_SHAPES as SHAPE_NAMES, Scene, SceneObject, detect
 from mmrl.data.tasks import load_task
 from mmrl.tiny_world import shapes_vqa as sv
 

@@ -312,7 +312,9 @@ def _shapes_data(spec: TinySpec, policy) -> dict:
     noise = float(spec.data.get("caption_noise", 0.0))
     if noise:
         out["caption_noise"] = noise
-        out["corrupt"] = partial(caption_noise.corrupt, classnames=SHAPE_NAMES, colors=COLORS, max_count=4)
+        from mmrl.tiny_world.tasks import SHAPES_COUNTS
+
+        out["corrupt"] = partial(caption_noise.corrupt, classnames=SHAPE_NAMES, colors=COLORS, max_count=max(SHAPES_COUNTS))
     return out
 
 

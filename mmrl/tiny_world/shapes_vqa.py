@@ -32,7 +32,8 @@ from functools import lru_cache
 import numpy as np
 
 from mmrl.algorithms.registry import REWARDS
-from mmrl.data.shapes import COLORS, GAP, GRID, PATTERN, SHAPE_NAMES, Scene, SceneObject
+from mmrl.data.shapes import CLASSIC_COLORS as COLORS, CLASSIC_SHAPES as SHAPE_NAMES  # its original vocabulary
+from mmrl.data.shapes import GAP, GRID, PATTERN, Scene, SceneObject
 from mmrl.data.tasks import TASKS, Task
 from mmrl.rewards.completions import completion_text
 
