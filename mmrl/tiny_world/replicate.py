@@ -155,22 +155,36 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
     parser.add_argument("name", choices=sorted(COMPARISONS) + sorted(RUNNERS) + sorted(REASONING), help="the comparison to run")
     parser.add_argument("--out", default="runs/replicate", help="results go to OUT/NAME (replaced if it exists)")
-    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--seeds", type=int, default=5, help="training seeds per arm (the intervals resample them)")
+    parser.add_argument("--n-samples", type=int, default=None, help="gcpo-vs-grpo: test images per prompt (default 4)")
+    parser.add_argument("--no-baselines", action="store_true", help="gcpo-vs-grpo and the Countdown comparisons: "
+                        "skip the clean-data base, best-of-n and rejection-sampling rows")
     parser.add_argument("--rollouts", type=int, default=None, help="rollout batches per arm (default: the comparison's)")
     parser.add_argument("--steps", type=int, default=None, help="optimizer steps per run (the shapes comparisons; default: the recipe's)")
     parser.add_argument("--base", default=None, help="the Countdown comparisons: another tiny causal Countdown base "
-                        "(default: the recipe's; e.g. countdown3-ar, the base trained on right answers only)")
+                        "(default: the recipe's; e.g. countdown3-ar, the base trained on right answers only); "
+                        "gcpo-vs-grpo: shapes (default, noisy captions) or shapes-clean")
     parser.add_argument("--smoke", action="store_true", help="2 rollouts per arm, 16 test puzzles (plumbing check)")
 
 
 def run(args: argparse.Namespace) -> int:
     from mmrl.tiny_world.reasoning_rl import COMPARISONS as REASONING, run_reasoning_comparison
 
-    if args.base is not None and args.name not in REASONING:
-        raise SystemExit(f"--base applies to the Countdown comparisons {sorted(REASONING)}, not {args.name!r}")
+    if args.base is not None and args.name not in REASONING and args.name != "gcpo-vs-grpo":
+        raise SystemExit(f"--base applies to gcpo-vs-grpo and the Countdown comparisons {sorted(REASONING)}, not {args.name!r}")
+    if args.seeds < 1:
+        raise SystemExit(f"--seeds must be >= 1, got {args.seeds}")
+    if args.name == "gcpo-vs-grpo":
+        from mmrl.tiny_world.shapes_rl import run_gcpo_vs_grpo
+
+        if args.base not in (None, "shapes", "shapes-clean"):
+            raise SystemExit(f"gcpo-vs-grpo --base must be shapes or shapes-clean, got {args.base!r}")
+        run_gcpo_vs_grpo(args.out, seeds=args.seeds, smoke=args.smoke, steps=args.steps, n_samples=args.n_samples,
+                         base=args.base or "shapes", baselines=not args.no_baselines)
+        return 0
     if args.name in REASONING:
         run_reasoning_comparison(args.name, args.out, seeds=args.seeds, smoke=args.smoke, rollouts=args.rollouts,
-                                 base=args.base)
+                                 base=args.base, baselines=not args.no_baselines)
         return 0
     if args.name in RUNNERS:
         import importlib
