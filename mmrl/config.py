@@ -151,7 +151,8 @@ class TrainConfig:
     diffusion_cache: str | None = None
     """Masked diffusion: Fast-dLLM KV cache for any sampler, `prefix` or `dual` (native backbones); None = no cache."""
     generation_kwargs: dict = field(default_factory=dict)
-    """Further family-specific sampling options passed to `sample()`."""
+    """Further family-specific sampling options passed to `sample()`; a key the family does not know (TRL's
+    `repetition_penalty`, `min_p`, a typo) is refused at start-up, naming the family's options."""
     chat_template_kwargs: dict = field(default_factory=dict)
     """Keyword arguments of the tokenizer's `apply_chat_template` for conversational prompts (TRL's name), e.g.
     `{enable_thinking: false}` (causal_lm and vlm)."""
@@ -187,7 +188,8 @@ class TrainConfig:
     dual_clip: float | None = None
     """Dual-clip bound c > 1 for negative advantages (verl `clip_ratio_c`); None = off."""
     loss_type: str = "dapo"
-    """Loss aggregation (TRL names): dapo (token mean over the whole accumulated batch), bnpo (token mean of each
+    """Loss aggregation (TRL names; the method sets it, see METHOD_DEFAULTS: method grpo, the default, gives grpo;
+    TRL's default is dapo whatever the method): dapo (token mean over the whole accumulated batch), bnpo (token mean of each
     micro-batch, averaged over micro-batches: d1's diffu-GRPO), grpo (sequence mean of token means), dr_grpo (sum
     over tokens / (N * max_completion_length))."""
     scale_rewards: str = "group"
@@ -594,6 +596,7 @@ def _validate(cfg: TrainConfig) -> list[str]:
         _one_of(e, cfg, "sampler", SAMPLERS)
     if cfg.diffusion_cache is not None:
         _one_of(e, cfg, "diffusion_cache", ["prefix", "dual"])
+    e.extend(_unknown_generation_options(cfg))
     if cfg.num_generations < 2:
         e.append(f"num_generations={cfg.num_generations}: a group needs at least 2 responses (group-relative advantages); use >= 2")
     if cfg.num_train_epochs is not None and not cfg.num_train_epochs > 0:
@@ -709,6 +712,23 @@ def _validate(cfg: TrainConfig) -> list[str]:
     return e
 
 
+def _unknown_generation_options(cfg: TrainConfig) -> list[str]:
+    """`generation_kwargs` keys the family's `sample()` does not take (they used to be dropped silently)."""
+    if not cfg.generation_kwargs or not isinstance(cfg.generation_kwargs, dict):
+        return []
+    from mmrl.models import FAMILIES, adapter_class
+
+    if cfg.family not in FAMILIES:
+        return []  # reported as an unknown family
+    known = adapter_class(cfg.family).generation_option_names
+    unknown = sorted(k for k in cfg.generation_kwargs if known and k not in known)
+    if not unknown:
+        return []
+    close = {k: difflib.get_close_matches(k, known, n=1) for k in unknown}
+    hint = "".join(f" ({k}: did you mean {c[0]}?)" for k, c in close.items() if c)
+    return [f"generation_kwargs: {unknown} are not sampling options of the {cfg.family} family{hint}; valid: {sorted(known)}"]
+
+
 STOCHASTIC_AT_ZERO_TEMPERATURE = ("random", "random_order")
 """Masked-diffusion samplers whose unmasking order is random, so that greedy tokens still give different responses."""
 
@@ -804,8 +824,12 @@ def _validate_reliability(cfg: TrainConfig) -> list[str]:
 def describe_fields() -> str:
     """Every field with its type, default and docstring (for `mmrl train --help-config`)."""
     docs = field_docs()
+    effective = TrainConfig()  # the defaults a run gets: the default method's settings applied
     lines = []
-    for name, f in _public_fields().items():
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
-        lines.append(f"{name} (default {default!r}): {docs.get(name, '')}")
+    for name in _public_fields():
+        default = getattr(effective, name)
+        by_method = {m: d[name] for m, d in METHOD_DEFAULTS.items() if name in d}
+        note = ("; by method: " + ", ".join(f"{m} {v!r}" for m, v in by_method.items())) if by_method else ""
+        lines.append(f"{name} (default {default!r} with method={effective.method!r}{note}): {docs.get(name, '')}"
+                     if by_method else f"{name} (default {default!r}): {docs.get(name, '')}")
     return "\n".join(lines)

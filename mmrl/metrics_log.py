@@ -60,7 +60,7 @@ class MetricLogger:
         """The completions table of a rollout batch (`mmrl.completions_log`): JSONL, TensorBoard text, W&B table."""
         if not self.enabled or not rows:
             return
-        from mmrl.completions_log import jsonl_lines, markdown_table
+        from mmrl.completions_log import extra_names, jsonl_lines, markdown_table
 
         with open(self.completions_path, "a") as f:
             f.write(jsonl_lines(step, rows))
@@ -68,8 +68,11 @@ class MetricLogger:
             from mmrl.trackers import log_table
 
             names = sorted({k for r in rows for k in r["rewards"]})
-            columns = ["step", "prompt", "completion", *names, "reward", "advantage"]
-            data = [[step, r["prompt"], r["completion"], *(r["rewards"].get(n) for n in names), r["reward"], r["advantage"]] for r in rows]
+            extra = extra_names(rows)
+            columns = ["step", "prompt", "completion", *names, *extra, "reward", "advantage"]
+            data = [[step, r["prompt"], r["completion"], *(r["rewards"].get(n) for n in names),
+                     *(r.get(x) if isinstance(r.get(x), (str, int, float, type(None))) else str(r.get(x)) for x in extra),
+                     r["reward"], r["advantage"]] for r in rows]
             markdown = markdown_table(rows)
             for tracker in self._trackers:
                 log_table(tracker, "completions", columns, data, markdown, step)

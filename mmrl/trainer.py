@@ -32,7 +32,8 @@ import torch
 
 from mmrl import grad_checkpointing
 from mmrl.algorithms import group_advantages, soft_overlong_penalty
-from mmrl.batch_report import add_failures, clip_extremes, peak_memory_gb, reward_metrics, unfilled_batch_message
+from mmrl.batch_report import (add_failures, clip_extremes, impute_unscorable, peak_memory_gb, per_reward_metrics, reward_metrics,
+                               scorable_group_std, unfilled_batch_message)
 from mmrl.buffer import Buffer, concat_rollouts
 from mmrl.checkpoint import latest_checkpoint, save_checkpoint
 from mmrl.completion_stats import length_metrics, terminated
@@ -258,9 +259,12 @@ class Trainer:
         need = cfg.prompts_per_rollout
         kept: list[Rollout] = []
         kept_rewards: list[torch.Tensor] = []
+        kept_scorable: list[torch.Tensor] = []  # [n] False where no reward applied (TRL: advantage 0)
         table: list[dict] = []  # log_completions: one row per kept response
         reward_logs: dict[str, list[float]] = {}
-        stats = {"dropped_groups": 0, "zero_std_groups": 0, "groups_seen": 0, "sample_time": 0.0, "reward_time": 0.0}
+        per_reward_seen: dict[str, list[torch.Tensor]] = {}  # every scored sample of every try, for rewards/<fn>/*
+        stats = {"dropped_groups": 0, "zero_std_groups": 0, "groups_seen": 0, "sample_time": 0.0, "reward_time": 0.0,
+                 "dropped": 0}
         failures: list[str] = []  # the rewards' own messages for dropped samples (quoted if the batch cannot be filled)
         tries = 0
         while sum(r.num_groups for r in kept) < need:
@@ -286,41 +290,53 @@ class Trainer:
             stats["reward_time"] += time.perf_counter() - ts
             add_failures(failures, out.failures)
             total = out.total.to(torch.float32)  # [N]
+            scorable = out.scorable if out.scorable is not None else torch.ones_like(out.valid)  # [N]
             if cfg.overlong_penalty and self.family.variable_length:
                 pen = soft_overlong_penalty(rollout.response_mask.sum(-1).cpu(), cfg.max_completion_length, cfg.overlong_buffer_len)
                 total = total + pen
                 reward_logs.setdefault("rewards/overlong/mean", []).append(float(pen.mean()))
             for name, val in out.metrics.items():
-                reward_logs.setdefault(name, []).append(float(val))
+                if name == "rewards/dropped":
+                    stats["dropped"] += int(val)  # a count over the tries, not a mean
+                elif not (name.startswith("rewards/") and name.rsplit("/", 1)[-1] in ("mean", "std") and name.count("/") == 2
+                          and name.split("/")[1] in out.per_reward):
+                    reward_logs.setdefault(name, []).append(float(val))
+            for name, col in out.per_reward.items():
+                per_reward_seen.setdefault(name, []).append(col)
             valid = out.valid.view(-1, G).all(-1)  # [B] groups whose rewards are all usable
             stats["dropped_groups"] += int((~valid).sum())
-            std = total.view(-1, G).std(-1)  # [B]
-            zero = std == 0
+            zero = scorable_group_std(total, scorable, G) == 0  # [B] (fewer than 2 scorable: no spread either)
             stats["groups_seen"] += int(valid.numel())
             stats["zero_std_groups"] += int((zero & valid).sum())
             keep = valid & ~zero if cfg.dynamic_sampling else valid
             if tries == 1:
-                first_total, first_valid = total, valid  # TRL's reward metrics describe the sampled batch
+                first_total, first_valid, first_scorable = total, valid, scorable  # TRL's reward metrics: the sampled batch
             keep_rows = keep.repeat_interleave(G)
             if keep_rows.any():
                 idx = torch.nonzero(keep_rows).flatten()
                 kept.append(rollout.select(idx))
                 kept_rewards.append(total[idx.to(total.device)])
+                kept_scorable.append(scorable[idx.to(scorable.device)])
                 if cfg.log_completions:
-                    table += completion_rows(r_prompts, r_completions, out.per_reward, idx.tolist())
+                    table += completion_rows(r_prompts, r_completions, out.per_reward, idx.tolist(), extras=out.extras)
         rollout = concat_rollouts(kept)
         rewards = torch.cat(kept_rewards)
+        scorable = torch.cat(kept_scorable)
         if rollout.num_groups > need:  # refills may overshoot: keep whole groups only
             rollout = rollout.select(torch.arange(need * G))
-            rewards = rewards[: need * G]
+            rewards, scorable = rewards[: need * G], scorable[: need * G]
         if cfg.gcpo_entropy_reward > 0:  # STAGE's entropy reward (GCPO T2I): before the advantages
             est = estimator_options(cfg, derived_seed(cfg.seed, "entropy_reward", self.rollout_index))
             bonus = stage_entropy_reward(policy, rollout, rewards, cfg, self._micro_batches, est)
             rewards = rewards + bonus
             reward_logs.setdefault("rewards/entropy_bonus/abs_mean", []).append(float(bonus.abs().mean()))
+        if not bool(scorable.all()):
+            # methods that read the rewards themselves (DMPO's weights) see the group mean of the scorable ones:
+            # neutral within the group, as the advantage 0 is for the policy-gradient methods
+            rewards = impute_unscorable(rewards, scorable, G)
         t_sampled = time.perf_counter()
         # 4. advantages (weight-based methods such as DMPO keep them for logging only)
-        advantages = self._advantages(rewards.to(self.accelerator.device))
+        advantages = self._advantages(rewards.to(self.accelerator.device), scorable.to(self.accelerator.device))
         if cfg.log_completions:
             self._completions_table = with_advantages(table[: rollout.num_responses], advantages, rewards)
         loss_mask = rollout.response_mask.clone()
@@ -338,7 +354,8 @@ class Trainer:
         seen = (rollout.prompt_mask.sum() + rollout.response_mask.sum()).to(self.accelerator.device, torch.float64)
         self.num_tokens += int(self.accelerator.reduce(seen, reduction="sum") if self.world > 1 else seen)
         m: dict[str, float] = {
-            **reward_metrics(first_total, first_valid, G),  # over the groups whose rewards succeeded
+            **reward_metrics(first_total, first_valid, G, scorable=first_scorable, accelerator=self.accelerator,
+                             world=self.world),  # TRL's batch statistics, over the samples that were scored
             **length_metrics(lengths, is_terminated),
             "num_tokens": float(self.num_tokens),  # TRL: prompt + completion tokens seen so far, all processes
             "perf/rollout_time": stats["sample_time"],
@@ -354,19 +371,24 @@ class Trainer:
             m["dynamic_sampling/frac_zero_std_groups"] = stats["zero_std_groups"] / max(1, stats["groups_seen"])
         if stats["dropped_groups"]:
             m["rewards/dropped_groups"] = stats["dropped_groups"]
+        if cfg.on_reward_error == "drop":
+            m["rewards/dropped"] = float(stats["dropped"])  # samples, all tries of this rollout batch
+        m.update(per_reward_metrics(per_reward_seen))
         for k, v in reward_logs.items():
-            m[k] = sum(v) / len(v)
+            finite = [x for x in v if math.isfinite(x)]
+            m[k] = sum(finite) / len(finite) if finite else float("nan")
         buf.metrics.update(m)
         return buf
 
-    def _advantages(self, rewards: torch.Tensor) -> torch.Tensor:
+    def _advantages(self, rewards: torch.Tensor, scorable: torch.Tensor) -> torch.Tensor:
         cfg = self.cfg
         if cfg.scale_rewards == "batch" and self.world > 1:
-            # std over the global batch: gather every process's rewards
-            all_r = self.accelerator.gather(rewards)
-            centered = group_advantages(rewards, cfg.num_generations, scale="none")
-            return centered / (all_r.std() + 1e-6)
-        return group_advantages(rewards, cfg.num_generations, scale=cfg.scale_rewards)
+            # std over the global batch: gather every process's rewards (unscorable ones left out, as in TRL)
+            all_r = self.accelerator.gather(torch.where(scorable, rewards, torch.full_like(rewards, float("nan"))))
+            all_r = all_r[~torch.isnan(all_r)]
+            centered = group_advantages(rewards, cfg.num_generations, scale="none", scorable=scorable)
+            return centered / (all_r.std() + 1e-6) if all_r.numel() >= 2 else torch.zeros_like(centered)
+        return group_advantages(rewards, cfg.num_generations, scale=cfg.scale_rewards, scorable=scorable)
 
     def _micro_batches(self, n: int) -> list[torch.Tensor]:
         b = self.cfg.per_device_train_batch_size

@@ -39,6 +39,9 @@ class BaseAdapter:
     """Whether responses vary in length (length-based reward shaping such as DAPO's overlong penalty applies)."""
     response_unit: str = "tokens"
     """What throughput is counted in: `tokens` (perf/tokens_per_s) or `images` (perf/images_per_s)."""
+    generation_option_names: tuple[str, ...] = ()
+    """The `sample()` options the family knows: `generation_kwargs` keys outside it are refused at start-up
+    (`TrainConfig.validate`); empty means the family does not say (no check)."""
 
     @classmethod
     def generation_options(cls, cfg) -> dict[str, Any]:

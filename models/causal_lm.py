@@ -190,6 +190,7 @@ class CausalLMAdapter(BaseAdapter):
     """
 
     family = "causal_lm"
+    generation_option_names = tuple(GENERATION_DEFAULTS)
 
     @classmethod
     def generation_options(cls, cfg) -> dict[str, Any]:

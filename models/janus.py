@@ -295,6 +295,7 @@ class JanusAdapter(BaseAdapter):
     """
 
     family = "janus"
+    generation_option_names = _GENERATION_KEYS
     has_unused_parameters = True  # the understanding (vision encoder) path is not used by generation
     variable_length = False  # an image is always the same number of tokens
     response_unit = "images"

@@ -150,6 +150,7 @@ class MaskedDiffusionAdapter(BaseAdapter):
     """
 
     family = "masked_diffusion"
+    generation_option_names = GENERATION_KEYS
 
     @classmethod
     def generation_options(cls, cfg) -> dict[str, Any]:

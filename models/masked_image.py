@@ -86,6 +86,7 @@ class MaskedImageAdapter(BaseAdapter):
     """
 
     family = "masked_image"
+    generation_option_names = GENERATION_KEYS
     variable_length = False  # an image is always T tokens
     response_unit = "images"
 

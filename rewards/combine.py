@@ -18,8 +18,10 @@ A reward that raises or returns NaN/inf, a wrong length or a wrong type is an er
 index, never a silent 0: `on_error="raise"` raises `RewardError`; `on_error="drop"` marks the sample invalid in
 `RewardOutput.valid` (the trainer drops it or its group) and carries on. When a reward raises on the batch it is
 re-run one sample at a time to find the failing samples. A wrong-length or non-list return cannot be pinned on a
-sample and raises under either setting. A sample to which no reward applies (all None) is an error too (TRL would
-score it 0 with a warning).
+sample and raises under either setting. A sample to which no reward applies (every reward returned None: TRL's
+Example 4 rows, `trl.rewards.accuracy_reward` on an unparseable gold answer) is not an error, as in TRL
+(`GRPOTrainer._calculate_rewards`): a warning names its prompt and columns, `RewardOutput.scorable` is False for it,
+and the trainer leaves it out of its group's mean and std and gives it advantage 0.
 
 Slow and flaky rewards (reward models served elsewhere, `mmrl.rewards.http`): `timeout` bounds every call of a reward
 (a call that does not return in time raises `RewardTimeout`); `retries` re-runs a call that raised or timed out, at
@@ -36,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 import math
 import numbers
 import threading
@@ -50,6 +53,8 @@ import torch
 from mmrl.registry import REWARDS
 from mmrl.rewards.isolation import DEFAULT_MEMORY_LIMIT, ChildFailed, ChildTimeout, is_isolated, run_in_child, stop_thread
 from mmrl.rewards.imports import import_reward, is_import_path, reward_name
+
+logger = logging.getLogger(__name__)
 
 
 class RewardError(ValueError):
@@ -95,6 +100,9 @@ class RewardOutput(NamedTuple):
     """[N] bool: False for samples dropped under on_error="drop" (always all True under "raise")."""
     failures: tuple[str, ...] = ()
     """Under on_error="drop": the first few failure messages of this call (reward name, sample, error), for reports."""
+    scorable: torch.Tensor | None = None
+    """[N] bool: False where every reward returned None (TRL: an unscorable completion, advantage 0; its `total`
+    is 0 and is not averaged into the reward metrics). None means all True."""
 
 
 @dataclass
@@ -209,9 +217,10 @@ class RewardSet:
             values[r.name] = scores
             for key, col in logged.items():
                 extras[f"{r.name}/{key}"] = col
+        scorable = [True] * n
         for i in range(n):
             if valid[i] and all(values[r.name][i] is None for r in self.rewards):
-                self._fail(valid, i, f"no reward applies to sample {i} (every reward returned None)")
+                scorable[i] = False
             elif valid[i]:
                 weighted = math.fsum(values[r.name][i] * r.weight for r in self.rewards if values[r.name][i] is not None)
                 if not abs(weighted) <= FLOAT32_MAX:
@@ -238,7 +247,10 @@ class RewardSet:
         total = total.float()  # [N]
         if self.on_error == "drop":
             metrics["rewards/dropped"] = float(n - sum(valid))
-        return RewardOutput(total, per_reward, metrics, extras, valid_t, tuple(self._failures))
+        if not all(scorable):
+            _warn_unscorable(scorable.index(False), scorable.count(False), prompts, completions, columns)
+        return RewardOutput(total, per_reward, metrics, extras, valid_t, tuple(self._failures),
+                            torch.tensor(scorable, dtype=torch.bool))
 
     def _fail(self, valid: list[bool], i: int, message: str, cause: BaseException | None = None) -> None:
         if self.on_error == "raise":
@@ -412,6 +424,19 @@ class RewardSet:
             raise RewardError(f"reward {r.name!r} raised {type(batch_error).__name__}: {batch_error} on the batch, "
                               "but on no single sample") from batch_error
         return scores, logged
+
+
+UNSCORABLE_HIDDEN_COLUMNS = ("trainer_state", "log_extra", "log_metric", "completion_ids")
+"""Reward arguments the unscorable-sample warning leaves out (TRL leaves out the first three)."""
+
+
+def _warn_unscorable(i: int, count: int, prompts: Sequence, completions: Sequence, columns: Mapping[str, Any]) -> None:
+    """TRL's warning for a sample no reward applies to: its prompt, completion and columns (the first such sample)."""
+    row = {k: (v[i] if isinstance(v, (list, tuple)) and len(v) == len(completions) else v)
+           for k, v in columns.items() if k not in UNSCORABLE_HIDDEN_COLUMNS}
+    row = {"prompt": prompts[i], "completion": completions[i], **row}
+    logger.warning("every reward returned None for %d sample(s); they get advantage 0. The first, sample %d: %s. "
+                   "Make sure at least one reward returns a value for every sample.", count, i, _short_repr(row, 500))
 
 
 async def _await(x):

@@ -46,8 +46,9 @@ def _closing_braces(text: str) -> dict[int, int]:
     return match
 
 
-def _boxed_spans(text: str, macros=("\\boxed",)) -> list[tuple[int, str]]:
-    """(position, content) of every balanced `<macro>{...}` (spaces allowed before the brace)."""
+def _boxed_spans(text: str, macros=("\\boxed",)) -> list[tuple[int, int, int]]:
+    """(macro position, content start, content end) of every balanced `<macro>{...}` (spaces allowed before the
+    brace), in order. Indices, not copies: nested boxes would make the copies quadratic in the text's length."""
     match = None
     out = []
     for macro in macros:
@@ -59,7 +60,7 @@ def _boxed_spans(text: str, macros=("\\boxed",)) -> list[tuple[int, str]]:
             if i < len(text) and text[i] == "{":
                 match = _closing_braces(text) if match is None else match
                 if i in match:
-                    out.append((pos, text[i + 1 : match[i]]))
+                    out.append((pos, i + 1, match[i]))
             pos = text.find(macro, pos + 1)
     return sorted(out)
 
@@ -67,15 +68,18 @@ def _boxed_spans(text: str, macros=("\\boxed",)) -> list[tuple[int, str]]:
 def last_boxed(text: str) -> str | None:
     """Content of the last balanced `\\boxed{...}` in `text` (`\\fbox{...}` if there is no boxed), None if neither."""
     spans = _boxed_spans(text) or _boxed_spans(text, ("\\fbox",))
-    return spans[-1][1] if spans else None
+    return text[spans[-1][1] : spans[-1][2]] if spans else None
 
 
 def boxed_contents(text: str) -> list[str]:
     """Contents of every balanced `\\boxed{...}`, in order."""
-    return [c for _, c in _boxed_spans(text)]
+    return [text[a:b] for _, a, b in _boxed_spans(text)]
 
 
 _NUMBER = re.compile(r"-?[0-9][0-9,]*(?:\.[0-9]+)?|-?\.[0-9]+")
+_NOT_NUMBER_CHAR = re.compile(r"[^0-9,.\-$%\\\s]")
+"""A character that no string accepted by `parse_number` holds (digits, commas, points, signs, "$", "\\%", "%" and
+whitespace are the only ones)."""
 
 
 def parse_number(text: str) -> float | None:
@@ -118,13 +122,78 @@ def d1_xmlcount(text: str) -> float:
 
 _SOFT_PATTERN = r"<reasoning>.*?</reasoning>\s*<answer>.*?</answer>"
 _STRICT_PATTERN = r"^<reasoning>\n.*?\n</reasoning>\n<answer>\n.*?\n</answer>\n$"
-_SOFT = re.compile(_SOFT_PATTERN)
-_STRICT = re.compile(_STRICT_PATTERN)
-"""d1's format patterns as d1 uses them: `re.match` without `re.DOTALL`, so "." stops at a newline and reasoning
-that spans several lines matches neither (authors' code: dllm-reasoning/d1 diffu-grpo/reward_func.py)."""
-_SOFT_MULTILINE = re.compile(_SOFT_PATTERN, re.DOTALL)
-_STRICT_MULTILINE = re.compile(_STRICT_PATTERN, re.DOTALL)
-"""The same patterns with `re.DOTALL` (multi-line reasoning and answers match): the `*_multiline` rewards."""
+"""d1's format patterns (authors' code: dllm-reasoning/d1 diffu-grpo/reward_func.py), used with `re.match` and
+without `re.DOTALL`, so "." stops at a newline and reasoning that spans several lines matches neither; the
+`*_multiline` rewards allow newlines (`re.DOTALL`). The regexes backtrack over every "</reasoning>" to the end of
+the text (quadratic: seconds per 100 KB completion), so `soft_format_matches` and `strict_format_matches` decide
+the same match in linear time; tests compare them with the regexes."""
+
+
+class _NextFind:
+    """`text.find(needle, start)` for non-decreasing `start`: a result is reused until `start` passes it, so the
+    scans of successive calls never overlap and all of them together take linear time."""
+
+    def __init__(self, text: str, needle: str):
+        self.text, self.needle, self.start, self.found = text, needle, -1, -1
+
+    def __call__(self, start: int) -> int:
+        if self.start < 0 or (self.found >= 0 and start > self.found) or (self.found < 0 and start < self.start):
+            self.start, self.found = start, self.text.find(self.needle, start)
+        return self.found
+
+
+def soft_format_matches(text: str, dotall: bool = False) -> bool:
+    """Whether `re.match(_SOFT_PATTERN, text, re.DOTALL if dotall else 0)` matches, in linear time.
+
+    The match needs "<reasoning>" at 0, then some "</reasoning>" that ".*?" can reach (without DOTALL: before the
+    first newline), the whole whitespace run after it ("<" is not whitespace), "<answer>", and a "</answer>" that
+    ".*?" can reach from there."""
+    head = "<reasoning>"
+    if not text.startswith(head):
+        return False
+    first_newline = text.find("\n", len(head))
+    reach = len(text) if dotall or first_newline < 0 else first_newline
+    next_close, next_newline = _NextFind(text, "</answer>"), _NextFind(text, "\n")
+    p = text.find("</reasoning>", len(head))
+    while 0 <= p <= reach:
+        q = p + len("</reasoning>")
+        while q < len(text) and text[q].isspace():  # `\s`: str.isspace is the same Unicode predicate
+            q += 1
+        if text.startswith("<answer>", q):
+            a = q + len("<answer>")
+            close = next_close(a)
+            if close < 0:
+                return False  # no "</answer>" after this point, hence none after any later one
+            newline = next_newline(a)
+            if dotall or newline < 0 or close < newline:
+                return True
+        p = text.find("</reasoning>", p + 1)
+    return False
+
+
+def strict_format_matches(text: str, dotall: bool = False) -> bool:
+    """Whether `re.match(_STRICT_PATTERN, text, re.DOTALL if dotall else 0)` matches, in linear time.
+
+    "$" matches at the end or before a final newline, so the text is "<reasoning>\\n" + R + SEP + A +
+    "\\n</answer>\\n", with one optional extra "\\n", where SEP = "\\n</reasoning>\\n<answer>\\n". Without DOTALL, R and A
+    hold no newline, which fixes the split; with DOTALL any occurrence of SEP in the middle will do."""
+    head, sep, tail = "<reasoning>\n", "\n</reasoning>\n<answer>\n", "\n</answer>\n"
+    if not text.startswith(head):
+        return False
+    for end in (len(text), len(text) - 1):  # "$": the end, or just before a final newline
+        if end < len(text) and text[end] != "\n":
+            continue
+        stop = end - len(tail)
+        if stop < len(head) or text[stop:end] != tail:
+            continue
+        if dotall:
+            if text.find(sep, len(head), stop) >= 0:
+                return True
+        else:
+            r_end = text.find("\n", len(head), stop + 1)  # R is one line: its end is the first newline
+            if 0 <= r_end and r_end + len(sep) <= stop and text.startswith(sep, r_end) and "\n" not in text[r_end + len(sep) : stop]:
+                return True
+    return False
 
 
 @REWARDS.register("gsm8k_xmlcount")
@@ -140,7 +209,7 @@ def gsm8k_soft_format(prompts, completions, **kwargs) -> list[float]:
     """d1 `soft_format_reward_func`: 0.5 if the completion starts with <reasoning>...</reasoning> <answer>...</answer>
     with no newline inside either tag pair (d1's `re.match` without `re.DOTALL`; `gsm8k_soft_format_multiline`
     allows newlines)."""
-    return [0.5 if _SOFT.match(completion_text(c)) else 0.0 for c in completions]
+    return [0.5 if soft_format_matches(completion_text(c)) else 0.0 for c in completions]
 
 
 @REWARDS.register("gsm8k_strict_format")
@@ -149,19 +218,19 @@ def gsm8k_strict_format(prompts, completions, **kwargs) -> list[float]:
     """d1 `strict_format_reward_func`: 0.5 for exactly "<reasoning>\\n...\\n</reasoning>\\n<answer>\\n...\\n</answer>\\n"
     where each "..." is a single line (d1's `re.match` without `re.DOTALL`; `gsm8k_strict_format_multiline` allows
     several lines)."""
-    return [0.5 if _STRICT.match(completion_text(c)) else 0.0 for c in completions]
+    return [0.5 if strict_format_matches(completion_text(c)) else 0.0 for c in completions]
 
 
 @REWARDS.register("gsm8k_soft_format_multiline")
 def gsm8k_soft_format_multiline(prompts, completions, **kwargs) -> list[float]:
     """`gsm8k_soft_format` with `re.DOTALL`: the tagged parts may span several lines (not d1's behaviour)."""
-    return [0.5 if _SOFT_MULTILINE.match(completion_text(c)) else 0.0 for c in completions]
+    return [0.5 if soft_format_matches(completion_text(c), dotall=True) else 0.0 for c in completions]
 
 
 @REWARDS.register("gsm8k_strict_format_multiline")
 def gsm8k_strict_format_multiline(prompts, completions, **kwargs) -> list[float]:
     """`gsm8k_strict_format` with `re.DOTALL`: the reasoning and answer may span several lines (not d1's behaviour)."""
-    return [0.5 if _STRICT_MULTILINE.match(completion_text(c)) else 0.0 for c in completions]
+    return [0.5 if strict_format_matches(completion_text(c), dotall=True) else 0.0 for c in completions]
 
 
 @REWARDS.register("gsm8k_int")
@@ -214,8 +283,11 @@ def gsm8k_prediction(text: str) -> float | None:
     """The predicted number: the first `\\boxed{}` holding a number, else the last number inside the last
     <answer>...</answer>, else the last number of the completion (d1's evaluation parser, docs/sources.md "DMPO",
     plus the last fallback for untagged models)."""
-    for content in boxed_contents(text):
-        v = parse_number(content)
+    for _, a, b in _boxed_spans(text):
+        # only a run of number characters can parse; the check stops at the first other character (every
+        # "\\boxed{" has one), so nested boxes cost linear time, not the sum of their lengths
+        other = _NOT_NUMBER_CHAR.search(text, a, b)
+        v = parse_number(text[a:b]) if other is None else None
         if v is not None:
             return v
     span = text.rpartition("<answer>")[2].partition("</answer>")[0] if "<answer>" in text else text

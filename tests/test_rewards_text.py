@@ -267,13 +267,21 @@ def test_drop_mode_marks_bad_samples_invalid():
     assert out.metrics["rewards/length_reward/mean"] == 2.0 and out.metrics["rewards/dropped"] == 1.0
 
 
-def test_no_applicable_reward_is_an_error():
-    def never(prompts, completions, **kwargs):
-        return [None] * len(completions)
+def test_no_applicable_reward_is_unscorable_with_a_warning_naming_the_prompt(caplog):
+    """TRL (`GRPOTrainer._calculate_rewards`): a sample every reward returned None for is warned about, not an
+    error; it is marked unscorable (the trainer gives it advantage 0)."""
+    def never_on_b(prompts, completions, **kwargs):
+        return [None if c == "b" else 1.0 for c in completions]
 
-    with pytest.raises(RewardError, match="no reward applies to sample 0"):
-        RewardSet([never])(["p"], ["a"])
-    assert RewardSet([never], on_error="drop")(["p"], ["a"]).valid.tolist() == [False]
+    for mode in ("raise", "drop"):
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="mmrl.rewards.combine"):
+            out = RewardSet([never_on_b], on_error=mode)(["p0", "the prompt of b"], ["a", "b"], answer=["x", "y"])
+        assert out.valid.tolist() == [True, True] and out.scorable.tolist() == [True, False]
+        assert out.total.tolist() == [1.0, 0.0]
+        assert out.metrics["rewards/never_on_b/mean"] == 1.0  # the unscorable sample is not averaged in
+        (msg,) = [r.getMessage() for r in caplog.records]
+        assert "sample 1" in msg and "the prompt of b" in msg and "'answer': 'y'" in msg
 
 
 def test_registry_names_and_configuration_errors():

@@ -57,7 +57,8 @@ def policy_loss(
 
     Metrics (detached scalars, means over valid tokens, TRL's definitions): `clip_ratio/low_mean`
     (rho < 1 - eps_low and A < 0), `clip_ratio/high_mean` (rho > 1 + eps_high and A > 0), `clip_ratio/region_mean`
-    (either), `kl` (when beta > 0). No deviation from the sources.
+    (either), `clip_ratio/low_min` / `clip_ratio/high_max` (the lowest / highest per-completion clip fraction, TRL's
+    `nanmin` / `nanmax` of the masked sequence means), `kl` (when beta > 0). No deviation from the sources.
     """
     if dual_clip is not None and dual_clip <= 1.0:
         raise ValueError(f"dual_clip must be > 1.0 (or None to disable), got {dual_clip}")
@@ -89,6 +90,14 @@ def policy_loss(
         metrics["clip_ratio/low_mean"] = _masked_mean(low, fmask)
         metrics["clip_ratio/high_mean"] = _masked_mean(high, fmask)
         metrics["clip_ratio/region_mean"] = _masked_mean(torch.maximum(low, high), fmask)
+        # TRL's extremes over completions: the per-completion (masked sequence mean) clip fractions
+        count = fmask.sum(-1)  # [N]
+        has = count > 0
+        if bool(has.any()):
+            seq_low = (low * fmask).sum(-1)[has] / count[has]  # [N']
+            seq_high = (high * fmask).sum(-1)[has] / count[has]  # [N']
+            metrics["clip_ratio/low_min"] = seq_low.min()
+            metrics["clip_ratio/high_max"] = seq_high.max()
     return loss, metrics
 
 

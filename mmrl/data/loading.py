@@ -1,8 +1,13 @@
 """Rows of a dataset through `datasets.load_dataset`, as TRL users pass data: a JSON/JSONL/CSV/Parquet file, a
 directory written by `Dataset.save_to_disk` / `DatasetDict.save_to_disk`, or a Hub dataset name (online only).
 
-CSV columns are read as strings (a Sudoku grid `0030...` keeps its leading zeros; numbers a reward needs it
-converts itself), as Python's csv module reads them. Every failure is a `DatasetError` whose one-line message
+Values reach the rewards as written in the file. CSV columns are read as strings (a Sudoku grid `0030...` keeps its
+leading zeros; numbers a reward needs it converts itself), as Python's csv module reads them. JSON / JSONL files
+are parsed by Python's `json`, not by `datasets` (whose Arrow schema inference decodes the strings of a column that
+mixes strings with numbers: `"0030"` became 30, `"null"` None, `"true"` True): every value keeps its JSON type, a
+row without a column gets None for it (as `datasets`), and a column that mixes strings with numbers or booleans
+is read as strings (the numbers as written in JSON, `30` -> "30", `true` -> "true"), with a warning naming the
+column and the file. Every failure is a `DatasetError` whose one-line message
 names the path (or Hub name) and what is wrong, raised before any model is loaded.
 """
 from __future__ import annotations
@@ -11,7 +16,12 @@ import csv
 from pathlib import Path
 from typing import Any, Sequence
 
-from mmrl.data.validate import DataError
+import json
+import logging
+
+from mmrl.data.validate import DataError, check_csv, check_parquet, check_prompt_sizes, read_json_list, read_jsonl
+
+logger = logging.getLogger(__name__)
 
 FILE_BUILDERS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
 """File suffix -> the `datasets` builder that reads it."""
@@ -38,8 +48,16 @@ def load_rows(source: str | Path, *, split: str = "train") -> list[dict]:
             if builder is None:
                 raise DatasetError(f"{path}: unsupported dataset format {path.suffix!r}; use one of {sorted(FILE_BUILDERS)}, "
                                    "or a directory written by datasets' save_to_disk")
+            if builder == "json":  # Python's json: values as written (see the module docstring)
+                rows = read_jsonl(path) if path.suffix.lower() == ".jsonl" else read_json_list(path)
+                rows = as_written(rows, str(path))
+                check_prompt_sizes(rows, str(path))
+                return rows
+            if builder == "parquet":
+                check_parquet(path)
             kwargs: dict[str, Any] = {}
             if builder == "csv":
+                check_csv(path)
                 kwargs["features"] = datasets.Features({c: datasets.Value("string") for c in _csv_header(path)})
             ds = datasets.load_dataset(builder, data_files=str(path), split="train", **kwargs)
         elif is_saved_dataset(path):
@@ -60,7 +78,35 @@ def load_rows(source: str | Path, *, split: str = "train") -> list[dict]:
     except Exception as e:  # malformed JSON, ragged CSV, unreadable parquet, ...
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
         raise DatasetError(f"{source}: could not read the dataset ({type(e).__name__}: {first[:300]})") from e
-    return ds.to_list()
+    rows = ds.to_list()
+    check_prompt_sizes(rows, str(source))
+    return rows
+
+
+_SCALARS = (bool, int, float)
+
+
+def as_written(rows: list[dict], where: str) -> list[dict]:
+    """JSON rows with the columns of all rows (None where a row lacks one, in order of first appearance, as
+    `datasets` fills them); a column that mixes strings with numbers or booleans becomes strings (JSON's spelling
+    of the numbers), with a warning naming the column and `where`."""
+    columns: dict[str, None] = {}
+    for row in rows:
+        columns.update(dict.fromkeys(row))
+    mixed = []
+    for col in columns:
+        values = [row.get(col) for row in rows]
+        if any(isinstance(v, str) for v in values) and any(isinstance(v, _SCALARS) for v in values):
+            mixed.append(col)
+    for col in mixed:
+        for row in rows:
+            v = row.get(col)
+            if isinstance(v, _SCALARS):
+                row[col] = json.dumps(v)
+    if mixed:
+        logger.warning("%s: column(s) %s mix strings with numbers or booleans; read as strings, as written in the "
+                       "file", where, ", ".join(repr(c) for c in mixed))
+    return [{c: row.get(c) for c in columns} for row in rows]
 
 
 def _csv_header(path: Path) -> list[str]:

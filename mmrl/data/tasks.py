@@ -13,9 +13,6 @@ TRL's format (`[{"role": "user", "content": ...}]`), so every family renders the
 """
 from __future__ import annotations
 
-import csv
-import io
-import json
 import inspect
 import random
 from dataclasses import dataclass, field
@@ -24,7 +21,6 @@ from pathlib import Path
 from typing import Any, Callable
 
 from mmrl.registry import TASKS
-from mmrl.data.validate import DataError, check_rows, read_jsonl, read_lines
 from mmrl.data.loading import FILE_BUILDERS, DatasetError, holdout, hub_rows, is_saved_dataset, load_rows, require_column
 
 FORMAT_INSTRUCTION = "Respond in the following format:\n<reasoning>\n...\n</reasoning>\n<answer>\n...\n</answer>\n"
@@ -97,29 +93,10 @@ def bundled(relpath: str) -> Path:
 
 
 def read_rows(path: str | Path) -> list[dict]:
-    """Rows of a JSONL, JSON (list), CSV or Parquet file, or of a saved `datasets` directory, read by
-    `datasets.load_dataset` (`mmrl.data.loading`). Local JSON / JSONL / CSV files are validated first (empty files,
-    malformed lines, non-UTF-8 bytes and rows that are not objects raise `DataError` naming the file and line,
-    `mmrl.data.validate`)."""
-    path = Path(path)
-    if path.is_file():
-        _validate_file(path)
-    return load_rows(path)
-
-
-def _validate_file(path: Path) -> None:
-    if path.suffix == ".jsonl":
-        read_jsonl(path)
-    elif path.suffix == ".json":
-        try:
-            data = json.loads("\n".join(read_lines(path)))
-        except json.JSONDecodeError as e:
-            raise DataError(f"{path}:{e.lineno}:{e.colno}: not valid JSON ({e.msg})") from None
-        if not isinstance(data, list):
-            raise DataError(f"{path}: expected a JSON list of rows, got {type(data).__name__}")
-        check_rows(data, str(path))
-    elif path.suffix == ".csv":
-        check_rows(list(csv.DictReader(io.StringIO("\n".join(read_lines(path))))), str(path))
+    """Rows of a JSONL, JSON (list), CSV or Parquet file, or of a saved `datasets` directory (`mmrl.data.loading`:
+    local files are validated first, and empty files, malformed lines, ragged or unterminated CSV, non-UTF-8 bytes
+    and rows that are not objects raise `DataError` naming the file and line, `mmrl.data.validate`)."""
+    return load_rows(Path(path))
 
 
 def _split_rows(dataset_path: str | None, name: str) -> tuple[list[dict], list[dict]] | None:
