@@ -229,6 +229,20 @@ def run_shapes_rl(root: str | Path, arms: list[str], *, seeds: int = 5, smoke: b
             if reference["per_task"]["overall"] != before["per_task"]["overall"]:
                 row["gap closed"] = iv(gap_closed_interval, m, base_m, ref)
         rows_out[arm] = row
+    # per task, and over the five compositional tasks (single_object names one shape: nothing is held out there)
+    def restrict(m, keep):
+        return [[row[i] for i in keep] for row in m]
+
+    task_gains: dict[str, dict[str, Any]] = {}
+    comp = [i for i, t in enumerate(groups) if t != "single_object"]
+    for arm, runs in by_arm.items():
+        m = [r["items"] for r in runs]
+        gains = {t: difference_interval(restrict(m, k), restrict(base_m, k))
+                 for t in TASKS if (k := [i for i, g in enumerate(groups) if g == t])}
+        if comp:
+            gains["compositional (5 tasks)"] = difference_interval(restrict(m, comp), restrict(base_m, comp),
+                                                                   groups=[groups[i] for i in comp])
+        task_gains[arm] = gains
     differences = {}
     rl = [a for a in by_arm if a != RFT_ARM]
     pairs = [(rl[1], rl[0])] if len(rl) > 1 else []
@@ -253,6 +267,9 @@ def run_shapes_rl(root: str | Path, arms: list[str], *, seeds: int = 5, smoke: b
     if differences:
         table += "\n\n" + markdown_table(["difference (points)", "estimate [95% CI]", "claimed (interval excludes 0)"],
                                           [[k, v.fmt(signed=True), "yes" if v.excludes_zero else "no"] for k, v in differences.items()])
+    gain_keys = list(next(iter(task_gains.values())))
+    table += "\n\n" + markdown_table(["gain vs base by task (points) [95% CI]"] + gain_keys,
+                                      [[a] + [g[k].fmt(signed=True) for k in gain_keys] for a, g in task_gains.items()])
     plot_curves({a: [curve(r["records"], "eval/accuracy") for r in runs] for a, runs in by_arm.items() if a != RFT_ARM},
                 root / "accuracy.png", title="validation GenEval (shapes), mean over the six tasks", ylabel="accuracy")
     plot_curves({a: [curve(r["records"], "reward", smooth=5) for r in runs] for a, runs in by_arm.items() if a != RFT_ARM},
@@ -276,6 +293,7 @@ def run_shapes_rl(root: str | Path, arms: list[str], *, seeds: int = 5, smoke: b
                                                             "items": reference["scores"]},
                "rows": {k: {x: (v.to_dict() if hasattr(v, "to_dict") else v) for x, v in row.items()} for k, row in rows_out.items()},
                "differences": {k: v.to_dict() for k, v in differences.items()},
+               "task_gains": {a: {k: v.to_dict() for k, v in g.items()} for a, g in task_gains.items()},
                "arms": {a: [{k: v for k, v in r.items() if k != "records"} for r in runs] for a, runs in by_arm.items()},
                "configs": {a: arm_config(a, seed=0, out=Path("."), smoke=smoke, steps=steps, **arm_kw) for a in arms},
                "grid_prompts": [r["prompt"] for r in grid_rows]}
