@@ -116,7 +116,7 @@ def train_sudoku_model(seconds: float, gen_length: int, seed: int, hidden: int, 
 
     from mmrl.models.base import left_pad, right_pad
     from mmrl.models.masked_diffusion import MaskedDiffusionAdapter
-    from mmrl.protocol import Rollout
+    from mmrl.core.protocol import Rollout
 
     train_grids, test_grids = split_grids(seed)
     adapter = MaskedDiffusionAdapter.tiny(

@@ -32,8 +32,8 @@ def child(args: argparse.Namespace, checkpointing: bool) -> dict:
     """One variant, in this (fresh) process."""
     from method_costs import build_policy
 
-    from mmrl.config import load_config
-    from mmrl.trainer import Trainer
+    from mmrl.config.train_config import load_config
+    from mmrl.training.trainer import Trainer
 
     set_threads(args.threads, args.device)
     sz = dict(vocab=args.vocab, hidden=args.hidden, layers=args.layers)

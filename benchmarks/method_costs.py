@@ -1,7 +1,7 @@
 """B1 step time and B2 peak memory of one `Trainer` optimizer step per method, as ratios against GRPO measured in the
 same process on the same model, prompts, seeds and batch.
 
-Every configuration is a real `mmrl.trainer.Trainer` (policy object, prompt list, reward callable) running one
+Every configuration is a real `mmrl.training.trainer.Trainer` (policy object, prompt list, reward callable) running one
 optimizer step per rollout (`num_iterations = 1`, dynamic sampling off, so every method does the same rollout work).
 The configurations' steps are interleaved round-robin (one warm-up step each, then `--repeats` rounds), and each step
 is split with the trainer's own timers into
@@ -148,7 +148,7 @@ def build_policy(family: str, sz: dict[str, Any], seed: int = 0):
 
 
 def train_config(family: str, name: str, sz: dict[str, Any], out_dir: str, seed: int = 0):
-    from mmrl.config import load_config
+    from mmrl.config.train_config import load_config
 
     values: dict[str, Any] = dict(
         family=family, num_generations=sz["group"], per_device_train_batch_size=sz["micro_batch"],
@@ -165,7 +165,7 @@ def train_config(family: str, name: str, sz: dict[str, Any], out_dir: str, seed:
 
 def make_trainer(family: str, name: str, sz: dict[str, Any], out_root: str, seed: int = 0):
     """A real `Trainer` whose checkpoint writing is switched off (this benchmark times steps, not disk)."""
-    from mmrl.trainer import Trainer
+    from mmrl.training.trainer import Trainer
 
     cfg = train_config(family, name, sz, str(Path(out_root) / f"{family}_{name}"), seed)
     rows = [{"prompt": p} for p in BENCH_PROMPTS]
@@ -216,7 +216,7 @@ def measure_memory(family: str, names: list[str], sz: dict[str, Any], steps: int
     ctx = mp.get_context("forkserver")
     # everything a child would otherwise import on its first step (the server imports only: it runs no torch op, so
     # forking it is safe)
-    ctx.set_forkserver_preload(["torch", "transformers", "accelerate", "mmrl.trainer", "mmrl.models.causal_lm",
+    ctx.set_forkserver_preload(["torch", "transformers", "accelerate", "mmrl.training.trainer", "mmrl.models.causal_lm",
                                 "mmrl.models.masked_diffusion", "mmrl.rewards", "mmrl.models.tokenizers",
                                 "transformers.models.qwen2.modeling_qwen2", "transformers.models.llama.modeling_llama",
                                 "torch.utils.tensorboard", "tqdm.auto", "_common"])

@@ -107,8 +107,8 @@ def run_trl(model_dir: Path, beta: float, steps: int, args: argparse.Namespace, 
 
 def run_mmrl(model_dir: Path, beta: float, steps: int, args: argparse.Namespace, out_dir: str) -> list[float]:
     """Seconds of each of `steps` optimizer steps of mmrl's Trainer (GRPO, TRL's settings)."""
-    from mmrl.config import load_config
-    from mmrl.trainer import Trainer
+    from mmrl.config.train_config import load_config
+    from mmrl.training.trainer import Trainer
 
     cfg = load_config(None, dict(
         method="grpo", family="causal_lm", model_name_or_path=str(model_dir), num_generations=args.group,

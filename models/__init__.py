@@ -1,4 +1,4 @@
-"""Model-family adapters (installed as `mmrl.models`): each implements the protocol of `mmrl.protocol.Policy`.
+"""Model-family adapters (installed as `mmrl.models`): each implements the protocol of `mmrl.core.protocol.Policy`.
 
 Families are looked up by name; adapter modules are imported only when used.
 """
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import importlib
 
-from mmrl.registry import UnknownNameError
+from mmrl.core.registry import UnknownNameError
 
 FAMILIES: dict[str, str] = {
     "causal_lm": "mmrl.models.causal_lm:CausalLMAdapter",

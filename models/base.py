@@ -1,6 +1,6 @@
 """Pieces every adapter shares: the reference model, padding helpers, and scoring of logits.
 
-Adapters subclass `BaseAdapter` and implement the protocol of `mmrl.protocol.Policy`.
+Adapters subclass `BaseAdapter` and implement the protocol of `mmrl.core.protocol.Policy`.
 """
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any, Iterator, Sequence
 import torch
 
 from mmrl.algorithms.distributions import default_chunk_size, token_distribution_stats
-from mmrl.protocol import TokenScores
+from mmrl.core.protocol import TokenScores
 
 
 def unwrap(model: torch.nn.Module) -> torch.nn.Module:

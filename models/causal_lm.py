@@ -32,7 +32,7 @@ from mmrl.algorithms.distributions import STATS
 from mmrl.models.base import BaseAdapter, is_peft_model, left_pad, mask_through_first_eos, score_logits, unwrap
 from mmrl.models.prompts import check_max_prompt_length, render_chat, truncate_left
 from mmrl.models.sampling import row_seeds, row_uniforms, sample_next_tokens
-from mmrl.protocol import DEFAULT_NEGATIVE_INSTRUCTION, NoisedBatch, Rollout, TokenScores
+from mmrl.core.protocol import DEFAULT_NEGATIVE_INSTRUCTION, NoisedBatch, Rollout, TokenScores
 
 ADAPTER_FILE = "mmrl_adapter.json"
 """Written by `save_pretrained` next to the weights: family and generation defaults."""
@@ -622,7 +622,7 @@ class CausalLMAdapter(BaseAdapter):
         saved = read_adapter_file(path, cls.family)
         load_kwargs: dict[str, Any] = {"local_files_only": True}
         if trust_remote_code:
-            from mmrl.remote_code import warn_remote_code
+            from mmrl.core.remote_code import warn_remote_code
 
             warn_remote_code(path)
             load_kwargs["trust_remote_code"] = True

@@ -39,7 +39,7 @@ from mmrl.models import image_positions
 from mmrl.models.base import BaseAdapter, is_peft_model, left_pad, score_logits, selective_log_softmax, unwrap
 from mmrl.models.image_codecs import ImageCodec, PaletteCodec, VQCodec, codec_from_config
 from mmrl.models.sampling import row_seeds, row_uniforms
-from mmrl.protocol import NoisedBatch, Rollout, TokenScores
+from mmrl.core.protocol import NoisedBatch, Rollout, TokenScores
 
 JANUS_T2I_TEMPLATE = "<|User|>: {prompt}\n\n<|Assistant|>:"
 """Janus-Pro's text-to-image prompt: the `deepseek` SFT format with an empty system prompt (`generation_inference.py`),
@@ -613,6 +613,10 @@ class JanusAdapter(BaseAdapter):
         scores = score_logits(logits, response_ids, response_mask, temperature=d["temperature"])
         return scores.logp[None]  # [1, N, T]
 
+    def code_vectors(self, response_ids: torch.Tensor) -> torch.Tensor:
+        """[N, T, C] the codec's code vector of every image token (STAGE's similarity masks compare them)."""
+        return self.codec.code_vectors(response_ids)
+
     def token_strings(self, rollout: Rollout) -> list[list[str]]:
         """Image tokens have no text; each is shown as `<img:id>` (lay them out on `rollout.extras["grid"]`)."""
         return [[f"<img:{int(i)}>" for i in row] for row in rollout.response_ids.tolist()]
@@ -774,7 +778,7 @@ class JanusAdapter(BaseAdapter):
                     "src/transformers/models/janus/convert_janus_weights_to_hf.py)" if model_type == "multi_modality" else "")
             raise ValueError(f"{path!r} holds model_type={model_type!r}, the Janus adapter needs 'janus'{hint}")
         if trust_remote_code:
-            from mmrl.remote_code import warn_remote_code
+            from mmrl.core.remote_code import warn_remote_code
 
             warn_remote_code(path)
         saved: dict = {}

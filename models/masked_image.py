@@ -7,7 +7,7 @@ tokens to pixels), `text_encoder/` (`CLIPTextModelWithProjection`, frozen), `tok
 
 - `sample`: the MaskGIT / aMUSEd schedule with classifier-free guidance (`models/maskgit.py`); per row its own
   generator, so a row with seed k reproduces `AmusedPipeline(generator=torch.Generator().manual_seed(k))` token for
-  token (tests/test_models_masked_image.py). It records each position's reveal step (`extras["order"]`) and the
+  token (tests/models/test_models_masked_image.py). It records each position's reveal step (`extras["order"]`) and the
   per-step log-probs of the revealed tokens (`old_logp`).
 - `logprob(estimator=...)` (docs/algorithms.md sections 5 and 7, mirrored from the masked-diffusion LM family):
   `"per_step"`: `log p(o_d | x_{s(d)})`, the probability of each token at the step that revealed it, re-scored
@@ -44,7 +44,7 @@ from mmrl.models.dllm_estimators import elbo_masks, elbo_token_contributions, ro
 from mmrl.models.image_codecs import ImageCodec, codec_from_config
 from mmrl.models.maskgit import SCHEDULES, cfg_logits, maskgit_sample, state_at_step
 from mmrl.models.sampling import row_seeds as draw_row_seeds
-from mmrl.protocol import NoisedBatch, Rollout, TokenScores
+from mmrl.core.protocol import NoisedBatch, Rollout, TokenScores
 
 ESTIMATORS = ("per_step", "mean_field", "elbo")
 SCORES = ("conditional", "guided")

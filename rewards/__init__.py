@@ -8,7 +8,7 @@ gsm8k_int / gsm8k_correctness, gsm8k_accuracy, math500 (= math500_correctness + 
 countdown, sudoku. Images: clip_score, geneval, geneval_strict, geneval_partial. Remote: http (a reward server,
 `mmrl.rewards.http` documents the protocol).
 """
-from mmrl.registry import REWARDS
+from mmrl.core.registry import REWARDS
 from mmrl.rewards import countdown, geneval, http, image_clip, sudoku, text_math  # noqa: F401  (register the rewards)
 from mmrl.rewards.combine import RewardError, RewardOutput, RewardSet, RewardTimeout, RewardUnavailable, build_reward
 

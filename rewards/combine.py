@@ -3,7 +3,7 @@
 A reward is TRL's reward function: `fn(prompts, completions, **kwargs) -> list[float | None]` (TRL
 `GRPOTrainer` reward functions): one value per completion, `None` meaning "does not apply to this sample"; completions are
 strings (or chat messages) for text models and PIL images for image models; the dataset's other columns arrive as
-keyword arguments (in training also `completion_ids` and `trainer_state`, `mmrl.reward_inputs`). mmrl also accepts
+keyword arguments (in training also `completion_ids` and `trainer_state`, `mmrl.training.reward_inputs`). mmrl also accepts
 a dict per sample with a `"score"` key: the score is the reward, the other keys are logged. A plain TRL reward
 function works unchanged; functions without `**kwargs` receive only the arguments they name. A reward may be given
 by import path (`my_pkg.rewards.fn`, `path/to/file.py:fn`; `mmrl.rewards.imports`). `async def` rewards run
@@ -50,7 +50,7 @@ from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 import torch
 
-from mmrl.registry import REWARDS
+from mmrl.core.registry import REWARDS
 from mmrl.rewards.isolation import DEFAULT_MEMORY_LIMIT, ChildFailed, ChildTimeout, is_isolated, run_in_child, stop_thread
 from mmrl.rewards.imports import import_reward, is_import_path, reward_name
 

@@ -43,7 +43,7 @@ import time
 import urllib.parse
 from typing import Any, Mapping, Sequence
 
-from mmrl.registry import REWARDS
+from mmrl.core.registry import REWARDS
 from mmrl.rewards.combine import RewardError, RewardUnavailable
 
 RETRY_STATUS = (408, 429, 500, 502, 503, 504)

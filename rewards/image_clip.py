@@ -12,7 +12,7 @@ from typing import Any, Sequence
 
 import torch
 
-from mmrl.registry import REWARDS
+from mmrl.core.registry import REWARDS
 from mmrl.rewards.completions import prompt_text
 from mmrl.rewards.lazy import load_once
 

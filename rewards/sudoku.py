@@ -7,7 +7,7 @@ blanks score 0.
 """
 from __future__ import annotations
 
-from mmrl.registry import REWARDS
+from mmrl.core.registry import REWARDS
 from mmrl.rewards.isolation import isolated
 from mmrl.rewards.completions import completion_text, last_tag_content
 

@@ -13,7 +13,7 @@ import functools
 import re
 import threading
 
-from mmrl.registry import REWARDS
+from mmrl.core.registry import REWARDS
 from mmrl.rewards.isolation import isolated
 from mmrl.rewards.completions import completion_text
 

@@ -20,13 +20,13 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("MKL_CBWR", "AUTO,STRICT")
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests" / "helpers"))
 
 import torch  # noqa: E402
 
-from mmrl.config import load_config  # noqa: E402
+from mmrl.config.train_config import load_config  # noqa: E402
 from mmrl.models import adapter_class  # noqa: E402
-from mmrl.trainer import Trainer  # noqa: E402
+from mmrl.training.trainer import Trainer  # noqa: E402
 from tiny_world_fixtures import FAMILIES, METHODS, dataset_for, reward_for  # noqa: E402
 
 import mmrl.tiny_world  # noqa: E402

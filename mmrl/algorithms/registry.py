@@ -1,11 +1,11 @@
 """Name -> function registries for the leaf functions of the algorithm core (docs/algorithms.md, "Registries").
 
-Plain dicts (`mmrl.registry.Registry`): unknown lookups and duplicate registrations raise errors listing the valid
-names. The engine's other registries (methods, rewards, tasks, model sources) live in `mmrl.registry`.
+Plain dicts (`mmrl.core.registry.Registry`): unknown lookups and duplicate registrations raise errors listing the valid
+names. The engine's other registries (methods, rewards, tasks, model sources) live in `mmrl.core.registry`.
 """
 from __future__ import annotations
 
-from mmrl.registry import REWARDS, Registry, UnknownNameError  # noqa: F401  (REWARDS: an alias, see mmrl.registry)
+from mmrl.core.registry import REWARDS, Registry, UnknownNameError  # noqa: F401  (REWARDS: an alias, see mmrl.core.registry)
 
 ADVANTAGES = Registry("advantage estimator")
 """`scale` name -> fn(rewards [N], group_size, eps) -> advantages [N]."""

@@ -1,7 +1,8 @@
 """GenEval detector backends. Each turns images into `Detection`s (all classes, any order); the scoring code after
 that (`mmrl.geneval.scoring`, `mmrl.geneval.rules`) is the same for every backend.
 
-- `shapes`: the tiny world's exact detector (`mmrl.data.shapes.detect`): class, colour, box; score 1.
+- `shapes`: the tiny world's exact detector (`mmrl.tiny_world.shapes.ShapesDetector`, registered by
+  `mmrl.tiny_world.register()`): class, colour, box; score 1.
 - `precomputed`: detections read from a JSONL file, one line per image:
   `{"image": "<path relative to the images folder>", "objects": [{"class": str, "box": [x1, y1, x2, y2],
   "score": float, "color": str or null}]}`; a given colour is used instead of the CLIP classifier.
@@ -27,7 +28,19 @@ from PIL import Image
 
 from mmrl.geneval.rules import Detection
 
-DETECTORS = ("mmdet", "hf", "shapes", "precomputed")
+BUILTIN_DETECTORS = ("mmdet", "hf", "precomputed")
+_PLUGINS: dict[str, Any] = {}
+
+
+def register_detector(name: str, factory) -> None:
+    """Add a detector backend: `factory(**config) -> Detector` (the tiny world adds its exact `shapes` detector
+    this way, so the GenEval library does not depend on it)."""
+    _PLUGINS[name] = factory
+
+
+def detector_names() -> tuple[str, ...]:
+    """Every backend `build_detector` accepts now: the built-in ones and the registered ones."""
+    return (*BUILTIN_DETECTORS, *_PLUGINS)
 
 COCO_ALIASES = {
     "mouse": "computer mouse",
@@ -68,23 +81,6 @@ def coco_label_map(labels: dict[int, str], vocabulary: Sequence[str]) -> dict[in
         if key in vocab:
             out[int(idx)] = vocab[key]
     return out
-
-
-class ShapesDetector:
-    """The shapes world's exact detector (see `mmrl.data.shapes`); `grid=None` reads each image's cell grid from
-    the image (`mmrl.data.shapes.infer_grid`: the 12-cell layout or the 16-cell slot layout)."""
-
-    name = "shapes"
-    provides_colors = True
-
-    def __init__(self, grid: int | None = None):
-        self.grid = None if grid is None else int(grid)
-
-    def detect(self, images, keys=None):
-        from mmrl.data.shapes import detect, infer_grid
-
-        return [[Detection(d.shape, d.box, d.score, d.color) for d in detect(img, self.grid or infer_grid(img))]
-                for img in images]
 
 
 def _normkey(key: str) -> str:
@@ -352,11 +348,11 @@ def _default_device() -> str:
 
 
 def build_detector(name: str, **config: Any) -> Detector:
-    """A detector backend by name (`DETECTORS`); config keys per backend:
-    shapes: grid; precomputed: detections (path); hf: model_path, vocabulary, device, label_map, batch_size;
+    """A detector backend by name (`detector_names()`); config keys per backend:
+    shapes (the tiny world's, registered): grid; precomputed: detections (path); hf: model_path, vocabulary, device, label_map, batch_size;
     mmdet: model_config, model_path, model, device, vocabulary."""
-    if name == "shapes":
-        return ShapesDetector(config.get("grid"))
+    if name in _PLUGINS:
+        return _PLUGINS[name](**config)
     if name == "precomputed":
         if not config.get("detections"):
             raise ValueError("the precomputed detector needs a detections file (--detections dets.jsonl)")
@@ -370,4 +366,4 @@ def build_detector(name: str, **config: Any) -> Detector:
         return MMDetDetector(config.get("model_config"), config.get("model_path") or "./",
                              config.get("model") or "mask2former_swin-s-p4-w7-224_lsj_8x2_50e_coco",
                              device=config.get("device") or _default_device(), vocabulary=config.get("vocabulary"))
-    raise ValueError(f"unknown detector {name!r}; valid detectors: {list(DETECTORS)}")
+    raise ValueError(f"unknown detector {name!r}; valid detectors: {list(detector_names())}")

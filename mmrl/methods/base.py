@@ -15,7 +15,7 @@ from typing import ClassVar
 
 import torch
 
-from mmrl.registry import METHODS
+from mmrl.core.registry import METHODS
 
 
 @dataclass(frozen=True)
@@ -59,11 +59,13 @@ class Method(abc.ABC):
     """A training method: what it needs, `prepare` at buffer time and `loss` per micro-batch.
 
     Subclasses register themselves with `@METHODS.register(name)` for every method name they implement (GRPO,
-    DAPO and Dr.GRPO share one class: their differences are config defaults, `mmrl.config.METHOD_DEFAULTS`).
+    DAPO and Dr.GRPO share one class: their differences are config defaults, `mmrl.config.train_config.METHOD_DEFAULTS`).
     """
 
     uses_behaviour_logprobs: ClassVar[bool] = True
     """Whether the loss uses behaviour log-probs (a PPO-style ratio); False for weight-based losses (DMPO)."""
+    supports_entropy_mask: ClassVar[bool] = False
+    """Whether `top_entropy_quantile` < 1 can mask the loss's tokens (a per-token policy-gradient loss)."""
 
     def __init__(self, cfg, policy, estimator_options):
         self.cfg, self.policy = cfg, policy
@@ -100,14 +102,15 @@ class Method(abc.ABC):
 def behaviour_is_current(cfg) -> bool:
     """Whether the behaviour (old) log-probs are the detached log-probs of the gradient forward itself.
 
-    With one optimizer step per rollout (`num_iterations = 1`) the policy that sampled is the policy being updated,
+    With one optimizer step per rollout (`num_iterations = 1` and `steps_per_generation` =
+    `gradient_accumulation_steps`) the policy that sampled is the policy being updated,
     and a separate no-grad forward would give the very numbers the gradient forward gives (same code, same
     micro-batches, same mask seeds: the first step's ratio is exactly 1). So that forward is skipped, as TRL skips
     it (`old_per_token_logps = None` when generation and optimizer steps are aligned), and the statistics taken at
     buffer time (entropy; DGPO's Hellinger deviation against the reference, whose pass also gives the KL's
     reference log-probs) are taken from the gradient forward's logits. Methods without behaviour log-probs (DMPO)
     never take this path."""
-    return cfg.num_iterations == 1 and METHODS[cfg.method].uses_behaviour_logprobs
+    return cfg.steps_per_rollout == 1 and METHODS[cfg.method].uses_behaviour_logprobs
 
 
 def weight_metrics(prefix: str, w: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:

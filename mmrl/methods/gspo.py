@@ -2,7 +2,7 @@
 section 6).
 
 The worked example of adding a method (docs/design.md, "Adding a method"): this file and the `gspo` entry of
-`mmrl.config.METHOD_DEFAULTS`. It reuses the policy-gradient family's buffer preparation (behaviour log-probs,
+`mmrl.config.train_config.METHOD_DEFAULTS`. It reuses the policy-gradient family's buffer preparation (behaviour log-probs,
 reference log-probs of an optional KL term) and replaces only the loss.
 """
 from __future__ import annotations
@@ -11,7 +11,7 @@ import torch
 
 from mmrl.algorithms import aggregate, k3_kl
 from mmrl.algorithms.gspo import gspo_loss
-from mmrl.diagnostics import micro_batch_sums
+from mmrl.core.diagnostics import micro_batch_sums
 from mmrl.methods.base import METHODS, LossOutput, MicroBatch
 from mmrl.methods.policy_gradient import PolicyGradient
 
@@ -19,6 +19,8 @@ from mmrl.methods.policy_gradient import PolicyGradient
 @METHODS.register("gspo")
 class GSPO(PolicyGradient):
     """Sequence-ratio clipped surrogate, a mean over the responses of the global batch, plus an optional k3 KL."""
+
+    supports_entropy_mask = False  # one ratio per sequence: no token to mask
 
     def loss(self, buf, mb: MicroBatch) -> LossOutput:
         cfg = self.cfg

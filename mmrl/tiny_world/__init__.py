@@ -3,8 +3,8 @@ toy-scale replications of the three papers. Everything runs on 2 CPU cores witho
 "The tiny world").
 
 It is an application on top of the engine: the engine never imports it. `register()` adds its tasks and rewards
-(`mmrl.registry.TASKS`, `REWARDS`: sudoku4, countdown3, shapes, ...) and the `tiny-world:NAME` model source
-(`mmrl.registry.MODEL_SOURCES`). The `mmrl` command calls `register(build_missing=True)`; in Python:
+(`mmrl.core.registry.TASKS`, `REWARDS`: sudoku4, countdown3, shapes, ...) and the `tiny-world:NAME` model source
+(`mmrl.core.registry.MODEL_SOURCES`). The `mmrl` command calls `register(build_missing=True)`; in Python:
 
     import mmrl.tiny_world
     mmrl.tiny_world.register()          # then Trainer(load_config(..., task="sudoku4", model_name_or_path="tiny-world:sudoku4"))
@@ -22,3 +22,7 @@ def register(*, build_missing: bool = False) -> None:
     import mmrl.tiny_world.tasks  # noqa: F401  (defines and registers the tasks and rewards, once per process)
 
     register_sources(build_missing=build_missing)
+    from mmrl.geneval.detectors import register_detector
+    from mmrl.tiny_world.shapes import ShapesDetector
+
+    register_detector("shapes", lambda grid=None, **_: ShapesDetector(grid))

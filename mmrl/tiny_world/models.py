@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
 import shutil
@@ -19,6 +20,10 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
+
+from mmrl.checkpointing.checkpoint import verify_checkpoint, write_manifest
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -51,15 +56,22 @@ class TinySpec:
     the numbers in the prompt's order;
     shapes: `caption_noise`, the fraction of scenes drawn for a wrong caption;
     `balance_tasks`, rows drawn uniformly over the GenEval tasks rather than over prompts)."""
+    recipe: dict = field(default_factory=dict)
+    """Pre-training loss options of the masked-diffusion family (`mmrl.tiny_world.pretrain.masked_diffusion_sft`):
+    `ar_init_steps` (causal next-token steps on the same backbone before the masked-diffusion steps, the AR-to-
+    diffusion adaptation of Dream / DiffuLLaMA; needs `shift_logits=True` in `arch`), `time_weight` ("inv_t", LLaDA's
+    1/t, the default; "linear"; "none"), `normalise` ("length", LLaDA, the default; "masked": the mean over masked
+    tokens), `token_reweight` ([alpha, gamma]: MGDM's token reweighting)."""
     description: str = ""
     """What the model is for and the competence it reaches."""
 
     def key(self) -> str:
-        """Hash of what determines the weights (everything but the description; `data` only when set, so specs
-        written before it existed keep their cache; the task's data version, `tiny_world.tasks.TASK_VERSIONS`)."""
+        """Hash of what determines the weights (everything but the description; `data` and `recipe` only when set,
+        so specs written before they existed keep their cache; the task's data version,
+        `tiny_world.tasks.TASK_VERSIONS`)."""
         from mmrl.tiny_world.tasks import TASK_VERSIONS
 
-        fields = {k: v for k, v in asdict(self).items() if k != "description" and not (k == "data" and not v)}
+        fields = {k: v for k, v in asdict(self).items() if k != "description" and not (k in ("data", "recipe") and not v)}
         version = TASK_VERSIONS.get(self.task, 1)
         if version > 1:  # a base pre-trained on an older split of its task is another model
             fields["task_version"] = version
@@ -81,6 +93,16 @@ TINY_MODELS: dict[str, TinySpec] = {
         arch=dict(hidden_size=128, intermediate_size=256, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=4),
         steps=300, gen_length=16,
         description="bidirectional Llama (4 layers, 128 wide) for 3-number Countdown expressions",
+    ),
+    "countdown3-md": TinySpec(
+        name="countdown3-md", family="masked_diffusion", task="countdown3",
+        arch=dict(hidden_size=128, intermediate_size=256, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=4,
+                  shift_logits=True),
+        steps=600, gen_length=16, recipe={"ar_init_steps": 600, "time_weight": "none", "normalise": "masked"},
+        description="bidirectional Llama (4 layers, 128 wide) with Dream's shifted logits for 3-number Countdown, "
+                    "AR-to-diffusion adaptation: 600 causal next-token steps on the same backbone, then 600 masked-"
+                    "diffusion steps (mean CE over masked tokens, no 1/t); the masked-diffusion base that reads and "
+                    "copies its prompt (docs/RESULTS.md, dLLM section)",
     ),
     "countdown3-ar": TinySpec(
         name="countdown3-ar", family="causal_lm", task="countdown3",
@@ -112,7 +134,7 @@ TINY_MODELS: dict[str, TinySpec] = {
         arch=dict(codec="slots", hidden_size=128, num_layers=3, num_heads=4, init_std=0.08, image_positions_2d=True),
         steps=1000, lr=2e-3, gen_length=16, data={"caption_noise": 0.3, "balance_tasks": True},
         description="JanusForConditionalGeneration (3 layers, 128 wide, word tokenizer) over 4x4 object slots (a "
-                    "22-patch codebook: empty or one shape in one colour, mmrl.data.shape_slots) with 2-D image "
+                    "22-patch codebook: empty or one shape in one colour, mmrl.tiny_world.shape_slots) with 2-D image "
                     "positions; 1000 steps on scenes whose captions are wrong 30% of the time: 0.53-0.55 held-out "
                     "GenEval (T = 1, CFG 1; counting, position and colour attribution below 0.4), about 150 s on one core",
     ),
@@ -130,7 +152,7 @@ TINY_MODELS: dict[str, TinySpec] = {
                   model_max_length=16, num_steps=8, init_std=0.08),
         steps=1500, lr=2e-3, gen_length=16, data={"caption_noise": 0.3, "balance_tasks": True},
         description="tiny aMUSEd (diffusers UVit2DModel, 3 layers x 128, 1.7M parameters, and a 2-layer CLIP text "
-                    "encoder with a word vocabulary) over the 4x4 object slots of mmrl.data.shape_slots (the 22-patch "
+                    "encoder with a word vocabulary) over the 4x4 object slots of mmrl.tiny_world.shape_slots (the 22-patch "
                     "codebook as an exact fixed VQ codebook), init std 0.08; 1500 steps of MaskGIT training on scenes "
                     "whose captions are wrong 30% of the time; 8 sampling steps; held-out GenEval 0.22 at CFG 1, 0.46 "
                     "at CFG 2, 0.53 at CFG 3 (32 images per task); about 7.5 min on one core",
@@ -182,7 +204,11 @@ def smoke_spec(name: str, steps: int) -> TinySpec:
     """The spec of `name` pre-trained for only `steps` steps (cached under its own key): pipeline checks (CI)."""
     from dataclasses import replace
 
-    return replace(spec_for(name), steps=int(steps), description=f"{name} pre-trained for {steps} steps (smoke)")
+    spec = spec_for(name)
+    recipe = dict(spec.recipe)
+    if recipe.get("ar_init_steps"):  # the causal phase shrinks with the rest
+        recipe["ar_init_steps"] = min(int(recipe["ar_init_steps"]), int(steps))
+    return replace(spec, steps=int(steps), recipe=recipe, description=f"{name} pre-trained for {steps} steps (smoke)")
 
 
 def _spec(name: str, steps: int | None) -> TinySpec:
@@ -211,7 +237,7 @@ def build_untrained(spec: TinySpec):
         arch = dict(spec.arch)
         if arch.pop("codec", "palette") == "slots":
             import mmrl.tiny_world.tasks  # noqa: F401  (the tiny world's own tasks, registered by their module)
-            from mmrl.data import shape_slots
+            from mmrl.tiny_world import shape_slots
             from mmrl.data.tasks import load_task
             from mmrl.models.image_codecs import PatchCodec
 
@@ -219,14 +245,14 @@ def build_untrained(spec: TinySpec):
             codec = PatchCodec(shape_slots.codebook_patches(), grid=(shape_slots.SLOTS, shape_slots.SLOTS))
             vocabulary = [r["prompt"] for r in task.train + task.test]  # the words, not the split: no leak
             return cls.tiny(seed=spec.seed, codec=codec, vocabulary=vocabulary, cfg_scale=1.0, **arch)
-        from mmrl.data.shapes import PALETTE
+        from mmrl.tiny_world.shapes import PALETTE
 
         return cls.tiny(seed=spec.seed, codebook_size=len(PALETTE), palette=[rgb for _, rgb in PALETTE], cell_px=8, **arch)
     if spec.family == "vlm":
         return cls.tiny(seed=spec.seed, max_new_tokens=spec.gen_length, **spec.arch)
     if spec.family == "masked_image":
         import mmrl.tiny_world.tasks  # noqa: F401  (the tiny world's own tasks, registered by their module)
-        from mmrl.data import shape_slots
+        from mmrl.tiny_world import shape_slots
         from mmrl.data.tasks import load_task
         from mmrl.models.clip_tokenizer import words_of
         from mmrl.models.image_codecs import PatchCodec
@@ -294,7 +320,7 @@ def pretrain(spec: TinySpec, *, progress: bool = True):
     prompts, targets = _training_pairs(spec)
     kw = dict(steps=spec.steps, batch_size=spec.batch_size, lr=spec.lr, seed=spec.seed, progress=progress, desc=f"pretrain {spec.name}")
     if spec.family == "masked_diffusion":
-        history = pt.masked_diffusion_sft(policy, prompts, targets, gen_length=spec.gen_length, **kw)
+        history = pt.masked_diffusion_sft(policy, prompts, targets, gen_length=spec.gen_length, **kw, **spec.recipe)
     elif spec.family == "causal_lm":
         history = pt.causal_sft(policy, prompts, targets, **kw)
     elif spec.family == "janus":
@@ -316,8 +342,8 @@ def _shapes_data(spec: TinySpec, policy) -> dict:
     """janus_sft's data options for a shapes spec: slot scenes for a slot codec, noisy captions."""
     from functools import partial
 
-    from mmrl.data import caption_noise, shape_slots
-    from mmrl.data.shapes import COLORS, SHAPE_NAMES
+    from mmrl.tiny_world import caption_noise, shape_slots
+    from mmrl.tiny_world.shapes import COLORS, SHAPE_NAMES
 
     out: dict = {}
     if policy.codec.grid == (shape_slots.SLOTS, shape_slots.SLOTS) and policy.codec.codebook_size == shape_slots.NUM_CODES:
@@ -347,11 +373,15 @@ def _vqa_data(spec: TinySpec) -> dict:
 
 def ensure_built(name: str, *, force: bool = False, progress: bool = True, steps: int | None = None) -> Path:
     """The cache directory of model `name`, pre-training it first if it is missing (or `force`); `steps` builds
-    the smoke variant (`smoke_spec`)."""
+    the smoke variant (`smoke_spec`). A cached model is checked against its manifest (size and SHA-256 of every
+    file, `mmrl.checkpointing.checkpoint.write_manifest`) before it is used; a damaged one is rebuilt, with a warning naming the
+    file. A cache written before manifests existed is checked by loading it, then given a manifest."""
     spec = _spec(name, steps)
     final = model_dir(name, steps)
     if final.is_dir() and (final / "tiny_spec.json").is_file() and not force:
-        return final
+        if _cache_intact(final, spec):
+            return final
+        force = True
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = final.parent / f".tmp-{final.name}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -360,10 +390,26 @@ def ensure_built(name: str, *, force: bool = False, progress: bool = True, steps
     policy.save_pretrained(tmp)
     info = {"spec": asdict(spec), "seconds": time.perf_counter() - t0, "final_loss": history[-1]["loss"] if history else None}
     (tmp / "tiny_spec.json").write_text(json.dumps(info, indent=2, default=str))
+    write_manifest(tmp)
     if final.exists():
-        shutil.rmtree(final)
+        damaged = final.parent / f".damaged-{final.name}-{os.getpid()}"
+        final.rename(damaged)  # out of the way at once; a kill during the deletion leaves no half-deleted cache
+        shutil.rmtree(damaged, ignore_errors=True)
     tmp.rename(final)
     return final
+
+
+def _cache_intact(path: Path, spec: TinySpec) -> bool:
+    """Whether the cached model at `path` matches its manifest (False, with a warning, when it does not)."""
+    try:
+        if verify_checkpoint(path):
+            return True
+        _adapter_class(spec.family).from_pretrained(path)  # no manifest yet (an older cache): loading is the check
+    except Exception as e:  # CheckpointDamaged, or a file that does not load
+        logger.warning("tiny-world model cache %s is damaged (%s); rebuilding it", path, e)
+        return False
+    write_manifest(path)
+    return True
 
 
 def load_base_policy(name: str, family: str | None = None, *, progress: bool = True, steps: int | None = None):
@@ -380,7 +426,7 @@ def held_out_accuracy(name: str) -> dict[str, Any]:
     `shapes` (`mmrl.tiny_world.shapes_eval`), the task metric under d1's greedy decoding for the text tasks."""
     import mmrl.tiny_world.tasks  # noqa: F401  (the tiny world's own tasks, registered by their module)
     from mmrl.data.tasks import load_task
-    from mmrl.evaluate import d1_generation, evaluate
+    from mmrl.training.evaluate import d1_generation, evaluate
 
     spec = spec_for(name)
     task = load_task(spec.task)

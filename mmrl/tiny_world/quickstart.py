@@ -13,10 +13,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import shutil
 import time
 from pathlib import Path
 from typing import Any
+
+logger = logging.getLogger(__name__)
 
 QUICKSTART_RECIPE: dict[str, Any] = {
     # DMPO on the tiny Sudoku model; the same values as configs/tiny_dmpo_sudoku4.yaml (a test checks it)
@@ -50,7 +53,7 @@ SMOKE = {"max_steps": 2, "eval_steps": 1, "eval_limit": 32, "gradient_accumulati
 
 
 def evaluate_base(policy, rows, metric: str) -> float:
-    from mmrl.evaluate import dmpo_generation, evaluate
+    from mmrl.training.evaluate import dmpo_generation, evaluate
 
     gen = dmpo_generation("masked_diffusion", 16, 16)  # steps = length
     return evaluate(policy, rows, metric, batch_size=128, progress=False, **gen).accuracy
@@ -59,13 +62,13 @@ def evaluate_base(policy, rows, metric: str) -> float:
 def run_quickstart(out: str | Path = "runs/quickstart", *, seeds: int = 1, smoke: bool = False, steps: int | None = None,
                    progress: bool = True) -> dict[str, Any]:
     """Run the quickstart; returns the results dict also written to `<out>/results.json`."""
-    from mmrl.config import load_config
+    from mmrl.config.train_config import load_config
     from mmrl.data.tasks import load_task
     from mmrl.tiny_world import register
-    from mmrl.metrics_log import read_metrics
+    from mmrl.reporting.metrics_log import read_metrics
     from mmrl.tiny_world.models import ensure_built, load_base_policy
     from mmrl.tiny_world.report import curve, fmt, markdown_table, mean_std, plot_curves
-    from mmrl.trainer import Trainer
+    from mmrl.training.trainer import Trainer
 
     out = Path(out)
     if out.exists():
@@ -136,14 +139,14 @@ def run_quickstart(out: str | Path = "runs/quickstart", *, seeds: int = 1, smoke
           "Token credit of the last logged step: [token_credit.html](token_credit.html)." if credit else "",
           "", "## Sample answers (first test puzzles)", samples]
     (out / "README.md").write_text("\n".join(md) + "\n")
-    print("\n" + table + f"\n\nreport: {out}/README.md  ({total:.0f} s)")
+    logger.info("\n" + table + f"\n\nreport: {out}/README.md  ({total:.0f} s)")
     return results
 
 
 def _samples(base, fresh, runs, out: Path, rows) -> str:
     """Greedy answers of the base model and of the trained model of seed 0 on a few test puzzles."""
-    from mmrl.checkpoint import latest_checkpoint, load_model_weights
-    from mmrl.evaluate import dmpo_generation
+    from mmrl.checkpointing.checkpoint import latest_checkpoint, load_model_weights
+    from mmrl.training.evaluate import dmpo_generation
 
     ck = latest_checkpoint(out / "dmpo-seed0")
     if ck is None:
@@ -182,7 +185,7 @@ def run_shapes_quickstart(out: str | Path = "runs/quickstart", *, seeds: int = 1
         md += ["GCPO's token credit (advantage x token weight) laid over each image's 4 x 4 slot grid:", "",
                "![token credit](credit.png)", ""]
     (out / "README.md").write_text("\n".join(md) + "\n")
-    print(f"report: {out}/README.md")
+    logger.info(f"report: {out}/README.md")
     return res
 
 

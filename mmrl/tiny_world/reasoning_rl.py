@@ -7,11 +7,14 @@ the regime where the reward-tilted target `p_ref * exp(r / alpha)` (DMPO) or a g
 """
 from __future__ import annotations
 
+import logging
 import re
 from pathlib import Path
 from typing import Any, Sequence
 
 import torch
+
+logger = logging.getLogger(__name__)
 
 
 def sampled_generation(family: str, length: int, temperature: float = 1.0) -> dict[str, Any]:
@@ -35,7 +38,7 @@ def held_out_items(policy, rows: Sequence[dict], metric: str, family: str, lengt
                    batch_size: int = 128) -> tuple[dict[str, float], dict[str, list[float]]]:
     """(`held_out`'s figures, the per-row scores behind them: {"greedy": [R], "sampled": [R] (mean of the row's
     k samples), "pass": [R] (1 if any sample scores 1)}), for the paired intervals of `mmrl.tiny_world.stats`."""
-    from mmrl.evaluate import d1_generation, evaluate
+    from mmrl.training.evaluate import d1_generation, evaluate
 
     greedy = evaluate(policy, rows, metric, batch_size=batch_size, progress=False,
                       **d1_generation(family, length, length, length))
@@ -180,15 +183,15 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
     import shutil
     import time
 
-    from mmrl.config import load_config
+    from mmrl.config.train_config import load_config
     from mmrl.data.tasks import load_task
-    from mmrl.metrics_log import read_metrics
+    from mmrl.reporting.metrics_log import read_metrics
     from mmrl.tiny_world import register
     from mmrl.tiny_world.models import TINY_MODELS, load_base_policy
     from mmrl.tiny_world.report import curve, fmt, markdown_table, mean_std, plot_curves
     from mmrl.tiny_world.rft import rejection_sampling_ft
     from mmrl.tiny_world.stats import difference_interval, gap_closed_interval, mean_interval
-    from mmrl.trainer import Trainer
+    from mmrl.training.trainer import Trainer
 
     if name not in COMPARISONS:
         raise ValueError(f"unknown comparison {name!r}; valid: {sorted(COMPARISONS)}")
@@ -323,5 +326,5 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
     (root / "results.json").write_text(json.dumps(results, indent=2, default=str))
     (root / "table.md").write_text(table + f"\n\nBase `{base_name}`, {seeds} seeds per arm, {len(rows)} test rows (multisets never "
                                    f"seen in training), {total:.0f} s in all.\n")
-    print("\n" + table + f"\n\n{root}  ({total:.0f} s)")
+    logger.info("\n" + table + f"\n\n{root}  ({total:.0f} s)")
     return results

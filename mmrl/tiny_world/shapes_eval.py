@@ -52,7 +52,7 @@ def per_task_accuracy(rows: Sequence[dict], scores: Sequence[float]) -> dict[str
 def geneval_accuracy(policy, rows: Sequence[dict], *, per_task: int = PER_TASK, seed: int = 0, batch_size: int = 128,
                      **generation: Any) -> tuple[dict[str, float], list]:
     """({task: accuracy, "overall": mean over tasks}, the sampled images) of `policy` on held-out `rows`."""
-    from mmrl.evaluate import evaluate
+    from mmrl.training.evaluate import evaluate
 
     balanced = balanced_rows(rows, per_task)
     res = evaluate(policy, balanced, "geneval", batch_size=batch_size, progress=False, seed=seed,
@@ -65,7 +65,7 @@ def geneval_items(policy, rows: Sequence[dict], *, n_samples: int = N_SAMPLES, s
     """Per-prompt GenEval scores of `policy` on `rows`, `n_samples` images each: {"scores": [I] (mean over the
     prompt's images), "samples": [I][n_samples] (0 / 1 per image), "tags": [I] (the prompt's GenEval task),
     "prompts": [I], "per_task": {task: accuracy, "overall": mean over tasks}}."""
-    from mmrl.evaluate import evaluate
+    from mmrl.training.evaluate import evaluate
 
     if int(n_samples) < 1:
         raise ValueError(f"n_samples must be >= 1, got {n_samples}")

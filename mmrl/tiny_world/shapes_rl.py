@@ -11,11 +11,14 @@ seeds before and after, seed 0 of each arm) and `credit.png` (GCPO's token credi
 from __future__ import annotations
 
 import json
+import logging
 import re
 import shutil
 import time
 from pathlib import Path
 from typing import Any
+
+logger = logging.getLogger(__name__)
 
 SHAPES_RL: dict[str, Any] = {
     # the values of configs/tiny_grpo_shapes.yaml and configs/tiny_gcpo_shapes.yaml (a test checks both)
@@ -131,16 +134,16 @@ def run_shapes_rl(root: str | Path, arms: list[str], *, seeds: int = 5, smoke: b
     table also has the base pre-trained on clean captions at the same compute (`CLEAN_REFERENCE`, and each arm's
     share of the base-to-clean gap), best-of-n from the base (n = `n_samples`, the GenEval verifier picking) and
     rejection-sampling fine-tuning at the arms' rollouts (`RFT_ARM`, over the same seeds)."""
-    from mmrl.config import load_config
+    from mmrl.config.train_config import load_config
     from mmrl.data.tasks import load_task
     from mmrl.geneval.rules import TASKS
-    from mmrl.metrics_log import read_metrics
+    from mmrl.reporting.metrics_log import read_metrics
     from mmrl.tiny_world import register
     from mmrl.tiny_world.models import ensure_built, load_base_policy
     from mmrl.tiny_world.report import curve, image_grid, markdown_table, plot_curves
     from mmrl.tiny_world.shapes_eval import N_SAMPLES, PER_TASK, balanced_rows, best_of_n, geneval_items
     from mmrl.tiny_world.stats import difference_interval, gap_closed_interval, mean_interval
-    from mmrl.trainer import Trainer
+    from mmrl.training.trainer import Trainer
 
     arm_table = arm_table or ARMS
     unknown = sorted(set(arms) - set(arm_table))
@@ -300,5 +303,5 @@ def run_shapes_rl(root: str | Path, arms: list[str], *, seeds: int = 5, smoke: b
     (root / "results.json").write_text(json.dumps(results, indent=2, default=str))
     (root / "table.md").write_text(table + f"\n\nBase `{base}`, {seeds} seeds per arm, {len(test)} test prompts x "
                                    f"{n_samples} images, {total:.0f} s in all.\n")
-    print("\n" + table + f"\n\n{root}  ({total:.0f} s)")
+    logger.info("\n" + table + f"\n\n{root}  ({total:.0f} s)")
     return results

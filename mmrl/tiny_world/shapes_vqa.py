@@ -1,6 +1,6 @@
 """`shapes_vqa`: visual questions about shapes-world scenes, for the tiny vision-language model (family `vlm`).
 
-A row is a rendered scene (`mmrl.data.shapes`: 1-4 shapes on the 12 x 12 cell grid, random shapes, colours and
+A row is a rendered scene (`mmrl.tiny_world.shapes`: 1-4 shapes on the 12 x 12 cell grid, random shapes, colours and
 places, `CELL_PX` pixels per cell, so one 4-pixel vision patch of the tiny Qwen2.5-VL is one cell), one question
 and its one-word answer, computed from the scene's objects:
 
@@ -32,8 +32,8 @@ from functools import lru_cache
 import numpy as np
 
 from mmrl.algorithms.registry import REWARDS
-from mmrl.data.shapes import CLASSIC_COLORS as COLORS, CLASSIC_SHAPES as SHAPE_NAMES  # its original vocabulary
-from mmrl.data.shapes import GAP, GRID, PATTERN, Scene, SceneObject
+from mmrl.tiny_world.shapes import CLASSIC_COLORS as COLORS, CLASSIC_SHAPES as SHAPE_NAMES  # its original vocabulary
+from mmrl.tiny_world.shapes import GAP, GRID, PATTERN, Scene, SceneObject
 from mmrl.data.tasks import TASKS, Task
 from mmrl.rewards.completions import completion_text
 

@@ -1,7 +1,7 @@
-"""The `tiny-world:NAME` model source (`mmrl.registry.MODEL_SOURCES`), added by `mmrl.tiny_world.register()`."""
+"""The `tiny-world:NAME` model source (`mmrl.core.registry.MODEL_SOURCES`), added by `mmrl.tiny_world.register()`."""
 from __future__ import annotations
 
-from mmrl.registry import MODEL_SOURCES
+from mmrl.core.registry import MODEL_SOURCES
 from mmrl.tiny_world.models import load_base_policy, model_dir, spec_for
 
 _BUILD_MISSING = {"on": False}

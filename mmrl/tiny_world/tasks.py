@@ -22,7 +22,7 @@ import itertools
 import random
 from functools import lru_cache
 
-from mmrl.registry import REWARDS
+from mmrl.core.registry import REWARDS
 from mmrl.data.tasks import TASKS, Task, d1_countdown_test, d1_sudoku_test
 from mmrl.rewards.completions import completion_text
 from mmrl.rewards.countdown import countdown_correct, countdown_score
@@ -326,7 +326,7 @@ def shapes_split_prompts(split: str, units: set, rng: random.Random, cap: int | 
     prompt per held composition for two_object, counting and colors, one random layout (written in a random one of
     its two mirrored wordings) per shape pair for position, and colour-attribution prompts over pairs of the split's
     pairings; held-out splits keep at most `cap` prompts per task (None: all)."""
-    from mmrl.data.shapes import SHAPE_NAMES
+    from mmrl.tiny_world.shapes import SHAPE_NAMES
 
     pairs = sorted((tuple(sorted(u[1])) for u in units if u[0] == "pair"))
     counts = sorted((u[1], u[2]) for u in units if u[0] == "count")
@@ -362,7 +362,7 @@ def shapes_split_prompts(split: str, units: set, rng: random.Random, cap: int | 
 @lru_cache(maxsize=2)
 def _shapes(dataset_path: str | None, seed: int) -> Task:
     """GenEval prompts over the shapes world split by held-out composition (`mmrl.tiny_world.shapes_split`)."""
-    from mmrl.data.shapes import COLORS, SHAPE_NAMES
+    from mmrl.tiny_world.shapes import COLORS, SHAPE_NAMES
     from mmrl.geneval.prompts import parse_prompt
     from mmrl.tiny_world.shapes_split import composition_split
 

@@ -99,7 +99,7 @@ def per_type_accuracy(rows: Sequence[dict], scores: Sequence[float]) -> dict[str
 
 def vqa_accuracy(policy, rows: Sequence[dict], *, batch_size: int = 128) -> dict[str, float]:
     """Greedy held-out accuracy of `policy` on `rows`, per question type and overall."""
-    from mmrl.evaluate import evaluate
+    from mmrl.training.evaluate import evaluate
 
     res = evaluate(policy, rows, "shapes_vqa", batch_size=batch_size, progress=False, **EVAL_GENERATION)
     return per_type_accuracy(rows, res.scores)
@@ -128,13 +128,13 @@ def pass_at_k(policy, rows: Sequence[dict], k: int = PASS_K, *, seed: int = 0, b
 def run_gcpo_vs_grpo_vqa(out: str | Path = "runs/replicate", seeds: int = 3, smoke: bool = False, steps: int | None = None,
                          progress: bool = True) -> dict[str, Any]:
     """Run both arms over `seeds`; returns the results dict also written to `<out>/gcpo-vs-grpo-vqa/results.json`."""
-    from mmrl.config import load_config
+    from mmrl.config.train_config import load_config
     from mmrl.data.tasks import load_task
-    from mmrl.metrics_log import read_metrics
+    from mmrl.reporting.metrics_log import read_metrics
     from mmrl.tiny_world.models import ensure_built, load_base_policy
     from mmrl.tiny_world.report import curve, fmt, markdown_table, mean_std, plot_curves
     from mmrl.tiny_world.shapes_vqa import QUESTION_TYPES
-    from mmrl.trainer import Trainer
+    from mmrl.training.trainer import Trainer
 
     if not isinstance(seeds, int) or seeds < 1:
         raise ValueError(f"seeds must be an integer >= 1, got {seeds!r}")

@@ -9,7 +9,7 @@ import sys
 import torch
 
 from mmrl.data.tasks import load_task
-from mmrl.evaluate import d1_generation, evaluate
+from mmrl.training.evaluate import d1_generation, evaluate
 from mmrl.models import adapter_class
 from mmrl.tiny_world import register
 from mmrl.tiny_world.models import load_base_policy, spec_for

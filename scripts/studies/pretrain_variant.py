@@ -7,7 +7,7 @@ torch.set_num_threads(int(os.environ.get("THREADS", "1")))
 from mmrl.tiny_world.models import TINY_MODELS, pretrain
 from mmrl.data.tasks import load_task
 from mmrl.tiny_world import register as register_tiny_world
-from mmrl.evaluate import evaluate, d1_generation
+from mmrl.training.evaluate import evaluate, d1_generation
 
 register_tiny_world()  # the tiny world's tasks and rewards (the engine does not import it)
 save, steps, lo, hi = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])

@@ -12,14 +12,14 @@ import time
 
 import torch
 
-from mmrl.config import load_config
+from mmrl.config.train_config import load_config
 from mmrl.data.tasks import load_task
-from mmrl.metrics_log import read_metrics
+from mmrl.reporting.metrics_log import read_metrics
 from mmrl.models import adapter_class
 from mmrl.tiny_world import register
 from mmrl.tiny_world.models import load_base_policy
 from mmrl.tiny_world.reasoning_rl import held_out
-from mmrl.trainer import Trainer
+from mmrl.training.trainer import Trainer
 
 register()
 out = sys.argv[1]

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import torch
 
-from mmrl.config import load_config
+from mmrl.config.train_config import load_config
 from mmrl.data.tasks import load_task
 from mmrl.tiny_world import register as register_tiny_world
-from mmrl.metrics_log import read_metrics
+from mmrl.reporting.metrics_log import read_metrics
 from mmrl.models import adapter_class
 from mmrl.tiny_world.models import load_base_policy
-from mmrl.trainer import Trainer
+from mmrl.training.trainer import Trainer
 
 register_tiny_world()  # the tiny world's tasks and rewards (the engine does not import it)
 

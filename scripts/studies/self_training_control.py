@@ -9,10 +9,10 @@ import sys
 
 import torch
 
-from mmrl.registry import REWARDS
+from mmrl.core.registry import REWARDS
 from mmrl.data.tasks import load_task
 from mmrl.tiny_world import register as register_tiny_world
-from mmrl.evaluate import d1_generation, evaluate
+from mmrl.training.evaluate import d1_generation, evaluate
 from mmrl.models import adapter_class
 from mmrl.tiny_world.pretrain import masked_sft_loss
 

@@ -8,7 +8,7 @@ torch.set_num_threads(1)
 from mmrl.models import adapter_class
 from mmrl.data.tasks import load_task
 from mmrl.tiny_world import register as register_tiny_world
-from mmrl.evaluate import evaluate, d1_generation
+from mmrl.training.evaluate import evaluate, d1_generation
 from mmrl.tiny_world.pretrain import masked_diffusion_sft
 
 register_tiny_world()  # the tiny world's tasks and rewards (the engine does not import it)

@@ -19,7 +19,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ.setdefault("MKL_CBWR", "AUTO,STRICT")  # bitwise-repeatable MKL results (see run_tiny_training.py)
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/ (the fixtures)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # tests/helpers/ (the fixtures)
 
 import torch  # noqa: E402
 
@@ -28,9 +28,9 @@ torch.set_num_threads(1)  # before any parallel region: a forked child must not 
 import accelerate  # noqa: E402,F401
 import transformers  # noqa: E402
 
-from mmrl.config import load_config  # noqa: E402
+from mmrl.config.train_config import load_config  # noqa: E402
 from mmrl.models import adapter_class  # noqa: E402
-from mmrl.trainer import Trainer  # noqa: E402
+from mmrl.training.trainer import Trainer  # noqa: E402
 from tiny_world_fixtures import dataset_for, reward_for  # noqa: E402
 
 # resolve transformers' lazy modules in the parent so that children do not import them again

@@ -10,13 +10,13 @@ import sys
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ["HF_HUB_OFFLINE"] = "1"
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/ (the fixtures)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # tests/helpers/ (the fixtures)
 
 import torch  # noqa: E402
 
-from mmrl.config import load_config  # noqa: E402
+from mmrl.config.train_config import load_config  # noqa: E402
 from mmrl.models import adapter_class  # noqa: E402
-from mmrl.trainer import Trainer, TrainingError  # noqa: E402
+from mmrl.training.trainer import Trainer, TrainingError  # noqa: E402
 from tiny_world_fixtures import dataset_for, vowel_reward  # noqa: E402
 
 

@@ -11,13 +11,13 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 # MKL's results may depend on memory alignment, which differs between a fresh and a resumed process; strict
 # conditional numerical reproducibility makes them bitwise repeatable (Intel MKL developer guide, "CNR")
 os.environ.setdefault("MKL_CBWR", "AUTO,STRICT")
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/ (the fixtures)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # tests/helpers/ (the fixtures)
 
 import torch  # noqa: E402
 
-from mmrl.config import load_config  # noqa: E402
+from mmrl.config.train_config import load_config  # noqa: E402
 from mmrl.models import adapter_class  # noqa: E402
-from mmrl.trainer import Trainer  # noqa: E402
+from mmrl.training.trainer import Trainer  # noqa: E402
 from tiny_world_fixtures import dataset_for, reward_for  # noqa: E402
 
 

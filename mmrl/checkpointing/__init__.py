@@ -1,0 +1,1 @@
+"""Checkpoints: atomic writes, manifests, sharded saves, resuming a run, the run lock."""

@@ -1,0 +1,70 @@
+"""The trainer's side of checkpoints: what goes into a checkpoint's `model/` folder, and resuming the newest intact
+checkpoint of a run (`mmrl/checkpointing/checkpoint.py` holds the atomic writes, manifests and verification)."""
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+from typing import Callable
+
+from mmrl.checkpointing.checkpoint import checkpoint_dir, list_checkpoints, quarantine, remove_stale, resume_newest_intact
+from mmrl.models.base import is_peft_model
+from mmrl.checkpointing.sharded_save import write_full_weights
+
+
+def save_model_dir(policy, path: Path, base_model: str | None, full_state: dict | None) -> None:
+    """The full model through the adapter's `save_pretrained`; with LoRA only the adapter weights (peft format,
+    load with `peft.PeftModel.from_pretrained(base, path)`) plus `mmrl_adapter.json` naming the base model; in a
+    sharded run (FSDP / ZeRO-3) the gathered `full_state` replaces the shard's weights."""
+    if is_peft_model(policy.model):
+        policy.unwrapped.save_pretrained(path)
+        meta = {"family": policy.family, "peft_adapter": True, "base_model": base_model,
+                "generation_defaults": getattr(policy, "generation_defaults", {})}
+        (path / "mmrl_adapter.json").write_text(json.dumps(meta, indent=2, default=str))
+    else:
+        policy.save_pretrained(path)
+    if full_state is not None:
+        write_full_weights(path, full_state)
+
+
+def resume_run(run_dir: Path, resume_from: str | None, restore: Callable, accelerator, is_main: bool) -> bool:
+    """Restore (`restore(path, checkpoint)`) the newest intact checkpoint of `resume_from` ("auto": the run's own);
+    damaged ones are named, moved aside and skipped (`resume_newest_intact`). False when there is nothing to resume."""
+    if not resume_from:
+        return False
+    candidates = list_checkpoints(run_dir) if resume_from == "auto" else [Path(resume_from)]
+    if not candidates:
+        return False  # nothing to resume: a fresh run
+    _, damaged = resume_newest_intact(candidates, restore, warn=lambda m: warnings.warn(m, RuntimeWarning, stacklevel=4))
+    accelerator.wait_for_everyone()
+    if is_main:
+        for bad in damaged:
+            if bad.parent == checkpoint_dir(run_dir):
+                warnings.warn(f"damaged checkpoint {bad.name} moved aside to {quarantine(bad).name}", RuntimeWarning, stacklevel=3)
+        remove_stale(run_dir)
+    accelerator.wait_for_everyone()
+    return True
+
+
+def restore_trainer_state(trainer, path: Path, ck: dict) -> None:
+    """Put a loaded checkpoint `ck` (`mmrl.checkpointing.checkpoint.load_checkpoint`) back into `trainer`: the settings that win on
+    resume (`apply_resume_settings`), weights, optimizer, scheduler, RNG, counters, the prompt stream's position and
+    the rollout buffer."""
+    import torch
+
+    from mmrl.training.buffer import Buffer
+    from mmrl.checkpointing.checkpoint import load_model_weights
+    from mmrl.checkpointing.resume_settings import apply_resume_settings
+
+    st = ck["state"]
+    trainer.cfg = apply_resume_settings(trainer.cfg, st.get("config") or {}, path)
+    load_model_weights(trainer.policy.unwrapped, path / "model")
+    trainer.optimizer.load_state_dict(ck["optimizer"])
+    trainer.scheduler.load_state_dict(ck["scheduler"])
+    torch.set_rng_state(ck["rng"])
+    trainer.step, trainer.rollout_index = int(st["step"]), int(st["rollout_index"])
+    trainer.nonfinite_in_a_row, trainer.num_tokens = int(st.get("nonfinite_in_a_row", 0)), int(st.get("num_tokens", 0))
+    trainer.stream.position = int(st["positions"][0])
+    trainer.buffer = Buffer.from_state(ck["buffer"]) if ck["buffer"] is not None else None
+    if trainer.buffer is not None:
+        trainer.buffer.rollout = trainer.buffer.rollout.to(trainer.accelerator.device)

@@ -1,0 +1,165 @@
+"""From a `TrainConfig` to a ready policy adapter: load or build the model, the reference, LoRA, and the options
+the trainer passes to `sample` and `logprob`."""
+from __future__ import annotations
+
+import copy
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from mmrl.config.train_config import TrainConfig
+
+
+def needs_reference(cfg: TrainConfig) -> bool:
+    """Whether the method needs a frozen reference model (KL term, DGPO's deviation, DMPO's target, the entropy
+    reward's reference entropies)."""
+    from mmrl.methods import method_class
+
+    return method_class(cfg.method).needs_reference(cfg) or cfg.gcpo_entropy_reward > 0  # the entropy reward's H_ref
+
+
+def wants_reference(cfg: TrainConfig, policy) -> bool:
+    """Whether `policy` should get a frozen copy of itself as its reference: it has none and the method needs one,
+    or the diagnostics' KL to the base asks for one (`mmrl.core.diagnostics.wants_diagnostic_reference`). Never with
+    LoRA: the reference is the adapter-disabled base."""
+    from mmrl.core.diagnostics import wants_diagnostic_reference
+
+    return not cfg.use_peft and not policy.has_reference and (needs_reference(cfg) or wants_diagnostic_reference(cfg, policy))
+
+
+def generation_options(cfg: TrainConfig) -> dict[str, Any]:
+    """The `sample()` options of the configured family (the adapter's `generation_options`), then the config's
+    `generation_kwargs`."""
+    from mmrl.models import adapter_class
+
+    opts = adapter_class(cfg.family).generation_options(cfg)
+    if cfg.chat_template_kwargs:
+        opts["chat_template_kwargs"] = dict(cfg.chat_template_kwargs)
+    opts.update(cfg.generation_kwargs)
+    return opts
+
+
+def estimator_options(cfg: TrainConfig, mask_seed: int, *, kind: str | None = None) -> dict[str, Any]:
+    """`logprob()` options of the configured family (the adapter's `estimator_options`)."""
+    from mmrl.models import adapter_class
+
+    return adapter_class(cfg.family).estimator_options(cfg, mask_seed, kind=kind)
+
+
+def model_source(src: str):
+    """The registered loader of a `PREFIX:NAME` model (`mmrl.core.registry.MODEL_SOURCES`), or None for a directory.
+
+    A `PREFIX:NAME` that is neither a registered source nor an existing path raises, naming the sources."""
+    import re
+
+    from mmrl.core.registry import MODEL_SOURCES
+
+    prefix, sep, _ = src.partition(":")
+    if not sep:
+        return None
+    if prefix in MODEL_SOURCES:
+        return MODEL_SOURCES[prefix]
+    if re.fullmatch(r"[a-z][a-z0-9_-]+", prefix) and not os.path.exists(src):
+        MODEL_SOURCES[prefix]  # raises: unknown model source, with the registered ones and where more come from
+    return None
+
+
+class ModelSourceError(FileNotFoundError):
+    """A model directory that does not exist (or is no model directory); the message names the path."""
+
+
+def check_model_source(cfg: TrainConfig) -> None:
+    """The model (and reference) directories exist and hold a config, checked before anything loads: models are
+    never downloaded at run time, so anything but `tiny`, `tiny-world:NAME` or a local directory is an error."""
+    for key in ("model_name_or_path", "ref_model_name_or_path"):
+        src = getattr(cfg, key)
+        if src is None or src == "tiny" or str(src).startswith("tiny-world:"):
+            continue
+        path = Path(src).expanduser()
+        if not path.is_dir():
+            raise ModelSourceError(f"{key}={src!r}: no such model directory (models are never downloaded at run time; "
+                                   "download it once, e.g. `huggingface-cli download`, and pass its local path)")
+        if not any((path / f).is_file() for f in ("config.json", "adapter_config.json", "mmrl_adapter.json", "model_index.json")):
+            raise ModelSourceError(f"{key}={src!r}: the directory holds no config.json (nor a diffusers model_index.json), so it "
+                                   "is not a saved model")
+
+
+def build_policy(cfg: TrainConfig, device: torch.device | str | None = None):
+    """The configured adapter, with a reference model when the method needs one and LoRA when asked."""
+    from mmrl.models import adapter_class
+
+    cls = adapter_class(cfg.family)
+    want_ref = needs_reference(cfg) and not cfg.use_peft
+    gen = generation_options(cfg)
+    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[cfg.torch_dtype]
+    src = cfg.model_name_or_path
+    source = model_source(src)
+    if src == "tiny":
+        policy = cls.tiny(seed=cfg.seed)
+    elif source is not None:
+        policy = source(src.split(":", 1)[1], family=cfg.family)
+    else:
+        policy = cls.from_pretrained(src, trust_remote_code=cfg.trust_remote_code, dtype=dtype, device=device,
+                                     ref_model=(cfg.ref_model_name_or_path or True) if want_ref else False)
+    set_generation_defaults(policy, gen)
+    if (want_ref and policy.ref_model is None) or wants_reference(cfg, policy):
+        if cfg.ref_model_name_or_path:
+            ref = cls.from_pretrained(cfg.ref_model_name_or_path, trust_remote_code=cfg.trust_remote_code, dtype=dtype).model
+        else:
+            ref = copy.deepcopy(policy.unwrapped)
+        ref.requires_grad_(False)
+        ref.eval()
+        policy.ref_model = ref
+    if cfg.attn_implementation is not None:
+        set_attention(policy, cfg.attn_implementation)
+    if src == "tiny" or source is not None:
+        policy.model.to(dtype)
+        if policy.ref_model is not None:
+            policy.ref_model.to(dtype)
+    if device is not None:
+        policy.model.to(device)
+        if policy.ref_model is not None:
+            policy.ref_model.to(device)
+    policy.model.eval()  # dropout off: the importance ratio must be exactly 1 at the first inner step
+    return policy
+
+
+class AttentionError(ValueError):
+    """The model cannot switch to the configured `attn_implementation` (kernel not installed, or unsupported)."""
+
+
+def set_attention(policy, name: str) -> None:
+    """transformers' `set_attn_implementation(name)` on the policy and the reference (TRL passes
+    `attn_implementation` to `from_pretrained`; switching after loading is the same setting)."""
+    for role, model in (("model", policy.model), ("reference", policy.ref_model)):
+        if model is None:
+            continue
+        if not hasattr(model, "set_attn_implementation"):
+            raise AttentionError(f"attn_implementation={name!r}: the {role} ({type(model).__name__}) is no transformers model "
+                                 "with an attention switch; leave attn_implementation null")
+        try:
+            model.set_attn_implementation(name)
+        except (ImportError, ValueError) as e:
+            first = str(e).splitlines()[0] if str(e) else type(e).__name__
+            raise AttentionError(f"attn_implementation={name!r} cannot be used with {type(model).__name__}: {first}") from None
+
+
+def set_generation_defaults(policy, gen: dict[str, Any]) -> None:
+    """Merge the config's sampling options into the adapter's defaults, keeping only options it knows."""
+    known = getattr(policy, "generation_defaults", {})
+    policy.generation_defaults = {**known, **{k: v for k, v in gen.items() if k in known}}
+
+
+def apply_lora(model: torch.nn.Module, cfg: TrainConfig) -> torch.nn.Module:
+    """Wrap `model` with LoRA adapters (peft); the reference is then the adapter-disabled base (what d1 and DMPO do).
+
+    Only the adapters train; with `lora_dropout = 0` (the default) the importance ratio stays exactly 1 at the first
+    inner step."""
+    try:
+        from peft import LoraConfig, get_peft_model
+    except ImportError as e:  # pragma: no cover - peft is in the lora / test extras
+        raise ImportError("use_peft=true needs peft: pip install 'mmrl[lora]'") from e
+    lcfg = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout, target_modules=cfg.lora_target_modules)
+    return get_peft_model(model, lcfg)

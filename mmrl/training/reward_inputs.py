@@ -1,0 +1,42 @@
+"""The arguments reward functions receive, exactly as TRL's `GRPOTrainer._calculate_rewards` passes them.
+
+    reward_fn(prompts=..., completions=..., completion_ids=..., trainer_state=..., <every dataset column>=...,
+              log_metric=..., log_extra=...)
+
+- `prompts`: as in the dataset (strings or chat messages), repeated G times;
+- `completions`: in the prompt's format: strings for plain prompts, `[{"role": "assistant", "content": text}]` for
+  conversational ones (TRL's format, so the common `completion[0]["content"]` works), PIL images for image models;
+- `completion_ids`: the response token ids through the first EOS, one list per completion;
+- `trainer_state`: a `transformers.TrainerState` with `global_step`, `max_steps`, `epoch`, `num_train_epochs`
+  (curriculum rewards read it);
+- every dataset column but `prompt`, one value per completion.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from mmrl.core.protocol import Rollout
+from mmrl.rewards.completions import in_prompt_format
+
+
+def make_trainer_state(step: int, max_steps: int, epoch: float, num_train_epochs: float | None = None):
+    """A `transformers.TrainerState` describing the step being collected for (TRL passes `self.state`)."""
+    from transformers import TrainerState
+
+    return TrainerState(global_step=int(step), max_steps=int(max_steps), epoch=float(epoch),
+                        num_train_epochs=int(num_train_epochs) if num_train_epochs is not None else 0)
+
+
+def completion_ids(rollout: Rollout) -> list[list[int]]:
+    """[N] the valid response token ids of each completion (TRL's `completion_ids`)."""
+    return [ids[m].tolist() for ids, m in zip(rollout.response_ids.cpu(), rollout.response_mask.cpu())]
+
+
+def reward_arguments(rollout: Rollout, rows: Sequence[dict], group_size: int, *, trainer_state: Any = None) -> tuple[list, list, dict]:
+    """(prompts, completions, keyword columns) for `RewardSet(prompts, completions, **columns)`; `rows` are the B
+    dataset rows the rollout answers, each repeated `group_size` times."""
+    columns = {k: [row.get(k) for row in rows for _ in range(group_size)] for k in rows[0] if k != "prompt"}
+    columns["completion_ids"] = completion_ids(rollout)
+    if trainer_state is not None:
+        columns["trainer_state"] = trainer_state
+    return list(rollout.prompts), in_prompt_format(rollout.prompts, rollout.completions), columns

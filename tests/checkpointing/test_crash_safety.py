@@ -1,0 +1,235 @@
+"""Crash safety: training processes SIGKILLed at random points (named fault points during the rollout, inside the
+optimizer step, between checkpoint files, during checkpoint rotation, and timers at random times) always leave a
+loadable latest checkpoint that lost at most the steps since it; resuming (and being killed again) ends with the
+same metrics, weights and optimizer state, bitwise, as an uninterrupted run.
+
+The jobs run in forked children of `tests/helpers/crash_runner.py` (one interpreter start for all of them). The kill plan is
+random; its seed is printed in every failure message and can be replayed with `MMRL_CRASH_SEED=<seed>`.
+"""
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from mmrl.checkpointing.checkpoint import latest_checkpoint, list_checkpoints, load_checkpoint, load_model_weights
+from mmrl.reporting.metrics_log import read_metrics
+from mmrl.models import adapter_class
+
+HERE = Path(__file__).resolve().parents[1]  # tests/
+MAX_STEPS = 6
+BASE = dict(method="grpo", family="causal_lm", max_steps=MAX_STEPS, num_generations=4, per_device_train_batch_size=4,
+            gradient_accumulation_steps=2, learning_rate=1e-2, max_completion_length=8, num_iterations=2, save_steps=1,
+            save_total_limit=2, progress_bar=False, dynamic_sampling=False, lr_scheduler_type="linear", seed=3,
+            report_to=["jsonl"])
+ROLLOUT_STEPS = [k for k in range(1, MAX_STEPS + 1) if (k - 1) % BASE["num_iterations"] == 0]  # steps that sample
+# where the latest checkpoint must be after a kill at <point>:K: K - 1 before checkpoint K is in place, K after
+CHECKPOINT_AFTER_KILL = {"during_rollout": -1, "in_optimizer_step": -1, "checkpoint/model": -1, "checkpoint/optimizer": -1,
+                         "checkpoint/state": -1, "checkpoint/renamed": 0, "checkpoint/rotating": 0, "after_step": 0}
+
+
+class Runner:
+    def __init__(self, log: Path):
+        self.err = open(log, "w")
+        env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE"}
+        self.proc = subprocess.Popen([sys.executable, str(HERE / "helpers" / "crash_runner.py")], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=self.err, text=True, env=env)
+        assert json.loads(self.proc.stdout.readline()) == {"ready": True}
+
+    def job(self, values: dict, kill_at: str | None = None, kill_after: float | None = None) -> dict:
+        env = {"MMRL_KILL_AT": kill_at} if kill_at else {}
+        self.proc.stdin.write(json.dumps({"values": values, "env": env, "kill_after": kill_after}) + "\n")
+        self.proc.stdin.flush()
+        return json.loads(self.proc.stdout.readline())
+
+    def close(self):
+        self.proc.stdin.close()
+        self.proc.wait(timeout=60)
+        self.err.close()
+
+
+def ckpt_step(path: Path | None) -> int:
+    return 0 if path is None else load_checkpoint(path)["state"]["step"]
+
+
+def assert_loadable(path: Path, why: str) -> None:
+    """Every file of the checkpoint reads back, and its weights fit a fresh model of the same architecture."""
+    ck = load_checkpoint(path)
+    assert path.name == f"checkpoint-{ck['state']['step']:06d}", why
+    assert ck["optimizer"]["state"] and ck["scheduler"] and ck["rng"] is not None and ck["buffer"] is not None, why
+    load_model_weights(adapter_class("causal_lm").tiny(seed=1).model, path / "model")
+
+
+def final_state(run: Path) -> tuple[dict, dict]:
+    ck = latest_checkpoint(run)
+    weights = {}
+    for f in sorted((ck / "model").glob("*.safetensors")):
+        weights.update(load_file(f))
+    return weights, load_checkpoint(ck)["optimizer"]
+
+
+def comparable(records: list[dict]) -> dict[int, dict]:
+    """Per step, every metric except timings and memory (which differ between runs by nature)."""
+    return {r["step"]: {k: v for k, v in r.items() if not k.startswith("perf/")} for r in records}
+
+
+def kill_plan(rng: random.Random, n: int) -> list[list[str]]:
+    """n trials, each a list of 1-2 kills: named points at random steps or 'timer'; every kind of kill occurs."""
+    kinds = ["during_rollout", "in_optimizer_step", "checkpoint", "rotating", "after_step", "timer", "timer"]
+    kinds += [rng.choice(kinds) for _ in range(n - len(kinds))]
+    rng.shuffle(kinds)
+    return [[k] + ([rng.choice(["timer", "in_optimizer_step", "checkpoint"])] if rng.random() < 0.4 else []) for k in kinds]
+
+
+def named_point(kind: str, done: int, rng: random.Random) -> str | None:
+    """A fault point `point:K` that this run will reach (K after the step it resumes from), or None if none is left."""
+    later = range(done + 1, MAX_STEPS + 1)
+    if kind == "during_rollout":
+        steps, point = [k for k in ROLLOUT_STEPS if k > done], kind
+    elif kind == "checkpoint":
+        steps, point = list(later), rng.choice(["checkpoint/model", "checkpoint/optimizer", "checkpoint/state", "checkpoint/renamed"])
+    elif kind == "rotating":  # rotation starts once save_total_limit checkpoints exist
+        steps, point = [k for k in later if k > BASE["save_total_limit"]], "checkpoint/rotating"
+    else:
+        steps, point = [k for k in later if k < MAX_STEPS], kind
+    return f"{point}:{rng.choice(steps)}" if steps else None
+
+
+def test_random_sigkills_never_lose_a_checkpoint_and_resume_exactly(tmp_path):
+    seed = int(os.environ.get("MMRL_CRASH_SEED", random.SystemRandom().randrange(2**32)))
+    rng = random.Random(seed)
+    runner = Runner(tmp_path / "jobs.log")
+    try:
+        ref_dir = tmp_path / "reference"
+        ref = runner.job({**BASE, "output_dir": str(ref_dir)})
+        assert ref["rc"] == 0, (tmp_path / "jobs.log").read_text()[-3000:]
+        ref_metrics = comparable(read_metrics(ref_dir))
+        assert sorted(ref_metrics) == list(range(1, MAX_STEPS + 1))
+        ref_weights, ref_optim = final_state(ref_dir)
+        kills, log = 0, []
+        for trial, plan in enumerate(kill_plan(rng, 10)):
+            run = tmp_path / f"trial{trial}"
+            values = {**BASE, "output_dir": str(run)}
+            for kind in plan:
+                done = ckpt_step(latest_checkpoint(run))
+                if kind == "timer":
+                    kill_at, delay = None, rng.uniform(0.1, 1.0) * ref["wall"]
+                else:
+                    kill_at, delay = named_point(kind, done, rng), None
+                    if kill_at is None:
+                        continue
+                out = runner.job({**values, **({"resume_from": "auto"} if done else {})}, kill_at=kill_at, kill_after=delay)
+                what = f"seed {seed}, trial {trial}, kill {kill_at or f'timer {delay:.3f}s'} (resumed from step {done})"
+                log.append(f"{what}: rc {out['rc']}")
+                if out["rc"] == 0:  # a timer that fired after the run ended
+                    assert kill_at is None, what
+                    break
+                assert out["rc"] == -9, (what, (tmp_path / "jobs.log").read_text()[-3000:])
+                kills += 1
+                latest = latest_checkpoint(run)
+                after = ckpt_step(latest)
+                if kill_at is not None:
+                    point, k = kill_at.rsplit(":", 1)
+                    assert after == int(k) + CHECKPOINT_AFTER_KILL[point], (what, after)
+                else:  # at most the step in progress is lost: the checkpoint is the last or second-to-last logged step
+                    logged = max([r["step"] for r in read_metrics(run)], default=0)
+                    assert after in (logged, max(0, logged - 1)) and after >= done, (what, after, logged)
+                if latest is not None:
+                    assert_loadable(latest, what)
+                    assert all(p.name.startswith("checkpoint-") for p in list_checkpoints(run)), what
+            else:
+                out = runner.job({**values, "resume_from": "auto"})
+                assert out["rc"] == 0, (seed, trial, (tmp_path / "jobs.log").read_text()[-3000:])
+            # the interrupted run ends exactly where the uninterrupted one does
+            assert comparable(read_metrics(run)) == ref_metrics, (seed, trial, log)
+            weights, optim = final_state(run)
+            assert weights.keys() == ref_weights.keys()
+            for name in weights:
+                assert torch.equal(weights[name], ref_weights[name]), (seed, trial, name)
+            for pid, st in ref_optim["state"].items():
+                for key, tensor in st.items():
+                    assert torch.equal(optim["state"][pid][key], tensor), (seed, trial, pid, key)
+            leftovers = [p.name for p in (run / "checkpoints").iterdir() if not p.name.startswith("checkpoint-")]
+            assert not leftovers, (seed, trial, leftovers)  # temporary and trash directories are cleaned up
+        assert kills >= 10, (seed, kills, log)
+    finally:
+        runner.close()
+
+
+def test_partial_metric_line_from_a_kill_is_dropped_on_resume(tmp_path):
+    from mmrl.reporting.metrics_log import MetricLogger
+
+    lines = [json.dumps({"step": s, "loss": 0.1 * s}) for s in (1, 2, 3)]
+    (tmp_path / "metrics.jsonl").write_text("\n".join(lines) + '\n{"step": 4, "lo')  # killed mid-write
+    assert [r["step"] for r in read_metrics(tmp_path)] == [1, 2, 3]
+    MetricLogger(tmp_path, ["jsonl"], resume_step=2).log(3, {"loss": 9.0})
+    assert read_metrics(tmp_path) == [{"step": 1, "loss": 0.1}, {"step": 2, "loss": 0.2}, {"step": 3, "loss": 9.0}]
+
+
+def test_a_resave_killed_between_its_two_renames_keeps_the_step(tmp_path):
+    """`save_checkpoint` of a step that exists moves the old copy aside, then renames the new one in: a kill in
+    between leaves only `.old-checkpoint-<step>-<pid>`, which stands in for that step until it is superseded."""
+    from mmrl.checkpointing.checkpoint import save_checkpoint
+
+    model = torch.nn.Linear(2, 2)
+    opt = torch.optim.AdamW(model.parameters())
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
+
+    def save(step, keep=1):
+        return save_checkpoint(tmp_path, step, save_model=lambda p: p.mkdir(), optimizer=opt, scheduler=sched, buffer=None,
+                               state={"step": step}, keep=keep)
+
+    save(1)
+    ck = save(2)
+    ck.rename(ck.parent / ".old-checkpoint-000002-4242")  # the state a kill between the renames leaves
+    assert [p.name for p in list_checkpoints(tmp_path)] == [".old-checkpoint-000002-4242"]
+    assert load_checkpoint(latest_checkpoint(tmp_path))["state"]["step"] == 2
+    save(2)  # the resumed run saves step 2 again: the stand-in is superseded and removed
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["checkpoint-000002"]
+    save(3)
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["checkpoint-000003"]
+
+
+def test_fresh_run_refuses_a_directory_with_checkpoints(tmp_path):
+    """Starting over in a run directory without resume_from would rotate out the new run's checkpoints (their step
+    numbers are older) and reset the metric log: it fails before any model is loaded."""
+    from mmrl.config.train_config import load_config
+    from mmrl.training.trainer import Trainer, TrainingError
+
+    (tmp_path / "checkpoints" / "checkpoint-000007").mkdir(parents=True)
+    (tmp_path / "checkpoints" / "checkpoint-000007" / "trainer_state.json").write_text("{}")
+    cfg = load_config(None, {**BASE, "output_dir": str(tmp_path), "model_name_or_path": str(tmp_path / "missing-model")})
+    with pytest.raises(TrainingError, match=r"already holds checkpoints of a run \(latest: checkpoint-000007\); resume it with resume_from=auto"):
+        Trainer(cfg, dataset=[{"prompt": "a"}], reward_funcs=[lambda prompts, completions, **kw: [0.0] * len(completions)])
+
+
+def test_disk_full_while_writing_a_checkpoint_keeps_the_previous_one(tmp_path):
+    import errno
+
+    from mmrl.checkpointing.checkpoint import remove_stale, save_checkpoint
+
+    model = torch.nn.Linear(2, 2)
+    opt = torch.optim.AdamW(model.parameters())
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
+
+    def save(step, save_model):
+        return save_checkpoint(tmp_path, step, save_model=save_model, optimizer=opt, scheduler=sched, buffer=None,
+                               state={"step": step}, keep=2)
+
+    def full_disk(path):
+        path.mkdir()
+        (path / "model.safetensors").write_bytes(b"partial")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    save(1, lambda p: p.mkdir())
+    with pytest.raises(OSError, match="No space left on device"):
+        save(2, full_disk)
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["checkpoint-000001"]
+    assert load_checkpoint(latest_checkpoint(tmp_path))["state"]["step"] == 1
+    remove_stale(tmp_path)  # what a resume does: the partial directory goes
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["checkpoint-000001"]

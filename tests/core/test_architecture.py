@@ -1,0 +1,243 @@
+"""The layering of docs/design.md holds: no import circles, the engine does not import the tiny world, the trainer
+knows no method by name, and every repository path the code cites exists."""
+import ast
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = {"mmrl": ROOT / "mmrl", "mmrl.models": ROOT / "models", "mmrl.rewards": ROOT / "rewards"}
+"""Import name -> folder on disk (pyproject.toml's package-dir)."""
+METHOD_NAMES = ("grpo", "dapo", "dr_grpo", "diffu_grpo", "gcpo", "stage", "dgpo", "dmpo", "gspo")
+
+
+def modules() -> dict[str, Path]:
+    out = {}
+    for pkg, folder in PACKAGES.items():
+        for f in folder.rglob("*.py"):
+            parts = list(f.relative_to(folder).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            out[".".join([pkg, *parts])] = f
+    return out
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the mmrl modules it imports anywhere (module level or inside functions)."""
+    mods = modules()
+    graph = {}
+    for name, f in mods.items():
+        deps = set()
+        for node in ast.walk(ast.parse(f.read_text())):
+            if isinstance(node, ast.Import):
+                deps.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                subs = [f"{node.module}.{a.name}" for a in node.names if f"{node.module}.{a.name}" in mods]
+                deps.update(subs if len(subs) == len(node.names) else [node.module, *subs])
+        graph[name] = {d for d in deps if d in mods and d != name}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index, low, stack, on, out, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_cycle_finder_finds_a_circle():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_no_import_circles():
+    assert cycles(import_graph()) == []
+
+
+def test_the_engine_does_not_import_the_tiny_world():
+    # the mmrl command is the application that registers it (mmrl.tiny_world.register)
+    offenders = {m: sorted(d for d in deps if d.startswith("mmrl.tiny_world"))
+                 for m, deps in import_graph().items() if not m.startswith("mmrl.tiny_world") and not m.startswith("mmrl.cli")}
+    assert {m: d for m, d in offenders.items() if d} == {}
+
+
+def test_tiny_world_is_registered_explicitly(tmp_path):
+    code = """
+import json, sys
+import mmrl.training.trainer, mmrl.data.tasks, mmrl.training.policy_factory, mmrl.training.evaluate
+from mmrl.config.train_config import load_config
+out = {"imported": sorted(m for m in sys.modules if m.startswith("mmrl.tiny_world"))}
+try:
+    mmrl.data.tasks.load_task("sudoku4")
+except ValueError as e:
+    out["task"] = str(e)
+cfg = load_config(None, {"method": "dmpo", "family": "masked_diffusion", "model_name_or_path": "tiny-world:sudoku4"})
+try:
+    mmrl.training.policy_factory.build_policy(cfg)
+except ValueError as e:
+    out["source"] = str(e)
+import mmrl.tiny_world
+mmrl.tiny_world.register()
+out["registered"] = "sudoku4" in mmrl.data.tasks.task_names()
+try:
+    mmrl.training.policy_factory.build_policy(cfg)  # empty cache: an error, not a pre-training run
+except FileNotFoundError as e:
+    out["missing"] = str(e)
+print(json.dumps(out))
+"""
+    env = {**os.environ, "MMRL_CACHE": str(tmp_path / "cache")}
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300, check=True)
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    assert out["imported"] == []
+    assert "unknown task 'sudoku4'" in out["task"] and "mmrl.tiny_world.register()" in out["task"]
+    assert "unknown model source 'tiny-world'" in out["source"] and "mmrl.tiny_world.register()" in out["source"]
+    assert out["registered"] is True
+    assert "not built yet" in out["missing"] and "mmrl pretrain-tiny sudoku4" in out["missing"]
+    assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").rglob("tiny_spec.json"))
+
+
+def test_trainer_knows_no_method_by_name():
+    src = (ROOT / "mmrl" / "training" / "trainer.py").read_text()
+    assert "cfg.method ==" not in src and ".method in (" not in src
+    quoted = [m for m in METHOD_NAMES if re.search(rf"[\"']{m}[\"']", src)]
+    assert quoted == []
+
+
+CITED = re.compile(r"(?<![\w/.])((?:docs|mmrl|models|rewards|tests|scripts|benchmarks|configs)/[\w./-]*\.(?:md|py|yaml|json|sh|txt))\b")
+"""A path inside the repository to a file (metric names such as `rewards/dropped_groups` have no extension)."""
+
+
+NOT_ON_DISK = {"mmrl/models/base.py"}
+"""Paths docs/design.md names to explain the import-path mapping (the installed layout, not the repository's)."""
+
+
+def test_every_cited_repository_path_exists():
+    missing = []
+    docs = [ROOT / "README.md", *ROOT.glob("docs/*.md"), *ROOT.glob("configs/*.yaml")]
+    for f in [*modules().values(), *ROOT.glob("tests/**/*.py"), *ROOT.glob("scripts/**/*.py"), *ROOT.glob("benchmarks/*.py"), *docs]:
+        for path in CITED.findall(f.read_text()):
+            if "/X." in path or path in NOT_ON_DISK:
+                continue
+            if not (ROOT / path).exists():
+                missing.append(f"{f.relative_to(ROOT)}: {path}")
+    assert missing == []
+
+
+BARE_DOC = re.compile(r"(?<![\w/.-])([A-Za-z_][\w-]*\.md)\b")
+"""A document cited by its file name alone (`design.md`, `README.md`): it must be the name of a document of the
+repository."""
+WRITTEN_DOCS = {"table.md"}
+"""Documents the experiment scripts write into their output folders (not repository files)."""
+OUTSIDE = {"DESIGN.md", "ALGORITHMS.md"}
+"""The original design documents, named by the test below that looks for citations of them."""
+
+
+def test_bare_document_names_are_repository_documents():
+    names = {p.name for p in ROOT.rglob("*.md") if ".venv" not in p.parts and ".git" not in p.parts}
+    missing = []
+    docs = [ROOT / "README.md", *ROOT.glob("docs/*.md"), *ROOT.glob("configs/*.yaml")]
+    for f in [*modules().values(), *ROOT.glob("tests/**/*.py"), *ROOT.glob("scripts/**/*.py"), *ROOT.glob("benchmarks/*.py"), *docs]:
+        if f.name == "test_architecture.py":
+            continue  # its own test of the pattern names a missing document
+        for name in BARE_DOC.findall(f.read_text()):
+            if name not in names and name not in WRITTEN_DOCS and name not in OUTSIDE:
+                missing.append(f"{f.relative_to(ROOT)}: {name}")
+    assert missing == []
+
+
+def test_bare_document_pattern_catches_a_missing_one():
+    assert BARE_DOC.findall("(see `adapter_api.md`); docs/design.md") == ["adapter_api.md"]
+
+
+def test_at_most_eight_modules_at_the_top_of_the_package():
+    top = sorted(p.name for p in (ROOT / "mmrl").glob("*.py"))
+    assert len(top) <= 8, top
+
+
+def test_no_citation_of_documents_outside_the_repository():
+    bad = []
+    for f in [*modules().values(), *ROOT.glob("tests/**/*.py"), *ROOT.glob("scripts/**/*.py"), *ROOT.glob("benchmarks/*.py")]:
+        if f.name == "test_architecture.py":
+            continue  # names the documents it looks for
+        text = f.read_text()
+        for needle in ("DESIGN.md", "ALGORITHMS.md", "reference/", "../shared"):
+            if needle in text:
+                bad.append(f"{f.relative_to(ROOT)}: {needle}")
+    assert bad == []
+
+
+def test_import_paths_resolve_to_the_folders():
+    code = ("import json, mmrl, mmrl.models.base, mmrl.rewards.combine, mmrl.methods; "
+            "print(json.dumps([mmrl.__file__, mmrl.models.base.__file__, mmrl.rewards.combine.__file__]))")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True, cwd="/")
+    files = [Path(p).resolve() for p in json.loads(res.stdout.strip().splitlines()[-1])]
+    assert files == [ROOT / "mmrl" / "__init__.py", ROOT / "models" / "base.py", ROOT / "rewards" / "combine.py"]
+    out = subprocess.run([sys.executable, "-m", "mmrl.cli", "--version"], capture_output=True, text=True, timeout=120,
+                         cwd="/")
+    assert out.returncode == 0 and out.stdout.startswith("mmrl "), out
+
+
+def print_calls(source: str) -> list[int]:
+    """Lines that call the builtin `print` (a method or attribute named print, or the word in a string, is not one)."""
+    return [n.lineno for n in ast.walk(ast.parse(source))
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "print"]
+
+
+def test_print_finder_finds_a_print():
+    src = 'def f(log):\n    log.print("a")\n    x = "print(1)"\n    if x:\n        print(x, file=None)\n'
+    assert print_calls(src) == [5]
+
+
+def test_no_print_in_library_code():
+    """Library code logs (`logging.getLogger(__name__)`); only the command (mmrl/cli/) writes to the terminal itself,
+    and it configures the handler that shows the library's messages (`mmrl.cli.configure_logging`)."""
+    found = [f"{f.relative_to(ROOT)}:{line}" for name, f in modules().items() if name != "mmrl.cli" and not name.startswith("mmrl.cli.")
+             for line in print_calls(f.read_text())]
+    assert not found, found
+
+
+def test_the_command_shows_library_messages_as_before(capsys, tmp_path):
+    """Messages logged by library modules reach the command's stdout (info) and stderr (errors) as bare lines."""
+    from mmrl.cli import main
+
+    assert main(["pretrain-tiny", "--list"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert any(line.startswith("sudoku4 ") for line in out), out  # the table logged by mmrl.tiny_world.pretrain_cli
+    assert main(["pretrain-tiny", "no-such-model"]) == 2
+    assert capsys.readouterr().err.startswith("mmrl pretrain-tiny: unknown model 'no-such-model'; valid: [")
+    rows = tmp_path / "r.jsonl"
+    rows.write_text("".join(json.dumps({"prompt": f"say {i}"}) + "\n" for i in range(10)))
+    import logging
+
+    from mmrl.data.tasks import load_task
+
+    load_task("jsonl", str(rows), eval_split=3)  # in the process the command configured
+    assert "task 'jsonl': holding out the last 3 of 10 rows" in capsys.readouterr().out
+    assert len(logging.getLogger("mmrl").handlers) == 2  # added once, however often the command runs

@@ -1,0 +1,123 @@
+"""The trainer hands each method the right tensors in the right order (docs/design.md, "Methods").
+
+Each test runs one optimizer step and checks the token credit the method handed back (advantage x token weight,
+which is what the gradient sees) against weights recomputed here from independent forwards of the initial policy:
+GCPO's weights come from (positive, negative) log-probs in that order, DGPO's from (policy, reference), DMPO's
+importance weights are a softmax over the response's own group. Each test also checks that the wrong wiring
+(swapped arguments, shifted groups) gives different numbers, so it would fail.
+"""
+import copy
+
+import pytest
+import torch
+
+from mmrl.algorithms import dgpo_token_weights, gcpo_token_weights
+from mmrl.algorithms.gspo import gspo_loss, gspo_sequence_ratio
+from mmrl.config.train_config import load_config
+from mmrl.methods import METHODS, Method, method_class
+from mmrl.models import adapter_class
+from mmrl.training.trainer import Trainer
+from tiny_world_fixtures import dataset_for, reward_for
+
+
+def one_step(method, family, out, policy=None, **extra):
+    values = dict(method=method, family=family, max_steps=1, num_generations=4, per_device_train_batch_size=4,
+                  gradient_accumulation_steps=2, learning_rate=1e-2, max_completion_length=8, block_length=4,
+                  output_dir=str(out), progress_bar=False, dynamic_sampling=False, num_iterations=1, save_steps=0,
+                  report_to=["jsonl"], seed=0)
+    values.update(extra)
+    cfg = load_config(None, values)
+    policy = policy or adapter_class(family).tiny(seed=0)
+    initial = copy.deepcopy(policy)
+    trainer = Trainer(cfg, policy=policy, dataset=dataset_for(family), reward_funcs=[reward_for(family)])
+    trainer.train()
+    return trainer, initial
+
+
+def test_gcpo_weights_come_from_positive_then_negative(tmp_path):
+    # info gain (logp_pos - logp_neg) is antisymmetric: a swap reverses the token ranks the weights are made of
+    trainer, initial = one_step("gcpo", "causal_lm", tmp_path, gcpo_divergence="info_gain")
+    buf, cfg = trainer.buffer, trainer.cfg
+    with torch.no_grad():
+        pos = initial.logprob(buf.rollout).logp  # [N, T]
+        neg = initial.logprob(buf.rollout, condition="negative").logp  # [N, T]
+    assert not torch.allclose(pos, neg), "the negative condition must change the log-probs for this test to mean anything"
+    opts = dict(divergence=cfg.gcpo_divergence, normalization=cfg.gcpo_normalization, top_fraction=cfg.gcpo_top_fraction,
+                target_mass=cfg.gcpo_target_mass)
+    mask = buf.loss_mask
+    right = buf.advantages[:, None] * gcpo_token_weights(pos, neg, mask, **opts) * mask
+    swapped = buf.advantages[:, None] * gcpo_token_weights(neg, pos, mask, **opts) * mask
+    assert not torch.allclose(right, swapped, atol=1e-4), "swapping must change the weights"
+    torch.testing.assert_close(buf.credit, right, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("num_iterations", [1, 2], ids=["weights-in-update", "weights-at-buffer-time"])
+def test_dgpo_weights_come_from_policy_against_reference(tmp_path, num_iterations):
+    policy = adapter_class("causal_lm").tiny(seed=0)
+    ref = adapter_class("causal_lm").tiny(seed=1).model.requires_grad_(False).eval()
+    with torch.no_grad():  # a sharp reference (low entropy) beside the near-uniform random policy
+        ref.get_output_embeddings().weight.mul_(30.0)
+    policy.ref_model = ref
+    trainer, initial = one_step("dgpo", "causal_lm", tmp_path, policy=policy, num_iterations=num_iterations, max_steps=1)
+    buf = trainer.buffer
+    reverse = copy.deepcopy(initial)
+    reverse.model, reverse.ref_model = initial.ref_model, initial.model
+    with torch.no_grad():
+        right = initial.logprob(buf.rollout, stats=("h2", "entropy"), stats_against="reference").stats
+        wrong = reverse.logprob(buf.rollout, stats=("h2", "entropy"), stats_against="reference").stats
+    mask, v = buf.loss_mask, initial.vocab_size
+    want = buf.advantages[:, None] * dgpo_token_weights(right["h2"], right["entropy"], mask, vocab_size=v) * mask
+    other = buf.advantages[:, None] * dgpo_token_weights(wrong["h2"], wrong["entropy"], mask, vocab_size=v) * mask
+    assert not torch.allclose(want, other, atol=1e-4), "the entropy gate is the policy's: swapping must change the weights"
+    torch.testing.assert_close(buf.credit, want, rtol=1e-5, atol=1e-6)
+
+
+def test_dmpo_weights_are_a_softmax_over_the_responses_group(tmp_path):
+    trainer, _ = one_step("dmpo", "causal_lm", tmp_path, dmpo_target="behaviour", dmpo_baseline="group", dmpo_alpha=0.5)
+    buf, G = trainer.buffer, trainer.cfg.num_generations
+    logits = buf.rewards.float() / 0.5  # [N]; the behaviour target has log p_ref - log p_v = 0
+    want = torch.softmax(logits.view(-1, G), dim=-1).flatten()  # [N]
+    shifted = torch.softmax(logits.roll(1).view(-1, G), dim=-1).flatten().roll(-1)  # groups off by one response
+    assert not torch.allclose(want, shifted, atol=1e-4)
+    torch.testing.assert_close(buf.dmpo_w, want, rtol=1e-5, atol=1e-7)
+    torch.testing.assert_close(buf.dmpo_w.view(-1, G).sum(-1), torch.ones(buf.rewards.numel() // G))
+    # the credit is w_real = w - 1/G (group baseline) on every valid token
+    torch.testing.assert_close(buf.credit, (want - 1.0 / G)[:, None] * buf.loss_mask, rtol=1e-5, atol=1e-7)
+
+
+# ------------------------------------------------------------------------------------- GSPO, the 8th method
+
+def test_gspo_loss_hand_computed():
+    # response 0: token log-ratios 0.2, 0.0 (+ one padding token with a wild value): s0 = exp(0.1) = 1.10517
+    # response 1: token log-ratios -0.1, -0.1: s1 = exp(-0.1) = 0.904837
+    old = torch.zeros(2, 3)
+    logp = torch.tensor([[0.2, 0.0, 50.0], [-0.1, -0.1, 0.0]], requires_grad=True)
+    mask = torch.tensor([[True, True, False], [True, True, False]])
+    adv = torch.tensor([1.0, -1.0])
+    s = gspo_sequence_ratio(logp, old, mask)
+    torch.testing.assert_close(s, torch.tensor([1.1051709, 0.9048374]))
+    # wide clip range: nothing clipped, loss_i = -s_i * A_i
+    loss, m = gspo_loss(logp, old, adv, mask, eps_low=0.2, eps_high=0.2)
+    torch.testing.assert_close(loss, torch.tensor([-1.1051709, 0.9048374]))
+    assert float(m["clip_ratio/region_mean"]) == 0.0
+    # d loss_0 / d logp_0t = -A_0 * s_0 / |o_0| on valid tokens, 0 on padding
+    loss[0].backward()
+    torch.testing.assert_close(logp.grad[0], torch.tensor([-1.1051709 / 2, -1.1051709 / 2, 0.0]))
+    # narrow range (0.05): s0 > 1.05 with A > 0 -> -1.05; s1 < 0.95 with A < 0 -> min(-0.9048, -0.95) -> 0.95
+    loss, m = gspo_loss(logp.detach(), old, adv, mask, eps_low=0.05, eps_high=0.05)
+    torch.testing.assert_close(loss, torch.tensor([-1.05, 0.95]))
+    assert float(m["clip_ratio/region_mean"]) == 1.0
+
+
+def test_gspo_is_one_registered_file_with_defaults(tmp_path):
+    assert method_class("gspo") is METHODS["gspo"] and issubclass(METHODS["gspo"], Method)
+    cfg = load_config(None, dict(method="gspo"))
+    assert (cfg.epsilon, cfg.eps_high, cfg.beta) == (3e-4, 4e-4, 0.0)
+    trainer, _ = one_step("gspo", "masked_diffusion", tmp_path, num_iterations=2, max_steps=2, learning_rate=1e-1)
+    import json
+
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert records[0]["gspo/ratio_mean"] == 1.0  # the first step's ratio is exactly 1 (same code, same masks)
+    assert records[1]["gspo/ratio_mean"] != 1.0  # after one update the ratio moves
+    with pytest.raises(ValueError, match="valid names.*gspo"):
+        method_class("gspo2")

@@ -1,0 +1,180 @@
+"""Reasoning RL on the tiny world: the comparisons' configs, DMPO's bounded negative weights, the held-out figures
+and the overfit-pool check, at smoke size."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from mmrl.algorithms.dmpo import dmpo_real_weights
+from mmrl.cli import main
+from mmrl.config.train_config import load_config
+from mmrl.core.registry import METHODS
+from mmrl.tiny_world import overfit_pool, reasoning_rl
+
+
+def test_negative_scale_by_hand():
+    w = torch.tensor([0.7, 0.2, 0.1, 0.0])
+    base = torch.full((4,), 0.25)
+    # d = w - 0.25 = [0.45, -0.05, -0.15, -0.25]
+    assert torch.allclose(dmpo_real_weights(w, base, 1.0), torch.tensor([0.45, -0.05, -0.15, -0.25]))
+    assert torch.allclose(dmpo_real_weights(w, base, 1.0, 0.0), torch.tensor([0.45, 0.0, 0.0, 0.0]))
+    assert torch.allclose(dmpo_real_weights(w, base, 1.0, 0.5), torch.tensor([0.45, -0.025, -0.075, -0.125]))
+    # a group with no rewarded answer (uniform weights): nothing to fit, whatever the scale
+    assert torch.allclose(dmpo_real_weights(base, base, 1.0, 0.0), torch.zeros(4))
+
+
+@pytest.mark.parametrize("bad", [-0.1, 1.5])
+def test_negative_scale_range(bad):
+    with pytest.raises(Exception, match="dmpo_negative_scale"):
+        load_config(None, {"method": "dmpo", "dmpo_negative_scale": bad})
+
+
+def test_arms_share_the_recipe_and_rollouts(tmp_path):
+    for name, comp in reasoning_rl.COMPARISONS.items():
+        cfgs = {a: reasoning_rl.arm_config(name, a, seed=0, out=tmp_path) for a in comp["arms"]}
+        for arm, cfg in cfgs.items():
+            assert cfg["max_steps"] == comp["rollouts"] * cfg["num_iterations"]  # the same rollout batches
+            own = set(comp["arms"][arm])
+            for key, value in comp["recipe"].items():  # only the arm's own keys differ from the recipe
+                if key not in own:
+                    assert cfg[key] == value, (name, arm, key)
+            load_config(None, cfg)  # valid
+    dg = reasoning_rl.COMPARISONS["dgpo-vs-grpo"]["arms"]
+    assert {a["method"] for a in dg.values()} == {"grpo", "dapo", "dgpo"}
+    reuse = reasoning_rl.COMPARISONS["dmpo-reuse-countdown3"]["arms"]
+    assert {a.get("num_iterations") for a in reuse.values()} == {1, 8, 24}
+
+
+def test_overfit_pool_covers_every_method_and_the_matrix(tmp_path):
+    cells = overfit_pool.cells()
+    assert {m for _, m in cells} == set(METHODS)
+    for m in overfit_pool.MATRIX:
+        assert {f for f, mm in cells if mm == m} == set(overfit_pool.FAMILIES)
+    for f, m in cells:
+        load_config(None, overfit_pool.cell_config(f, m, seed=0, out=tmp_path))
+
+
+def test_held_out_greedy_sampled_pass_at_k():
+    """held_out on a tiny random causal LM: sampled accuracy is the mean over k, pass@k the any-correct rate."""
+    from mmrl.models import adapter_class
+    from mmrl.core.registry import REWARDS
+
+    @REWARDS.register("_first_char_is_a") if "_first_char_is_a" not in REWARDS else (lambda f: f)
+    def _first_char_is_a(prompts, completions, **kw):
+        return [1.0 if str(c).startswith("a") else 0.0 for c in completions]
+
+    pol = adapter_class("causal_lm").tiny(seed=0, max_new_tokens=3)
+    rows = [{"prompt": "xy"}, {"prompt": "z"}]
+    res = reasoning_rl.held_out(pol, rows, "_first_char_is_a", "causal_lm", 3, k=6)
+    assert set(res) == {"greedy", "sampled", "pass@6"}
+    assert 0 <= res["sampled"] <= res["pass@6"] <= 1 and res["greedy"] in (0.0, 0.5, 1.0)
+    summary, items = reasoning_rl.held_out_items(pol, rows, "_first_char_is_a", "causal_lm", 3, k=6)
+    assert summary == res  # same seeds, same figures
+    assert len(items["sampled"]) == len(items["greedy"]) == len(items["pass"]) == 2
+    assert sum(items["sampled"]) / 2 == pytest.approx(res["sampled"]) and sum(items["pass"]) / 2 == pytest.approx(res["pass@6"])
+    assert all(p >= s for p, s in zip(items["pass"], items["sampled"]))
+
+
+def test_reasoning_comparison_smoke(tmp_path, monkeypatch):
+    monkeypatch.setenv("MMRL_CACHE", str(tmp_path / "cache"))
+    assert main(["replicate", "dgpo-vs-grpo", "--smoke", "--seeds", "1", "--out", str(tmp_path / "rep")]) == 0
+    root = tmp_path / "rep" / "dgpo-vs-grpo"
+    res = json.loads((root / "results.json").read_text())
+    assert set(res["arms"]) == {"GRPO", "DAPO", "DGPO", "RFT"}  # RFT: rejection sampling at the same rollouts
+    n = len(res["test_prompts"])
+    assert len(res["before_items"]["sampled"]) == n and len(res["reference"]["items"]["greedy"]) == n
+    for runs in res["arms"].values():
+        assert {"greedy", "sampled", "pass@2"} <= set(runs[0]["after"])
+        assert len(runs[0]["items"]["sampled"]) == n  # per-problem scores, per seed
+        # the summary is the mean of the per-problem scores
+        assert sum(runs[0]["items"]["sampled"]) / n == pytest.approx(runs[0]["after"]["sampled"])
+    gain = res["intervals"]["GRPO"]["gain"]
+    assert gain["low"] <= gain["estimate"] <= gain["high"] and gain["n_items"] == n
+    assert {"GRPO - DAPO", "GRPO - RFT", "GRPO - clean SFT"} <= set(res["differences"])
+    table = (root / "table.md").read_text()
+    assert "base model" in table and "shortcut answers" in table and "[95% CI]" in table and "clean SFT" in table
+    assert "GRPO (1 seeds)" in table or "GRPO (1 seed" in table
+    lines = (root / "runs" / "grpo-seed0" / "completions.jsonl").read_text().splitlines()
+    assert len(lines) == 2 * 32 and "=" in json.loads(lines[0])["prompt"]  # 2 rollouts x 8 prompts x 4 answers
+    for png in ("accuracy.png", "reward.png", "kl.png", "shortcut.png"):
+        assert (root / png).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_overfit_pool_smoke(tmp_path, monkeypatch):
+    monkeypatch.setenv("MMRL_CACHE", str(tmp_path / "cache"))
+    res = overfit_pool.run_overfit_pool(tmp_path / "rep", seeds=1, smoke=True, progress=False,
+                                        only=[("causal_lm", "grpo"), ("causal_lm", "dmpo")])
+    assert set(res["cells"]) == {"causal_lm / grpo", "causal_lm / dmpo"}
+    for runs in res["cells"].values():
+        assert len(runs[0]["rewards"]) == 2 and all(0 <= r <= 1 for r in runs[0]["rewards"])
+    assert (tmp_path / "rep" / "overfit-pool" / "reward.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_dgpo_preset_is_the_comparisons_dgpo_arm(tmp_path):
+    import yaml
+    from pathlib import Path
+
+    preset = yaml.safe_load((Path(__file__).resolve().parents[2] / "configs" / "tiny_dgpo_countdown3.yaml").read_text())
+    arm = reasoning_rl.arm_config("dgpo-vs-grpo", "DGPO", seed=0, out=tmp_path)
+    for key in ("output_dir", "seed", "progress_bar", "eval_steps"):
+        preset.pop(key, None)
+        arm.pop(key, None)
+    assert preset == arm
+
+
+def test_lazy_demonstrations_are_the_shortcut_in_prompt_order():
+    """countdown3's `lazy_frac`: that share of targets becomes `(a op b) op c` (the prompt's numbers in order), the
+    rest stay the true solutions; the "+" shortcut is right exactly when the numbers add up to the target."""
+    import dataclasses
+
+    from mmrl.rewards.countdown import countdown_correct
+    from mmrl.tiny_world.models import TINY_MODELS, _training_pairs
+
+    clean = TINY_MODELS["countdown3-ar"]
+    lazy = TINY_MODELS["countdown3-ar-lazy"]
+    assert lazy.data == {"lazy_frac": 0.5, "lazy_op": "*"} and lazy.arch == clean.arch and lazy.task == clean.task
+    prompts, truth = _training_pairs(clean)
+    for op in ("+", "*"):
+        prompts2, targets = _training_pairs(dataclasses.replace(clean, data={"lazy_frac": 0.5, "lazy_op": op}))
+        assert prompts2 == prompts
+        n_lazy = 0
+        for p, t, y in zip(prompts, truth, targets):
+            nums, target = p.split("=")
+            a, b, c = nums.split(",")
+            if y != t:
+                assert y == f"({a}{op}{b}){op}{c}"
+                n_lazy += 1
+                if op == "+":
+                    assert countdown_correct(f"<answer>{y}</answer>", [int(a), int(b), int(c)], float(target)) == (
+                        int(a) + int(b) + int(c) == int(target))
+        # 0.5 of 11500 rows, less the rows whose true solution already is the shortcut: binomial sd ~ 0.005
+        assert 0.40 < n_lazy / len(prompts) < 0.52, op
+    with pytest.raises(ValueError, match="lazy_frac"):
+        _training_pairs(dataclasses.replace(lazy, data={"lazy_frac": 1.0}))
+    with pytest.raises(ValueError, match="lazy_op"):
+        _training_pairs(dataclasses.replace(lazy, data={"lazy_frac": 0.5, "lazy_op": "-"}))
+
+
+def test_reasoning_comparison_base_option(tmp_path):
+    cfg = reasoning_rl.arm_config("dgpo-vs-grpo", "GRPO", seed=0, out=tmp_path, base="countdown3-ar")
+    assert cfg["model_name_or_path"] == "tiny-world:countdown3-ar"
+    with pytest.raises(ValueError, match="valid: .*countdown3-ar"):
+        reasoning_rl.run_reasoning_comparison("dgpo-vs-grpo", tmp_path, base="sudoku4", progress=False)
+    with pytest.raises(SystemExit, match="--base"):
+        main(["replicate", "dmpo-small-batch", "--base", "countdown3-ar", "--out", str(tmp_path)])
+
+
+def test_shortcut_share_counts_the_shortcut_per_step(tmp_path):
+    assert reasoning_rl.is_shortcut("15,17,28=30", "(15+17)+28", "+")
+    assert reasoning_rl.is_shortcut("15,17,28=60", " (15+17)+28 ", "+")  # right by luck: still the shortcut
+    assert reasoning_rl.is_shortcut("2,3,4=24", "(2*3)*4", "*") and not reasoning_rl.is_shortcut("2,3,4=24", "(2*3)*4", "+")
+    assert not reasoning_rl.is_shortcut("15,17,28=30", "(17-15)+28", "+")
+    assert not reasoning_rl.is_shortcut("15,17,28=30", "(17+15)+28", "+")  # another order: a real solver's answer
+    assert not reasoning_rl.is_shortcut("no numbers", "(15+17)+28", "+")
+    rows = [(1, "1,2,3=6", "(1*2)*3"), (1, "1,2,3=6", "(3+2)+1"), (2, "4,5,6=9", "(4*5)*6"), (1, "4,5,6=9", "(4*5)*6")]
+    (tmp_path / "completions.jsonl").write_text("".join(json.dumps({"step": s, "prompt": p, "completion": c}) + "\n"
+                                                        for s, p, c in rows))
+    assert reasoning_rl.shortcut_share(tmp_path, "*") == [(1, 2 / 3), (2, 1.0)]
+    assert reasoning_rl.shortcut_share(tmp_path / "missing") == []

@@ -1,0 +1,197 @@
+"""The tiny VLM world: the `shapes_vqa` task (split, answers, reward), its base model's pre-training, the GRPO/GCPO
+presets and their negative condition, and `run_gcpo_vs_grpo_vqa` end to end at smoke size."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from mmrl.tiny_world.shapes import CLASSIC_COLORS as COLORS, CLASSIC_SHAPES as SHAPE_NAMES, Scene, SceneObject, detect
+from mmrl.data.tasks import load_task
+from mmrl.tiny_world import shapes_vqa as sv
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def task():
+    return load_task("shapes_vqa")
+
+
+def image_bytes(row) -> bytes:
+    return np.asarray(row["prompt"]["images"][0]).tobytes()
+
+
+# ------------------------------------------------------------------------------------------------------ task
+
+
+def test_split_is_leak_free_and_covers_every_question_type(task):
+    train_images = {image_bytes(r) for r in task.train}
+    test_images = {image_bytes(r) for r in task.test}
+    assert not train_images & test_images  # no test image is seen in training, under any question
+    for split in (task.train, task.test):
+        assert {r["qtype"] for r in split} == set(sv.QUESTION_TYPES)
+        assert all(r["answer"] in sv.ANSWER_WORDS for r in split)
+    assert task.family == "vlm" and task.metric == "shapes_vqa" and task.reward_funcs == ["shapes_vqa"]
+    assert task.info["test_rows"] == len(task.test) > 500
+
+
+def test_answers_of_a_hand_built_scene():
+    # red circle at column 0, blue square at column 6, red triangle at column 6 lower down
+    scene = Scene([SceneObject("circle", "red", 0, 0), SceneObject("square", "blue", 0, 6), SceneObject("triangle", "red", 6, 6)])
+    qa = sv.scene_questions(scene)
+    assert dict(qa["count"]) == {"how many squares?": "1", "how many circles?": "1", "how many triangles?": "1"}
+    assert dict(qa["colour"]) == {"colour of the square?": "blue", "colour of the circle?": "red", "colour of the triangle?": "red"}
+    assert dict(qa["shape"]) == {"shape of the blue one?": "square"}  # red is on two objects: no question
+    pos = dict(qa["position"])
+    assert pos["red circle left or right of blue square?"] == "left"
+    assert pos["blue square left or right of red circle?"] == "right"
+    assert "blue square left or right of red triangle?" not in pos  # same column: no left/right question
+
+
+def test_answers_agree_with_the_exact_detector_on_rendered_images(task):
+    """Every answer recomputed from what the shapes detector finds in the image itself."""
+    for r in task.test[:150]:
+        found = detect(r["prompt"]["images"][0])
+        q, a = r["prompt"]["prompt"], r["answer"]
+        if r["qtype"] == "count":
+            shape = next(s for s in SHAPE_NAMES if f"{s}s?" in q)
+            assert a == str(sum(d.shape == shape for d in found))
+        elif r["qtype"] == "colour":
+            (d,) = [d for d in found if f"the {d.shape}?" in q]
+            assert a == d.color
+        elif r["qtype"] == "shape":
+            (d,) = [d for d in found if f"the {d.color} one?" in q]
+            assert a == d.shape
+        else:
+            first, second = q.removesuffix("?").split(" left or right of ")
+            (d1,) = [d for d in found if f"{d.color} {d.shape}" == first]
+            (d2,) = [d for d in found if f"{d.color} {d.shape}" == second]
+            assert a == ("left" if d1.box[0] < d2.box[0] else "right")
+
+
+def test_reward_is_normalised_exact_match():
+    got = sv.shapes_vqa(None, ["Red.", "  red ", "blue", "re d", "reddish", [{"role": "assistant", "content": "LEFT!"}]],
+                        ["red", "red", "red", "red", "red", "left"])
+    assert got == [1.0, 1.0, 0.0, 0.0, 0.0, 1.0]
+
+
+def test_wrong_answer_is_wrong_and_of_the_same_type():
+    rng = random.Random(0)
+    for answer, qtype, pool in [("2", "count", [str(k) for k in range(5)]), ("red", "colour", COLORS),
+                                ("circle", "shape", SHAPE_NAMES), ("left", "position", ["left", "right"])]:
+        seen = {sv.wrong_answer(answer, qtype, rng) for _ in range(60)}
+        assert seen == set(pool) - {answer}
+
+
+# ------------------------------------------------------------------------------------------------ base model
+
+
+def test_vlm_sft_learns_answers_about_images(task):
+    """The pre-training loop on the real class: the answer loss of a few image questions falls, and every step is
+    deterministic for its seed."""
+    from mmrl.models.vlm import VLMAdapter
+    from mmrl.tiny_world.vlm_pretrain import vlm_sft
+
+    policy = VLMAdapter.tiny(seed=0, min_pixels=sv.IMAGE_PX ** 2, max_pixels=sv.IMAGE_PX ** 2, max_new_tokens=10)
+    rows = [task.train[i] for i in (0, 1, 2, 3)]
+    answers = [r["answer"] for r in rows]
+    history = vlm_sft(policy, [r["prompt"] for r in rows], answers, steps=12, batch_size=4, lr=1e-2, progress=False)
+    assert history[-1]["loss"] < 0.6 * history[0]["loss"]  # 4.66 -> 2.46 (deterministic)
+    again = VLMAdapter.tiny(seed=0, min_pixels=sv.IMAGE_PX ** 2, max_pixels=sv.IMAGE_PX ** 2, max_new_tokens=10)
+    history2 = vlm_sft(again, [r["prompt"] for r in rows], answers, steps=1, batch_size=4, lr=1e-2, progress=False)
+    assert history2[0]["loss"] == history[0]["loss"]
+
+
+def test_vlm_sft_rejects_bad_noise():
+    from mmrl.tiny_world.vlm_pretrain import vlm_sft
+
+    with pytest.raises(ValueError, match="label_noise"):
+        vlm_sft(None, ["q"], ["a"], steps=1, label_noise=1.5)
+    with pytest.raises(ValueError, match="corrupt="):
+        vlm_sft(None, ["q"], ["a"], steps=1, label_noise=0.3)
+
+
+def test_base_builds_from_a_smaller_spec(tmp_path, monkeypatch):
+    from mmrl.tiny_world import models
+
+    monkeypatch.setenv("MMRL_CACHE", str(tmp_path))
+    small = dataclasses.replace(models.TINY_MODELS["shapes-vqa"], steps=2, batch_size=8)
+    monkeypatch.setitem(models.TINY_MODELS, "shapes-vqa", small)
+    path = models.ensure_built("shapes-vqa", progress=False)
+    assert path.parent == tmp_path / "tiny_world" and (path / "tiny_spec.json").is_file()
+    policy = models.load_base_policy("shapes-vqa", family="vlm")
+    assert policy.family == "vlm" and policy.generation_defaults["max_new_tokens"] == small.gen_length
+    ids, extras = policy.encode_prompts([load_task("shapes_vqa").test[0]["prompt"]])
+    image_id = policy.image_token_id
+    assert ids[0].count(image_id) == (sv.IMAGE_PX // 8) ** 2  # 24 px: 6 x 6 patches of 4 px, merged 2 x 2
+
+
+# ----------------------------------------------------------------------------------------- presets and GCPO
+
+
+@pytest.mark.parametrize("arm", ["GRPO", "GCPO"])
+def test_presets_match_the_runner(arm):
+    from mmrl.config.train_config import load_config
+    from mmrl.tiny_world.vqa_rl import ARMS, VQA_RL
+
+    path = ROOT / "configs" / f"tiny_{arm.lower()}_shapes_vqa.yaml"
+    preset = yaml.safe_load(path.read_text())
+    preset.pop("output_dir")
+    assert preset == {**VQA_RL, **ARMS[arm]}
+    load_config(path)  # valid
+
+
+def test_gcpo_negative_condition_keeps_the_image_and_adds_the_wrong_answer_instruction(task):
+    from mmrl.config.train_config import load_config
+    from mmrl.models.vlm import VLMAdapter
+    from mmrl.training.policy_factory import set_generation_defaults, generation_options
+
+    cfg = load_config(ROOT / "configs" / "tiny_gcpo_shapes_vqa.yaml")
+    policy = VLMAdapter.tiny(seed=0, min_pixels=24 * 24, max_pixels=24 * 24)
+    set_generation_defaults(policy, generation_options(cfg))
+    row = task.test[0]
+    out = policy.sample([row["prompt"]], 2, seeds=[0, 1], max_new_tokens=3)
+    pos = out.prompt_ids[0][out.prompt_mask[0]].tolist()
+    neg = out.neg_prompt_ids[0][out.neg_prompt_mask[0]].tolist()
+    image = policy.image_token_id
+    assert neg.count(image) == pos.count(image) == 9  # the same image, 9 tokens
+    text = policy.tokenizer.decode(neg)
+    question = row["prompt"]["prompt"]
+    assert question + "\n" + cfg.negative_instruction in text
+    assert cfg.negative_instruction == "Note: Intentionally generate an incorrect answer."
+    # the image inputs are the prompt's: negative and positive forwards see the same pixels
+    assert torch.equal(out.extras["pixel_values"][0], policy.encode_prompts([row["prompt"]])[1]["pixel_values"][0])
+
+
+# ------------------------------------------------------------------------------------------------ the runner
+
+
+def test_run_gcpo_vs_grpo_vqa_smoke(tmp_path, monkeypatch):
+    from mmrl.tiny_world import models
+    from mmrl.tiny_world.vqa_rl import NAME, run_gcpo_vs_grpo_vqa
+
+    monkeypatch.setenv("MMRL_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setitem(models.TINY_MODELS, "shapes-vqa", dataclasses.replace(models.TINY_MODELS["shapes-vqa"], steps=2, batch_size=8))
+    res = run_gcpo_vs_grpo_vqa(tmp_path / "out", seeds=1, smoke=True, progress=False)
+    root = tmp_path / "out" / NAME
+    saved = json.loads((root / "results.json").read_text())
+    assert saved["smoke"] and saved["seeds"] == 1 and set(saved["arms"]) == {"GRPO", "GCPO"}
+    assert res["before"] == saved["before"]
+    for key in (*sv.QUESTION_TYPES, "overall"):
+        assert 0.0 <= saved["before"][key] <= 1.0
+        assert saved["base_pass_at_k"]["pass@1"][key] <= saved["base_pass_at_k"]["pass@8"][key]
+    for runs in saved["arms"].values():
+        assert len(runs) == 1 and 0.0 <= runs[0]["after"]["overall"] <= 1.0
+    table = (root / "table.md").read_text()
+    assert "GRPO (1 seed)" in table and "GCPO (1 seed)" in table and "position" in table
+    for png in ("accuracy.png", "reward.png"):
+        assert (root / png).read_bytes()[:4] == b"\x89PNG"
+    with pytest.raises(ValueError, match="seeds"):
+        run_gcpo_vs_grpo_vqa(tmp_path / "bad", seeds=0)
