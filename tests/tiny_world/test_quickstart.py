@@ -51,6 +51,9 @@ def test_replicate_smoke_same_rollout_budget(tmp_path, monkeypatch):
     res = json.loads((root / "results.json").read_text())
     assert set(res["arms"]) == set(COMPARISONS["dmpo-small-batch"])
     assert all(len(runs) == 1 and 0 <= runs[0]["accuracy"] <= 1 for runs in res["arms"].values())
+    n = len(res["test_puzzles"])
+    assert len(res["base_items"]) == n and all(len(runs[0]["items"]) == n for runs in res["arms"].values())
+    assert set(res["gains"]) == set(COMPARISONS["dmpo-small-batch"])
     table = (root / "table.md").read_text()
     assert all(arm in table for arm in COMPARISONS["dmpo-small-batch"]) and "base model" in table
     assert (root / "accuracy.png").read_bytes()[:4] == b"\x89PNG"
