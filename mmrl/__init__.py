@@ -11,3 +11,18 @@ if "torch" not in _sys.modules:
     _os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 __version__ = "0.1.0"
+
+_EXPORTS = {"Trainer": "mmrl.training.trainer", "TrainConfig": "mmrl.config.train_config", "load_config": "mmrl.config.train_config",
+            "RewardSet": "mmrl.rewards"}
+"""`from mmrl import Trainer, TrainConfig` (TRL's `from trl import GRPOTrainer, GRPOConfig`), imported on first use so
+that `import mmrl` stays light."""
+
+__all__ = ["Trainer", "TrainConfig", "load_config", "RewardSet", "__version__"]
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        import importlib
+
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'mmrl' has no attribute {name!r}")

@@ -89,8 +89,13 @@ def check_before_loading(cfg: TrainConfig, run_dir: str | Path) -> None:
     if path is None:
         return
     try:
-        saved = json.loads((path / "trainer_state.json").read_text()).get("config") or {}
-    except (OSError, ValueError, AttributeError):
+        state = json.loads((path / "trainer_state.json").read_text())
+        saved, step = state.get("config") or {}, int(state.get("step", 0))
+    except (OSError, ValueError, AttributeError, TypeError):
         return
     if isinstance(saved, dict):
         check_resume_settings(cfg, saved, path)
+    if cfg.max_steps is not None and 0 < cfg.max_steps < step:
+        raise ConfigError(f"resume_from={cfg.resume_from!r}: checkpoint {path.name} is at step {step}, beyond max_steps="
+                          f"{cfg.max_steps}, so there is nothing to train; raise max_steps above {step}, or resume from "
+                          "an earlier checkpoint")

@@ -19,7 +19,7 @@ import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from mmrl.checkpointing.checkpoint import verify_checkpoint, write_manifest
 
@@ -312,13 +312,16 @@ def _training_pairs(spec: TinySpec) -> tuple[list, list]:
     raise ValueError(f"no pre-training data for task {spec.task!r}")
 
 
-def pretrain(spec: TinySpec, *, progress: bool = True):
-    """Build and pre-train the model of `spec`; returns (policy, history)."""
+def pretrain(spec: TinySpec, *, progress: bool = True, curve: Callable | None = None, curve_every: int = 0):
+    """Build and pre-train the model of `spec`; returns (policy, history). `curve(policy) -> eval_fn` adds an
+    evaluation every `curve_every` steps to the history (the masked-diffusion and causal loops; learning curves)."""
     from mmrl.tiny_world import pretrain as pt
 
     policy = build_untrained(spec)
     prompts, targets = _training_pairs(spec)
     kw = dict(steps=spec.steps, batch_size=spec.batch_size, lr=spec.lr, seed=spec.seed, progress=progress, desc=f"pretrain {spec.name}")
+    if curve is not None and spec.family in ("masked_diffusion", "causal_lm"):
+        kw.update(eval_fn=curve(policy), eval_every=int(curve_every))
     if spec.family == "masked_diffusion":
         history = pt.masked_diffusion_sft(policy, prompts, targets, gen_length=spec.gen_length, **kw, **spec.recipe)
     elif spec.family == "causal_lm":
@@ -371,11 +374,13 @@ def _vqa_data(spec: TinySpec) -> dict:
     return {"label_noise": noise, "corrupt": lambda i, rng: wrong_answer(rows[i]["answer"], rows[i]["qtype"], rng)}
 
 
-def ensure_built(name: str, *, force: bool = False, progress: bool = True, steps: int | None = None) -> Path:
+def ensure_built(name: str, *, force: bool = False, progress: bool = True, steps: int | None = None,
+                 curve: Callable | None = None, curve_every: int = 0) -> Path:
     """The cache directory of model `name`, pre-training it first if it is missing (or `force`); `steps` builds
     the smoke variant (`smoke_spec`). A cached model is checked against its manifest (size and SHA-256 of every
     file, `mmrl.checkpointing.checkpoint.write_manifest`) before it is used; a damaged one is rebuilt, with a warning naming the
-    file. A cache written before manifests existed is checked by loading it, then given a manifest."""
+    file. A cache written before manifests existed is checked by loading it, then given a manifest. `curve`,
+    `curve_every`: `pretrain`'s learning-curve hook; the evaluations land in `tiny_spec.json` ("curve")."""
     spec = _spec(name, steps)
     final = model_dir(name, steps)
     if final.is_dir() and (final / "tiny_spec.json").is_file() and not force:
@@ -386,9 +391,13 @@ def ensure_built(name: str, *, force: bool = False, progress: bool = True, steps
     tmp = final.parent / f".tmp-{final.name}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     t0 = time.perf_counter()
-    policy, history = pretrain(spec, progress=progress)
+    cpu0 = time.process_time()
+    policy, history = pretrain(spec, progress=progress, curve=curve, curve_every=curve_every)
     policy.save_pretrained(tmp)
-    info = {"spec": asdict(spec), "seconds": time.perf_counter() - t0, "final_loss": history[-1]["loss"] if history else None}
+    info = {"spec": asdict(spec), "seconds": time.perf_counter() - t0, "cpu_seconds": time.process_time() - cpu0,
+            "final_loss": history[-1]["loss"] if history else None}
+    if curve is not None:
+        info["curve"] = [{"step": h["step"], "seconds": h["seconds"], "eval": h["eval"]} for h in history if "eval" in h]
     (tmp / "tiny_spec.json").write_text(json.dumps(info, indent=2, default=str))
     write_manifest(tmp)
     if final.exists():

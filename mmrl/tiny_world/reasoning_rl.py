@@ -109,6 +109,22 @@ DMPO_ARM = {"method": "dmpo", "dmpo_target": "behaviour", "dmpo_baseline": "grou
 """DMPO as it learns here: the proximal target (App. B.2, weights softmax(r / alpha) within the group, no ELBO
 noise), the paper's group baseline 1/G, one optimizer step per rollout batch."""
 
+COUNTDOWN_MD_RL: dict[str, Any] = {
+    **COUNTDOWN_RL,
+    # the masked-diffusion family on the same task: the AR-to-diffusion base that reads its prompt (docs/RESULTS.md,
+    # "dLLM"); rollouts decode one token per step, low-confidence order, one block, as the evaluation's sampler
+    "family": "masked_diffusion",
+    "model_name_or_path": "tiny-world:countdown3-md",
+    "per_device_train_batch_size": 128,  # 16 problems x 8 answers: a masked-diffusion rollout costs 16 forwards
+    "num_generations": 8,
+    "block_length": 16,
+    "diffusion_steps": 16,
+    "sampler": "low_confidence",
+    "log_completions": False,
+    "eval_generation": sampled_generation("masked_diffusion", 16),
+}
+"""The masked-diffusion Countdown comparisons' shared settings (`COUNTDOWN_RL` on the `countdown3-md` base)."""
+
 COMPARISONS: dict[str, dict[str, Any]] = {
     "dgpo-vs-grpo": {"recipe": COUNTDOWN_RL, "rollouts": 120, "arms": {
         "GRPO": {"method": "grpo"},
@@ -129,6 +145,15 @@ COMPARISONS: dict[str, dict[str, Any]] = {
         "DMPO F=24": {**DMPO_ARM, "num_iterations": 24},
         "DMPO F=8, negative_scale 0": {**DMPO_ARM, "num_iterations": 8, "dmpo_negative_scale": 0.0},
     }},
+    # the masked-diffusion family (issue 24): same rollouts per arm; DMPO with the reference target (the paper's
+    # anchor to the base) beside the proximal one (no anchor), and reuse F = 8 with and without the trust region
+    "dllm-countdown3": {"recipe": COUNTDOWN_MD_RL, "rollouts": 30, "arms": {
+        "diffu-GRPO": {"method": "diffu_grpo", "num_iterations": 1},
+        "DMPO": DMPO_ARM,
+        "DMPO, reference target": {**DMPO_ARM, "dmpo_target": "reference"},
+        "DMPO F=8": {**DMPO_ARM, "num_iterations": 8},
+        "DMPO F=8, trust region 0.05": {**DMPO_ARM, "num_iterations": 8, "dmpo_trust_region": 0.05},
+    }},
 }
 """comparison -> shared recipe, rollout batches per arm, arm label -> overrides."""
 
@@ -141,6 +166,27 @@ SMOKE_BASE_STEPS = 20
 FINAL_ROWS = 256
 """Held-out rows of the before / after figures (x `FINAL_SAMPLES` sampled answers each)."""
 FINAL_SAMPLES = 4
+
+
+def paired_intervals(before_items: dict[str, list[float]], arm_items: dict[str, list[dict[str, list[float]]]]) -> dict:
+    """Paired-bootstrap 95% intervals (`mmrl.tiny_world.stats`) of every arm's gain over the base and of every pair
+    of arms' difference, for the greedy and the sampled scores: {"gain": {arm: {score: Interval dict}},
+    "difference": {"a - b": {score: ...}}, "lines": printable summaries}."""
+    from mmrl.tiny_world.stats import difference_interval, gain_interval
+
+    out: dict[str, Any] = {"gain": {}, "difference": {}, "lines": []}
+    names = list(arm_items)
+    for score in ("greedy", "sampled"):
+        for a in names:
+            iv = gain_interval([r[score] for r in arm_items[a]], before_items[score])
+            out["gain"].setdefault(a, {})[score] = iv.to_dict()
+            out["lines"].append(f"{a}: {score} gain {iv.fmt(signed=True)} ({iv.n_seeds} seeds, {iv.n_items} items)")
+        for i, a in enumerate(names):
+            for b in names[i + 1:]:
+                iv = difference_interval([r[score] for r in arm_items[a]], [r[score] for r in arm_items[b]])
+                out["difference"].setdefault(f"{a} - {b}", {})[score] = iv.to_dict()
+                out["lines"].append(f"{a} - {b}: {score} {iv.fmt(signed=True)}")
+    return out
 
 
 def arm_config(name: str, arm: str, *, seed: int, out: Path, rollouts: int | None = None, smoke: bool = False,
@@ -239,11 +285,13 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
                     eval_metric=task.metric).train()
             secs = time.perf_counter() - t0
             after, items = held_out_items(policy, rows, task.metric, recipe["family"], L, k)
-            arms.setdefault(arm, []).append({"seed": seed, "after": after, "items": items, "seconds": secs, "records": read_metrics(run_dir),
+            arms.setdefault(arm, []).append({"seed": seed, "after": after, "items": items, "seconds": secs,
+                                             "records": read_metrics(run_dir),
                                              "shortcut": shortcut_share(run_dir, op)})
             say(f"[{name}] {arm}, seed {seed}: {cfg.max_steps} steps, {secs:.0f} s: "
                 + "  ".join(f"{a} {v:.3f}" for a, v in after.items()))
-    if baselines:  # rejection-sampling fine-tuning at the first arm's rollouts, the same seeds
+    if baselines and recipe["family"] == "causal_lm":  # rejection-sampling FT at the first arm's rollouts, same seeds
+        # (causal LMs only: exact sequence likelihoods; a masked-diffusion RFT would fit an ELBO, not done here)
         for seed in range(seeds):
             cfg = load_config(None, arm_config(name, selected[0], seed=seed, out=root / "runs" / f"rft-seed{seed}",
                                                   rollouts=rollouts, smoke=smoke, base=base))
@@ -313,12 +361,16 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
     plot_curves({a: [curve(r["records"], "diag/kl_k3") for r in runs] for a, runs in arms.items()}, root / "kl.png",
                 title=f"{name}: KL to the base (k3, per token)", ylabel="KL")
     total = time.perf_counter() - t_all
+    paired = paired_intervals(before_items, {a: [r["items"] for r in runs] for a, runs in arms.items()})
+    for line in paired.get("lines", []):
+        say(f"[{name}] {line}")
     results = {"name": name, "base": base_name, "before": before, "before_items": before_items, "seeds": seeds, "seconds": total,
                "smoke": smoke, "table": table, "protocol": "curves on validation, test once per run; paired bootstrap 95% CI "
                                                           "over test rows and seeds",
                "test_prompts": [r["prompt"] for r in rows],
                "reference": None if ref is None else {"model": CLEAN_REFERENCES[base_name], "after": ref, "items": ref_items},
-               "intervals": {a: {x: v.to_dict() for x, v in ivs.items()} for a, ivs in intervals.items()},
+               "intervals": paired,
+               "arm_intervals": {a: {x: v.to_dict() for x, v in ivs.items()} for a, ivs in intervals.items()},
                "differences": {x: v.to_dict() for x, v in diffs.items()},
                "arms": {a: [{x: v for x, v in r.items() if x not in ("records", "shortcut")} for r in runs] for a, runs in arms.items()},
                "configs": {a: arm_config(name, a, seed=0, out=Path("."), rollouts=rollouts, smoke=smoke, base=base)

@@ -90,7 +90,7 @@ def test_reasoning_comparison_smoke(tmp_path, monkeypatch):
         assert len(runs[0]["items"]["sampled"]) == n  # per-problem scores, per seed
         # the summary is the mean of the per-problem scores
         assert sum(runs[0]["items"]["sampled"]) / n == pytest.approx(runs[0]["after"]["sampled"])
-    gain = res["intervals"]["GRPO"]["gain"]
+    gain = res["arm_intervals"]["GRPO"]["gain"]
     assert gain["low"] <= gain["estimate"] <= gain["high"] and gain["n_items"] == n
     assert {"GRPO - DAPO", "GRPO - RFT", "GRPO - clean SFT"} <= set(res["differences"])
     table = (root / "table.md").read_text()
@@ -178,3 +178,17 @@ def test_shortcut_share_counts_the_shortcut_per_step(tmp_path):
                                                         for s, p, c in rows))
     assert reasoning_rl.shortcut_share(tmp_path, "*") == [(1, 2 / 3), (2, 1.0)]
     assert reasoning_rl.shortcut_share(tmp_path / "missing") == []
+
+
+def test_dllm_comparison_smoke_with_the_trust_region(tmp_path, monkeypatch):
+    """The masked-diffusion Countdown comparison end to end at smoke size: DMPO with reuse F = 8 under the trust
+    region on the `countdown3-md` base; per-item scores and paired intervals land in results.json."""
+    monkeypatch.setenv("MMRL_CACHE", str(tmp_path / "cache"))
+    res = reasoning_rl.run_reasoning_comparison("dllm-countdown3", tmp_path / "rep", seeds=1, smoke=True, progress=False,
+                                                arms=["DMPO F=8, trust region 0.05"])
+    run = res["arms"]["DMPO F=8, trust region 0.05"][0]
+    assert len(run["items"]["greedy"]) == len(res["before_items"]["greedy"]) == 16
+    gain = res["intervals"]["gain"]["DMPO F=8, trust region 0.05"]["greedy"]
+    assert gain["low"] <= gain["estimate"] <= gain["high"] and gain["n_items"] == 16
+    records = (tmp_path / "rep" / "dllm-countdown3" / "runs" / "dmpo_f_8_trust_region_0_05-seed0" / "metrics.jsonl").read_text()
+    assert "dmpo/trust_region_clipped" in records
