@@ -39,6 +39,8 @@ class BaseAdapter:
     """Whether responses vary in length (length-based reward shaping such as DAPO's overlong penalty applies)."""
     response_unit: str = "tokens"
     """What throughput is counted in: `tokens` (perf/tokens_per_s) or `images` (perf/images_per_s)."""
+    batches_negative_condition: bool = False
+    """Whether the adapter has `logprob_with_negative`: GCPO's positive and negative scorings in one forward."""
     generation_option_names: tuple[str, ...] = ()
     """The `sample()` options the family knows: `generation_kwargs` keys outside it are refused at start-up
     (`TrainConfig.validate`); empty means the family does not say (no check)."""
