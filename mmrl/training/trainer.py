@@ -58,7 +58,7 @@ from mmrl.core.protocol import Rollout
 from mmrl.training.reward_inputs import make_trainer_state, reward_arguments
 from mmrl.core.seeds import derived_seed
 from mmrl.training.stop_signals import RewardsInterrupted, StopRequests
-from mmrl.checkpointing.resume_settings import check_before_loading
+from mmrl.checkpointing.resume_settings import check_before_loading, check_dataset_unchanged, dataset_digest
 from mmrl.checkpointing.run_lock import RunLock
 from mmrl.checkpointing.resume import restore_trainer_state, resume_run, save_model_dir
 from mmrl.checkpointing.sharded_save import gather_full_state_dict
@@ -189,6 +189,9 @@ class Trainer:
         elif not explicit_metric and (own_rewards or not self.eval_metric):
             self.eval_rewards = self.rewards
         self.dataset = list(dataset)
+        self._dataset_sha256 = dataset_digest(self.dataset)
+        if cfg.resume_from:
+            check_dataset_unchanged(cfg, self.run_dir, self._dataset_sha256)  # before the model loads
         missing = self.rewards.missing_columns([k for row in self.dataset[:1] for k in row])
         if missing:  # a reward reads a column the data lacks: say so now, not at step 1
             name, cols = next(iter(missing.items()))
@@ -589,7 +592,7 @@ class Trainer:
             positions = [self.stream.position]
             state = {"step": self.step, "rollout_index": self.rollout_index, "positions": positions,
                      "nonfinite_in_a_row": self.nonfinite_in_a_row, "config": self.cfg.to_dict(), "world": self.world,
-                     "num_tokens": self.num_tokens}
+                     "num_tokens": self.num_tokens, "dataset_sha256": self._dataset_sha256}
             path = save_checkpoint(
                 self.run_dir, self.step, save_model=self._save_model, optimizer=self.optimizer, scheduler=self.scheduler,
                 buffer=self.buffer.to_state() if self.buffer is not None else None, state=state, keep=self.cfg.save_total_limit)
