@@ -122,6 +122,13 @@ TINY_MODELS: dict[str, TinySpec] = {
                     "writes right answers when sampled: held-out 0.02 greedy, 0.07 sampled at T = 1, pass@16 0.49. "
                     "The Countdown comparisons' base (docs/RESULTS.md)",
     ),
+    "countdown3-ar-clean": TinySpec(
+        name="countdown3-ar-clean", family="causal_lm", task="countdown3",
+        arch=dict(hidden_size=128, intermediate_size=256, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=4),
+        steps=1200, gen_length=16,
+        description="countdown3-ar-lazy's model and compute (1200 steps, same seed) on right answers only: the clean "
+                    "SFT reference of the Countdown comparisons (\"share of the gap closed\")",
+    ),
     "shapes": TinySpec(
         name="shapes", family="janus", task="shapes",
         arch=dict(codec="slots", hidden_size=128, num_layers=3, num_heads=4, init_std=0.08, image_positions_2d=True),
@@ -130,6 +137,14 @@ TINY_MODELS: dict[str, TinySpec] = {
                     "22-patch codebook: empty or one shape in one colour, mmrl.tiny_world.shape_slots) with 2-D image "
                     "positions; 1000 steps on scenes whose captions are wrong 30% of the time: 0.53-0.55 held-out "
                     "GenEval (T = 1, CFG 1; counting, position and colour attribution below 0.4), about 150 s on one core",
+    ),
+    "shapes-clean": TinySpec(
+        name="shapes-clean", family="janus", task="shapes",
+        arch=dict(codec="slots", hidden_size=128, num_layers=3, num_heads=4, init_std=0.08, image_positions_2d=True),
+        steps=1000, lr=2e-3, gen_length=16, data={"balance_tasks": True},
+        description="the `shapes` base pre-trained at the same compute (1000 steps of 64 scenes, same seed) on "
+                    "correct captions only: the reference an RL run from the noisy base must be compared with "
+                    "(\"share of the gap closed\"); also a base to run RL from",
     ),
     "shapes-masked": TinySpec(
         name="shapes-masked", family="masked_image", task="shapes",
@@ -341,7 +356,9 @@ def _shapes_data(spec: TinySpec, policy) -> dict:
     noise = float(spec.data.get("caption_noise", 0.0))
     if noise:
         out["caption_noise"] = noise
-        out["corrupt"] = partial(caption_noise.corrupt, classnames=SHAPE_NAMES, colors=COLORS, max_count=4)
+        from mmrl.tiny_world.tasks import SHAPES_COUNTS
+
+        out["corrupt"] = partial(caption_noise.corrupt, classnames=SHAPE_NAMES, colors=COLORS, max_count=max(SHAPES_COUNTS))
     return out
 
 
