@@ -50,3 +50,13 @@ def test_splits_disjoint_and_demonstrations_valid():
         assert cs.ANSWER_CHARS[0] <= len(r["solution"]) <= cs.ANSWER_CHARS[1]
         assert cs.score(r["solution"], r["numbers"], r["target"]) == 1.0
         assert r["prompt"] == ",".join(map(str, r["numbers"])) + f"={r['target']}"
+
+
+def test_base_spec_trains_on_the_demonstrations_within_its_span():
+    from mmrl.tiny_world.models import _training_pairs, spec_for
+
+    spec = spec_for("countdown4-steps-ar")
+    prompts, targets = _training_pairs(spec)
+    task = load_task("countdown4_steps")
+    assert prompts == [r["prompt"] for r in task.train] and targets == [r["solution"] for r in task.train]
+    assert max(len(t) for t in targets) + 1 <= spec.gen_length  # char tokenizer: one token a character, plus EOS
