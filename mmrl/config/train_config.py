@@ -570,6 +570,8 @@ def _validate(cfg: TrainConfig) -> list[str]:
     from mmrl.methods import METHODS  # the registry is the one list of method names
 
     _one_of(e, cfg, "method", METHODS)
+    if cfg.method in METHODS:
+        e.extend(METHODS[cfg.method].config_errors(cfg))  # what the method itself refuses
     from mmrl.models import FAMILIES  # the adapter table is the one list of families
 
     _one_of(e, cfg, "family", FAMILIES)

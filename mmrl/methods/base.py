@@ -1,9 +1,11 @@
 """What a training method is to the trainer: the `Method` interface, the `METHODS` registry and the two small
 records a loss receives and returns (docs/design.md, "Methods").
 
-The trainer runs one loop for every method. At each buffer refresh it calls `method.prepare(buffer, ...)` (no
-gradient: behaviour and reference log-probs, token weights, importance weights), and for every micro-batch of an
-optimizer step `method.loss(buffer, micro_batch)`. What a method needs (a reference model, behaviour log-probs,
+The trainer runs one loop for every method. At each buffer refresh it calls `method.shape_rewards(...)` (a
+method's own reward shaping, before the advantages), then `method.prepare(buffer, ...)` (no gradient: behaviour and
+reference log-probs, token weights, importance weights, kept in `buffer.method_state`), and for every micro-batch
+of an optimizer step `method.loss(buffer, micro_batch)`. `TrainConfig.validate` asks the method for the errors it
+knows of (`config_errors`). What a method needs (a reference model, behaviour log-probs,
 mask seeds) it declares through the class methods below, so the trainer and the policy factory never test a
 method's name.
 """
@@ -64,6 +66,8 @@ class Method(abc.ABC):
 
     uses_behaviour_logprobs: ClassVar[bool] = True
     """Whether the loss uses behaviour log-probs (a PPO-style ratio); False for weight-based losses (DMPO)."""
+    reward_shaping_settings: ClassVar[tuple[str, ...]] = ()
+    """Config fields (off at 0) that turn on this method's `shape_rewards`; another method refuses them when set."""
 
     def __init__(self, cfg, policy, estimator_options):
         self.cfg, self.policy = cfg, policy
@@ -79,6 +83,28 @@ class Method(abc.ABC):
     def num_mask_seeds(cls, cfg) -> int:
         """How many estimator mask seeds one buffer draws (one per inner step with `random_masking`)."""
         return cfg.num_iterations if cfg.random_masking else 1
+
+    @classmethod
+    def config_errors(cls, cfg) -> list[str]:
+        """One-line errors for settings this method cannot run with (`TrainConfig.validate`, before any model
+        loads): here, another method's reward shaping switched on."""
+        errors = []
+        for name, other in METHODS.items():
+            for setting in other.reward_shaping_settings:
+                value = getattr(cfg, setting, 0)
+                if value and setting not in cls.reward_shaping_settings:
+                    errors.append(f"{setting}={value} is reward shaping of method {name!r}; method={cfg.method!r} does not "
+                                  f"apply it: set method={name!r} or {setting}=0")
+        return list(dict.fromkeys(errors))
+
+    def shape_rewards(self, rollout, rewards: torch.Tensor, micro_batches, rollout_index: int
+                      ) -> tuple[torch.Tensor, dict[str, float]]:
+        """The method's own reward shaping of a rollout batch, before the advantages (runs under `torch.no_grad()`).
+
+        `rewards` [N] are the weighted reward totals, `micro_batches(n)` gives the index tensors the updates use,
+        `rollout_index` numbers the rollout batch (for seeds). Returns the shaped rewards [N] and buffer metrics
+        (averaged like the per-reward metrics). None by default."""
+        return rewards, {}
 
     @abc.abstractmethod
     def prepare(self, buf, micro_batches: list[torch.Tensor], *, current: bool) -> None:

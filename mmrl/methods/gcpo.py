@@ -9,13 +9,31 @@ from __future__ import annotations
 import torch
 
 from mmrl.algorithms import gcpo_token_weights, gcpo_weights_from_scores
+from mmrl.core.seeds import derived_seed
 from mmrl.methods.base import METHODS, MicroBatch, weight_metrics
 from mmrl.methods.policy_gradient import PolicyGradient
 
 
 @METHODS.register("gcpo")
 class GCPO(PolicyGradient):
-    """Clipped surrogate with `w = gcpo_token_weights(logp(o | positive), logp(o | negative))`."""
+    """Clipped surrogate with `w = gcpo_token_weights(logp(o | positive), logp(o | negative))`; optionally STAGE's
+    entropy reward (`gcpo_entropy_reward`, the T2I launch) added to the rewards before the advantages."""
+
+    reward_shaping_settings = ("gcpo_entropy_reward",)
+
+    @classmethod
+    def needs_reference(cls, cfg) -> bool:
+        """A KL term, or the entropy reward's reference entropies."""
+        return super().needs_reference(cfg) or cfg.gcpo_entropy_reward > 0
+
+    def shape_rewards(self, rollout, rewards, micro_batches, rollout_index):
+        """STAGE's entropy reward (GCPO T2I, `stage_entropy_reward`) when `gcpo_entropy_reward > 0`."""
+        cfg = self.cfg
+        if not cfg.gcpo_entropy_reward > 0:
+            return rewards, {}
+        est = self.estimator_options(derived_seed(cfg.seed, "entropy_reward", rollout_index))
+        bonus = stage_entropy_reward(self.policy, rollout, rewards, cfg, micro_batches, est)  # [N]
+        return rewards + bonus, {"rewards/entropy_bonus/abs_mean": float(bonus.abs().mean())}
 
     def scores_and_weights(self, buf, rows, mb: MicroBatch, est: dict, current: bool, metrics: dict):
         cfg, policy = self.cfg, self.policy

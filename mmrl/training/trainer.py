@@ -31,7 +31,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from mmrl.training import grad_checkpointing
-from mmrl.algorithms import group_advantages, soft_overlong_penalty
+from mmrl.training.advantages import compute_advantages, overlong_penalty
 from mmrl.reporting.batch_report import (add_failures, clip_extremes, impute_unscorable, peak_memory_gb, per_reward_metrics, reward_metrics,
                                scorable_group_std, unfilled_batch_message)
 from mmrl.training.buffer import Buffer, concat_rollouts
@@ -39,26 +39,24 @@ from mmrl.checkpointing.checkpoint import latest_checkpoint, save_checkpoint
 from mmrl.reporting.completion_stats import length_metrics, terminated
 from mmrl.reporting.completions_log import completion_rows, with_advantages
 from mmrl.config.train_config import TrainConfig
-from mmrl.data.loading import require_column
-from mmrl.data.validate import check_prompts
+from mmrl.training.datasets import training_data
 from mmrl.core.diagnostics import finish_step_metrics, logged_step, snapshot
 from mmrl.training.epochs import resolve_max_steps
 from mmrl.core.faults import fault_point  # test hook: MMRL_KILL_AT=<point>:K kills the process there (crash tests)
 from mmrl.reporting.metrics_log import MetricLogger
 from mmrl.methods import METHODS, MicroBatch, behaviour_is_current
-from mmrl.methods.gcpo import stage_entropy_reward
-from mmrl.models import adapter_class
-from mmrl.models.base import is_peft_model
 from mmrl.training.peer_failure import is_peer_failure, peer_failure_message
-from mmrl.training.policy_factory import apply_lora, build_policy, check_model_source, estimator_options, generation_options, set_generation_defaults, wants_reference
+from mmrl.training.policy_factory import (build_policy, check_model_source, ensure_lora, estimator_options, family_class,
+                                          generation_options, set_generation_defaults, wants_reference)
 from mmrl.training.prompt_stream import PromptStream
 from mmrl.core.protocol import Rollout
-from mmrl.training.reward_inputs import make_trainer_state, reward_arguments
+from mmrl.training.reward_inputs import build_rewards, make_trainer_state, reward_arguments
 from mmrl.core.seeds import derived_seed
 from mmrl.training.stop_signals import StopRequests
-from mmrl.checkpointing.resume_settings import check_before_loading
+from mmrl.checkpointing.checkpoint import load_model_weights
+from mmrl.checkpointing.resume_settings import apply_resume_settings, check_before_loading
 from mmrl.checkpointing.run_lock import RunLock
-from mmrl.checkpointing.resume import restore_trainer_state, resume_run, save_model_dir
+from mmrl.checkpointing.resume import resume_run, save_model_dir
 from mmrl.checkpointing.sharded_save import gather_full_state_dict
 
 
@@ -95,7 +93,7 @@ class Trainer:
         from accelerate import Accelerator
         from accelerate.utils import DistributedDataParallelKwargs, InitProcessGroupKwargs
 
-        self.family = adapter_class(cfg.family)  # what the trainer needs to know of a family, as class attributes
+        self.family = family_class(cfg)  # what the trainer needs to know of a family, as class attributes
         ddp = DistributedDataParallelKwargs(find_unused_parameters=self.family.has_unused_parameters)
         # accelerate only picks gloo (MULTI_CPU) when told to use the CPU; a torchrun-style multi-process launch on a
         # machine without an accelerator would otherwise give N independent single-process runs
@@ -115,35 +113,19 @@ class Trainer:
             self._lock.acquire().release()  # another live trainer here fails fast; held from the end of __init__
             self.run_dir.mkdir(parents=True, exist_ok=True)
         # data and rewards before the model: a bad model path, task, dataset or reward fails fast
-        if dataset is None:
-            from mmrl.data.tasks import load_task
-
-            task = load_task(cfg.task, cfg.dataset_path, seed=cfg.seed, eval_split=cfg.eval_split)
-            dataset = task.train
-            reward_funcs = reward_funcs or cfg.reward_funcs or task.reward_funcs
-            # curves on the validation split where the task has one: the test split is for the final figure only
-            eval_dataset = (task.validation or task.test) if eval_dataset is None else eval_dataset
-            eval_metric = eval_metric or task.metric
-        where = "the training dataset" if cfg.dataset_path is None else cfg.dataset_path
-        require_column(list(dataset), "prompt", where)  # no prompt column, or null / missing prompts: stop here
-        check_prompts(list(dataset), "the training dataset")
+        dataset, reward_funcs, eval_dataset, eval_metric = training_data(cfg, dataset, reward_funcs, eval_dataset, eval_metric)
         if policy is None:
             check_model_source(cfg)
         self.eval_dataset = list(eval_dataset or [])[: cfg.eval_limit] if cfg.eval_limit else list(eval_dataset or [])
         self.eval_metric = eval_metric
         if cfg.eval_steps and (not self.eval_dataset or not self.eval_metric):
             raise ValueError("eval_steps > 0 needs test rows and a metric (a task, or eval_dataset= and eval_metric=)")
-        from mmrl.rewards.combine import RewardSet
-
-        self.rewards = RewardSet(list(reward_funcs or cfg.reward_funcs), weights=cfg.reward_weights,
-                                 on_error=cfg.on_reward_error, timeout=cfg.reward_timeout, retries=cfg.reward_retries,
-                                 retry_backoff=cfg.reward_retry_backoff, **cfg.reward_kwargs)
+        self.rewards = build_rewards(cfg, reward_funcs)
         self.dataset = list(dataset)
         cfg.max_steps = resolve_max_steps(cfg, len(self.dataset), self.accelerator.num_processes)  # TRL's num_train_epochs
         self.policy = policy if policy is not None else build_policy(cfg, device=self.accelerator.device)
         set_generation_defaults(self.policy, generation_options(cfg))  # the config's sampling options, also for a given policy
-        if cfg.use_peft and not is_peft_model(self.policy.model):
-            self.policy.model = apply_lora(self.policy.model, cfg)
+        self.policy.model = ensure_lora(self.policy.model, cfg)
         if cfg.gradient_checkpointing:
             grad_checkpointing.enable(self.policy.model)
         self.policy.model.eval()  # dropout off (ratio exactly 1 at the first inner step)
@@ -309,7 +291,7 @@ class Trainer:
             total = out.total.to(torch.float32)  # [N]
             scorable = out.scorable if out.scorable is not None else torch.ones_like(out.valid)  # [N]
             if cfg.overlong_penalty and self.family.variable_length:
-                pen = soft_overlong_penalty(rollout.response_mask.sum(-1).cpu(), cfg.max_completion_length, cfg.overlong_buffer_len)
+                pen = overlong_penalty(rollout, cfg)  # [N]
                 total = total + pen
                 reward_logs.setdefault("rewards/overlong/mean", []).append(float(pen.mean()))
             for name, val in out.metrics.items():
@@ -342,11 +324,10 @@ class Trainer:
         if rollout.num_groups > need:  # refills may overshoot: keep whole groups only
             rollout = rollout.select(torch.arange(need * G))
             rewards, scorable = rewards[: need * G], scorable[: need * G]
-        if cfg.gcpo_entropy_reward > 0:  # STAGE's entropy reward (GCPO T2I): before the advantages
-            est = estimator_options(cfg, derived_seed(cfg.seed, "entropy_reward", self.rollout_index))
-            bonus = stage_entropy_reward(policy, rollout, rewards, cfg, self._micro_batches, est)
-            rewards = rewards + bonus
-            reward_logs.setdefault("rewards/entropy_bonus/abs_mean", []).append(float(bonus.abs().mean()))
+        with torch.no_grad():  # the method's own reward shaping (e.g. STAGE's entropy reward), before the advantages
+            rewards, shaping = self.method.shape_rewards(rollout, rewards, self._micro_batches, self.rollout_index)
+        for name, val in shaping.items():
+            reward_logs.setdefault(name, []).append(val)
         if not bool(scorable.all()):
             # methods that read the rewards themselves (DMPO's weights) see the group mean of the scorable ones:
             # neutral within the group, as the advantage 0 is for the policy-gradient methods
@@ -398,14 +379,7 @@ class Trainer:
         return buf
 
     def _advantages(self, rewards: torch.Tensor, scorable: torch.Tensor) -> torch.Tensor:
-        cfg = self.cfg
-        if cfg.scale_rewards == "batch" and self.world > 1:
-            # std over the global batch: gather every process's rewards (unscorable ones left out, as in TRL)
-            all_r = self.accelerator.gather(torch.where(scorable, rewards, torch.full_like(rewards, float("nan"))))
-            all_r = all_r[~torch.isnan(all_r)]
-            centered = group_advantages(rewards, cfg.num_generations, scale="none", scorable=scorable)
-            return centered / (all_r.std() + 1e-6) if all_r.numel() >= 2 else torch.zeros_like(centered)
-        return group_advantages(rewards, cfg.num_generations, scale=cfg.scale_rewards, scorable=scorable)
+        return compute_advantages(rewards, scorable, self.cfg, self.accelerator, self.world)
 
     def _micro_batches(self, n: int) -> list[torch.Tensor]:
         b = self.cfg.per_device_train_batch_size
@@ -507,9 +481,23 @@ class Trainer:
         return resume_run(self.run_dir, self.cfg.resume_from, self._restore, self.accelerator, self.is_main)
 
     def _restore(self, path: Path, ck: dict) -> None:
-        if ck["state"].get("world", 1) != self.world:
-            raise TrainingError(f"checkpoint {path} was written by {ck['state'].get('world')} processes; this run has {self.world}")
-        restore_trainer_state(self, path, ck)
+        """Put a loaded checkpoint `ck` (`mmrl.checkpointing.checkpoint.load_checkpoint`) back: the settings that win
+        on resume (`apply_resume_settings`), weights, optimizer, scheduler, RNG, counters, the prompt stream's
+        position and the rollout buffer."""
+        st = ck["state"]
+        if st.get("world", 1) != self.world:
+            raise TrainingError(f"checkpoint {path} was written by {st.get('world')} processes; this run has {self.world}")
+        self.cfg = apply_resume_settings(self.cfg, st.get("config") or {}, path)
+        load_model_weights(self.policy.unwrapped, path / "model")
+        self.optimizer.load_state_dict(ck["optimizer"])
+        self.scheduler.load_state_dict(ck["scheduler"])
+        torch.set_rng_state(ck["rng"])
+        self.step, self.rollout_index = int(st["step"]), int(st["rollout_index"])
+        self.nonfinite_in_a_row, self.num_tokens = int(st.get("nonfinite_in_a_row", 0)), int(st.get("num_tokens", 0))
+        self.stream.position = int(st["positions"][0])
+        self.buffer = Buffer.from_state(ck["buffer"]) if ck["buffer"] is not None else None
+        if self.buffer is not None:
+            self.buffer.rollout = self.buffer.rollout.to(self.accelerator.device)
 
     # ========================================================================================= pictures
 

@@ -79,8 +79,8 @@ def test_dmpo_weights_are_a_softmax_over_the_responses_group(tmp_path):
     want = torch.softmax(logits.view(-1, G), dim=-1).flatten()  # [N]
     shifted = torch.softmax(logits.roll(1).view(-1, G), dim=-1).flatten().roll(-1)  # groups off by one response
     assert not torch.allclose(want, shifted, atol=1e-4)
-    torch.testing.assert_close(buf.dmpo_w, want, rtol=1e-5, atol=1e-7)
-    torch.testing.assert_close(buf.dmpo_w.view(-1, G).sum(-1), torch.ones(buf.rewards.numel() // G))
+    torch.testing.assert_close(buf.method_state["weights"], want, rtol=1e-5, atol=1e-7)
+    torch.testing.assert_close(buf.method_state["weights"].view(-1, G).sum(-1), torch.ones(buf.rewards.numel() // G))
     # the credit is w_real = w - 1/G (group baseline) on every valid token
     torch.testing.assert_close(buf.credit, (want - 1.0 / G)[:, None] * buf.loss_mask, rtol=1e-5, atol=1e-7)
 

@@ -221,7 +221,7 @@ def test_micro_batch_mean_baseline_in_a_training_step(tmp_path):
                                  report_to=["jsonl"]))
     t = Trainer(cfg, policy=adapter_class("causal_lm").tiny(seed=0), dataset=dataset_for("causal_lm"), reward_funcs=[vowel_reward])
     t.train()
-    w, credit, mask = t.buffer.dmpo_w, t.buffer.credit, t.buffer.loss_mask
+    w, credit, mask = t.buffer.method_state["weights"], t.buffer.credit, t.buffer.loss_mask
     for idx in (slice(0, 2), slice(2, 4)):
         expected = w[idx] - w[idx].mean()
         got = credit[idx].sum(-1) / mask[idx].sum(-1)
