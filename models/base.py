@@ -44,6 +44,14 @@ class BaseAdapter:
     (`TrainConfig.validate`); empty means the family does not say (no check)."""
 
     @classmethod
+    def tiny(cls, **options):
+        """A tiny random model of this family, for tests and `model_name_or_path: tiny`; the factories and their
+        options live outside the adapters, in `mmrl.models.tiny_configs`."""
+        from mmrl.models import tiny_factory
+
+        return tiny_factory(cls.family)(cls, **options)
+
+    @classmethod
     def generation_options(cls, cfg) -> dict[str, Any]:
         """The `sample()` options this family takes from a `TrainConfig` (before `cfg.generation_kwargs`)."""
         return {}

@@ -123,6 +123,53 @@ class Method(abc.ABC):
         return {"entropy": float((stats["entropy"] * mask).sum() / count)}
 
 
+@dataclass
+class MicroBatchInputs:
+    """What a policy-gradient loss of one micro-batch starts from (`micro_batch_inputs`)."""
+
+    rows: object
+    """The micro-batch's rows of the rollout (`Rollout.select`)."""
+    mask: torch.Tensor
+    """[n, T] bool: the tokens the loss sees."""
+    advantages: torch.Tensor
+    """[n] group advantages."""
+    est: dict
+    """The family's `logprob()` options for this inner step's mask seed."""
+    current: bool
+    """No stored behaviour log-probs: one step per rollout, the gradient forward's detached scores are the
+    behaviour's (`behaviour_is_current`)."""
+    stored_old: torch.Tensor | None
+    """[n, T] stored behaviour log-probs of this inner step's mask seed, or None when `current`."""
+    ref_logp: torch.Tensor | None
+    """[n, T] stored reference log-probs of this mask seed, or None."""
+
+    def behaviour(self, logp: torch.Tensor) -> torch.Tensor:
+        """[n, T] the behaviour log-probs: the stored ones, or the detached `logp` of this forward when `current`."""
+        return logp.detach() if self.current else self.stored_old
+
+
+def micro_batch_inputs(method: Method, buf, mb: MicroBatch) -> MicroBatchInputs:
+    """The rows, mask, advantages, estimator options and behaviour / reference log-probs of micro-batch `mb`
+    (the inner step `mb.inner` uses mask seed `inner % len(mask_seeds)`)."""
+    idx = mb.idx
+    seed_k = mb.inner % len(buf.mask_seeds)
+    current = not buf.old_logp
+    return MicroBatchInputs(rows=buf.rollout.select(idx), mask=buf.loss_mask[idx], advantages=buf.advantages[idx],
+                            est=method.estimator_options(buf.mask_seeds[seed_k]), current=current,
+                            stored_old=None if current else buf.old_logp[seed_k][idx],
+                            ref_logp=buf.ref_logp[seed_k][idx] if buf.ref_logp else None)
+
+
+def first_inner_drift(x: MicroBatchInputs, logp: torch.Tensor, inner: int) -> dict[str, float]:
+    """`policy/first_inner_logp_max_diff`: at the first inner step with stored behaviour log-probs, the largest
+    |logp - old| over valid tokens (0 up to float noise: the same forward on the same micro-batch)."""
+    if inner != 0 or x.current:
+        return {}
+    with torch.no_grad():
+        dev = (logp.detach() - x.stored_old).abs()
+        return {"policy/first_inner_logp_max_diff": float(dev[x.mask].max()) if x.mask.any() else 0.0}
+
+
 def behaviour_is_current(cfg) -> bool:
     """Whether the behaviour (old) log-probs are the detached log-probs of the gradient forward itself.
 

@@ -3,8 +3,13 @@ from __future__ import annotations
 
 from PIL import Image
 
-FAMILIES = ["causal_lm", "vlm", "janus", "masked_diffusion", "masked_image"]
-METHODS = ["grpo", "dapo", "dr_grpo", "diffu_grpo", "gcpo", "dgpo", "dmpo", "gspo"]
+import mmrl.methods
+import mmrl.models
+
+FAMILIES = list(mmrl.models.FAMILIES)
+"""Every registered model family (the adapter table): the method x family matrix grows with it."""
+METHODS = list(mmrl.methods.METHODS)
+"""Every registered method (the `METHODS` registry)."""
 
 
 def vowel_reward(prompts, completions, **kwargs):
