@@ -130,16 +130,33 @@ def _uniform(shape, generator, device, dtype=torch.float32, rows: torch.Tensor |
     return torch.rand(shape, generator=generator, device=gen_device, dtype=dtype).to(device)
 
 
-def gumbel_argmax(logits: torch.Tensor, temperature: float, generator=None, rows: torch.Tensor | None = None) -> torch.Tensor:
+GUMBEL_DTYPES = {"float64": torch.float64, "float32": torch.float32, "bfloat16": torch.bfloat16}
+"""Precisions of the Gumbel-max draw: float64 (LLaDA's `add_gumbel_noise`, exact sampling) or the model's dtype,
+as d1's diffu-GRPO rollouts draw (`add_gumbel_noise(logits, temperature, dtype=model.dtype)`, bfloat16)."""
+
+
+def gumbel_argmax(logits: torch.Tensor, temperature: float, generator=None, rows: torch.Tensor | None = None,
+                  noise_dtype: str = "float64") -> torch.Tensor:
     """[..., V] -> [...] a sample of `softmax(logits / temperature)`; the argmax at temperature 0.
 
     LLaDA `add_gumbel_noise` draws in float64 and takes `argmax(exp(logits) / (-log U)^temperature)`; its log is
     `temperature * (logits / temperature - log(-log U))`, the Gumbel-max trick, computed here in log space
     (same argmax, no overflow of `exp`). `generator`: a `torch.Generator`, `RowStreams` or None; with row streams
     only `rows` ([B] bool) draw.
+
+    `noise_dtype="bfloat16"` (or "float32") reproduces d1's rollouts (dllm-reasoning/d1 `diffu_grpo_trainer.py`
+    `add_gumbel_noise(..., dtype=model.dtype)`): U drawn in that dtype and `exp(logits) / (-log U)^temperature`
+    evaluated in it, as written, so rounding ties (argmax takes the first) and the coarse U grid bias the draw
+    towards the most likely tokens: lower entropy than `softmax(logits / temperature)`.
     """
     if temperature == 0:
         return logits.argmax(-1)
+    if noise_dtype not in GUMBEL_DTYPES:
+        raise ValueError(f"unknown gumbel noise dtype {noise_dtype!r}; valid: {list(GUMBEL_DTYPES)}")
+    if noise_dtype != "float64":
+        dtype = GUMBEL_DTYPES[noise_dtype]
+        u = _uniform(logits.shape, generator, logits.device, dtype, rows)  # [..., V]
+        return (logits.to(dtype).exp() / (-torch.log(u)) ** temperature).argmax(-1)
     u = _uniform(logits.shape, generator, logits.device, torch.float64, rows).clamp_(min=1e-300)  # [..., V]
     scores = logits.double() / temperature - torch.log(-torch.log(u))  # [..., V]
     return scores.argmax(-1)
@@ -252,6 +269,7 @@ def generate_low_confidence(
     generator=None,
     cache: str | None = None,
     init: torch.Tensor | None = None,
+    gumbel_dtype: str = "float64",
 ) -> torch.Tensor:
     """LLaDA's semi-autoregressive sampler -> ids [B, P + gen_length].
 
@@ -262,6 +280,7 @@ def generate_low_confidence(
     U(0, 1) (`"random"`); positions outside the current block and already decoded ones get -inf; the top-k
     positions take their x0. `cache="prefix"` / `"dual"` runs the steps after the first of each block over Fast-dLLM's
     prefix / dual KV cache (DMPO's default training sampler: two tokens per step over the prefix cache).
+    `gumbel_dtype`: the precision of the Gumbel-max draw (`gumbel_argmax`; "bfloat16" = d1's rollouts).
     """
     if remasking not in REMASKING:
         raise ValueError(f"unknown remasking {remasking!r}; valid: {list(REMASKING)}")
@@ -276,7 +295,7 @@ def generate_low_confidence(
         for i in range(spb):
             masked = x[:, s:e] == mask_id  # [B, W]
             logits = block_logits(x, s, e, first_step=i == 0)  # [B, W, V]
-            x0 = gumbel_argmax(logits, temperature, generator)  # [B, W]
+            x0 = gumbel_argmax(logits, temperature, generator, noise_dtype=gumbel_dtype)  # [B, W]
             if remasking == "low_confidence":
                 conf = torch.softmax(logits.float(), dim=-1).gather(-1, x0[..., None]).squeeze(-1)  # [B, W]
             else:

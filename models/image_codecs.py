@@ -144,6 +144,10 @@ class PaletteCodec:
             return torch.zeros((0, h * w), dtype=torch.long)
         return torch.stack(out).long()  # [N, h*w]
 
+    def code_vectors(self, ids: torch.Tensor) -> torch.Tensor:
+        """[N, T, 3] the colour of every id, centred to [-1, 1] (the palette's stand-in for a VQ code vector)."""
+        return self._colors.to(ids.device).float()[ids] / 127.5 - 1.0
+
     def config(self) -> dict:
         return {"type": "palette", "palette": [list(c) for c in self.palette], "grid": list(self.grid),
                 "cell_px": self.cell_px}
@@ -190,6 +194,13 @@ class VQCodec:
         pixels = rearrange(torch.stack(arrs), "n h w c -> n c h w") / 127.5 - 1.0  # [N, 3, H, W] in [-1, 1]
         tokens = vq.encode(pixels.to(param.device, param.dtype)).image_tokens  # [N*h*w]
         return tokens.reshape(len(arrs), -1).long().cpu()
+
+    @torch.no_grad()
+    def code_vectors(self, ids: torch.Tensor) -> torch.Tensor:
+        """[N, T, C] the VQ codebook entry of every id (`get_codebook_entry`'s l2-normalised vectors; STAGE's
+        `quant_b`)."""
+        quantize = self.model.model.vqmodel.quantize
+        return torch.nn.functional.normalize(quantize.embedding(ids.to(quantize.embedding.weight.device)).float(), dim=-1)
 
     def config(self) -> dict:
         return {"type": "vq"}
@@ -248,6 +259,11 @@ class PatchCodec:
         if not out:
             return torch.zeros((0, h * w), dtype=torch.long)
         return torch.stack(out).long()  # [N, h*w]
+
+    def code_vectors(self, ids: torch.Tensor) -> torch.Tensor:
+        """[N, T, p*p*3] the pixels of every id's patch, centred to [-1, 1]."""
+        book = self.patches.reshape(self.codebook_size, -1).float().to(ids.device) / 127.5 - 1.0  # [K, p*p*3]
+        return book[ids]
 
     def config(self) -> dict:
         import base64

@@ -613,6 +613,10 @@ class JanusAdapter(BaseAdapter):
         scores = score_logits(logits, response_ids, response_mask, temperature=d["temperature"])
         return scores.logp[None]  # [1, N, T]
 
+    def code_vectors(self, response_ids: torch.Tensor) -> torch.Tensor:
+        """[N, T, C] the codec's code vector of every image token (STAGE's similarity masks compare them)."""
+        return self.codec.code_vectors(response_ids)
+
     def token_strings(self, rollout: Rollout) -> list[list[str]]:
         """Image tokens have no text; each is shown as `<img:id>` (lay them out on `rollout.extras["grid"]`)."""
         return [[f"<img:{int(i)}>" for i in row] for row in rollout.response_ids.tolist()]

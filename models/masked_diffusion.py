@@ -85,6 +85,7 @@ from mmrl.models.dllm_samplers import (
     DREAM_ORDERS,
     RowStreams,
     block_schedule,
+    GUMBEL_DTYPES,
     generate_dream,
     generate_low_confidence,
     generate_random_order,
@@ -98,7 +99,7 @@ ESTIMATORS = ("mean_field", "elbo", "exact")
 PADDING_MODES = ("fold", "drop")
 GENERATION_KEYS = (
     "sampler", "gen_length", "block_length", "steps", "temperature", "threshold", "top_p", "cache", "negative_instruction",
-    "max_prompt_length",
+    "max_prompt_length", "gumbel_dtype",
 )
 DEFAULT_GENERATION = {
     "sampler": "low_confidence",
@@ -111,6 +112,7 @@ DEFAULT_GENERATION = {
     "cache": None,
     "negative_instruction": DEFAULT_NEGATIVE_INSTRUCTION,
     "max_prompt_length": None,
+    "gumbel_dtype": "float64",
 }
 ADAPTER_FILE = "mmrl_adapter.json"
 _ADAPTER_KEYS = ("mask_token_id", "eos_token_ids", "pad_token_id", "shift_logits")
@@ -162,6 +164,8 @@ class MaskedDiffusionAdapter(BaseAdapter):
             opts["sampler"] = cfg.sampler
         if cfg.diffusion_cache is not None:
             opts["cache"] = cfg.diffusion_cache
+        if cfg.gumbel_dtype != "float64":
+            opts["gumbel_dtype"] = cfg.gumbel_dtype
         return opts
 
     @classmethod
@@ -258,6 +262,11 @@ class MaskedDiffusionAdapter(BaseAdapter):
         if opts["cache"] not in CACHE_MODES:
             raise ValueError(f"unknown cache {opts['cache']!r}; valid: {list(CACHE_MODES)}")
         check_max_prompt_length(opts["max_prompt_length"])
+        if opts["gumbel_dtype"] not in GUMBEL_DTYPES:
+            raise ValueError(f"unknown gumbel_dtype {opts['gumbel_dtype']!r}; valid: {list(GUMBEL_DTYPES)}")
+        if opts["gumbel_dtype"] != "float64" and opts["sampler"] not in ("low_confidence", "random"):
+            raise ValueError(f"gumbel_dtype={opts['gumbel_dtype']!r} reproduces d1's low-confidence rollouts; sampler "
+                             f"{opts['sampler']!r} draws in float64 (use sampler=low_confidence)")
         if opts["sampler"] == "random_order" and opts["cache"]:
             raise ValueError("sampler='random_order' records exact log-probs and cannot use the approximate prefix cache")
         return opts
@@ -399,7 +408,8 @@ class MaskedDiffusionAdapter(BaseAdapter):
         with _eval_mode(self.unwrapped):
             if sampler in ("low_confidence", "random"):
                 ids = generate_low_confidence(
-                    fn, prompt_ids, block_length=bl, steps=steps, remasking=sampler, cache=o["cache"], **common
+                    fn, prompt_ids, block_length=bl, steps=steps, remasking=sampler, cache=o["cache"],
+                    gumbel_dtype=o["gumbel_dtype"], **common
                 )
             elif sampler in DREAM_ORDERS:
                 ids = generate_dream(

@@ -3,7 +3,10 @@
 - `geneval`: the official per-image rule (1.0 correct / 0.0);
 - `geneval_strict`: Flow-GRPO's `strict_correct` (exact counts, exact colour counts);
 - `geneval_partial`: Flow-GRPO's partial credit, with its position quirk fixed and its count term clamped at 0
-  (`mmrl.geneval.rules.partial_score` documents both);
+  (`mmrl.geneval.rules.partial_score` documents both); `flow_grpo_exact=True` (reward_kwargs) keeps both quirks;
+- `geneval_flow_grpo`: exactly the partial credit of Flow-GRPO's and GCPO's `evaluate_reward` (yifan123/flow_grpo
+  reward server; jacklishufan/gcpo `t2i/src/grpo/src/utils/reward_geneval.py`), i.e. `geneval_partial` with
+  `flow_grpo_exact=True`;
 
 each returning `{"score": ..., "correct", "strict", "partial"}` so all three are logged. The GenEval metadata record of
 each sample comes from the `metadata` column (dicts or JSON strings). The detector (default: the shapes world's exact
@@ -30,17 +33,23 @@ class GenEvalReward:
         device: where detector and classifier run.
         metadata_key: the column that holds each sample's metadata record.
         detector_config: passed to the backend (e.g. grid=12 for shapes, model_path=... for hf).
+        flow_grpo_exact: the partial score exactly as Flow-GRPO's (count term unclamped, position quirk kept).
     """
 
     variant = "partial"
+    flow_grpo_exact = False
 
     def __init__(self, detector: str = "shapes", *, options: Mapping[str, Any] | None = None, clip_model: str | None = None,
                  clip_weights: str | None = None, device: str = "cpu", metadata_key: str = "metadata",
-                 variant: str | None = None, **detector_config: Any):
+                 variant: str | None = None, flow_grpo_exact: bool | None = None, **detector_config: Any):
         from mmrl.geneval.detectors import detector_names
         from mmrl.geneval.rules import Options
 
         self.variant = variant or self.variant
+        if flow_grpo_exact is not None:
+            if not isinstance(flow_grpo_exact, bool):
+                raise ValueError(f"flow_grpo_exact must be true or false, got {flow_grpo_exact!r}")
+            self.flow_grpo_exact = flow_grpo_exact
         if self.variant not in VARIANTS:
             raise ValueError(f"unknown GenEval reward variant {self.variant!r}; valid: {list(VARIANTS)}")
         if detector not in detector_names() or detector == "precomputed":
@@ -51,6 +60,8 @@ class GenEvalReward:
         self.clip_model = clip_model or self.options.clip_model
         self.clip_weights, self.metadata_key = clip_weights, metadata_key
         self.__name__ = "geneval" if self.variant == "correct" else f"geneval_{self.variant}"
+        if self.flow_grpo_exact and self.variant == "partial":
+            self.__name__ = "geneval_flow_grpo"
 
     def detector(self):
         from mmrl.geneval.detectors import build_detector
@@ -87,7 +98,7 @@ class GenEvalReward:
         classify = self.classifier()
         out = []
         for im, record, dets in zip(images, records, detections):
-            s = score_image(im, record, dets, self.options, classify, variants=True)
+            s = score_image(im, record, dets, self.options, classify, variants=True, flow_grpo_exact=self.flow_grpo_exact)
             values = {"correct": float(s["correct"]), "strict": float(s["strict"]), "partial": float(s["partial"])}
             out.append({"score": values[self.variant], **values})
         return out
@@ -112,3 +123,11 @@ class GenEvalPartial(GenEvalReward):
     """Flow-GRPO's partial-credit GenEval reward (fixed: position quirk, count term clamped at 0)."""
 
     variant = "partial"
+
+
+@REWARDS.register("geneval_flow_grpo")
+class GenEvalFlowGRPO(GenEvalReward):
+    """The partial-credit GenEval reward exactly as Flow-GRPO and GCPO's T2I branch train on (both quirks kept)."""
+
+    variant = "partial"
+    flow_grpo_exact = True

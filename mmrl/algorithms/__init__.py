@@ -11,6 +11,7 @@ from mmrl.algorithms.dmpo import (
     copy_elbos,
     dmpo_baseline,
     dmpo_real_weights,
+    dmpo_trust_region_gate,
     dmpo_weights,
     effective_sample_size,
     elbo_from_masked_logp,
@@ -19,6 +20,7 @@ from mmrl.algorithms.dmpo import (
     wddo_loss,
 )
 from mmrl.algorithms.gcpo import gcpo_token_weights, gcpo_weights_from_scores
+from mmrl.algorithms.entropy_mask import high_entropy_mask
 from mmrl.algorithms.groups import check_group_size
 from mmrl.algorithms.policy_loss import LOSS_TYPES, accumulated_loss, aggregate, k3_kl, policy_loss, surrogate_loss
 from mmrl.algorithms.cispo import cispo_loss
@@ -36,8 +38,9 @@ from mmrl.algorithms.reward_shaping import soft_overlong_penalty
 from mmrl.algorithms.token_weights import average_ranks, cdf_weights, rank_power_alpha, rank_power_weights, softmax_weights
 
 __all__ = [
+    "high_entropy_mask",
     "ADVANTAGES", "AGGREGATIONS", "DMPO_BASELINES", "GCPO_DIVERGENCES", "LOSS_TYPES", "POLICY_LOSSES", "STATS", "TOKEN_WEIGHTS", "Registry", "UnknownNameError", "aggregate", "antithetic_masks", "average_ranks",
-    "cdf_weights", "check_group_size", "cispo_loss", "copy_elbos", "dgpo_token_weights", "dmpo_baseline", "dmpo_real_weights",
+    "cdf_weights", "check_group_size", "cispo_loss", "copy_elbos", "dgpo_token_weights", "dmpo_baseline", "dmpo_real_weights", "dmpo_trust_region_gate",
     "dmpo_weights", "accumulated_loss", "soft_overlong_penalty", "wddo_deltas", "effective_sample_size",
     "elbo_from_masked_logp", "gcpo_token_weights", "gcpo_weights_from_scores", "group_advantages",
     "hellinger_entropy", "k3_kl", "policy_loss", "rank_power_alpha", "rank_power_weights", "softmax_weights",

@@ -20,13 +20,14 @@ def cispo_loss(
     dual_clip: float | None = None,
     ref_logp: torch.Tensor | None = None,
     beta: float = 0.0,
+    kl_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Per-token CISPO loss `-sg(min(rho, 1 + eps_high)) * A * logp` (+ `beta * k3`) [N, T] and metrics.
 
     MiniMax-M1 eq. 4: `J = E[sum_it sg(r_hat_it) A_it log pi(o_it)] / sum_i |o_i|`, `r_hat = clip(rho, 1 - eps_low^IS,
     1 + eps_high^IS)` (eq. 5), with no lower bound in their runs (a large eps_low^IS): the weight is clipped from
     above only, and every token keeps a gradient (unlike PPO's clip, which drops it). The token-mean over the batch
-    comes from `LOSS_TYPES["cispo"]`. Shapes and arguments as `policy_loss`; `eps_low` and `dual_clip` do not apply
+    comes from `LOSS_TYPES["cispo"]`. Shapes and arguments as `policy_loss` (`kl_weights`: per-token weights of the KL term); `eps_low` and `dual_clip` do not apply
     (the weight is bounded already). Deviation from TRL 1.16: TRL clamps at `epsilon_high` itself
     (`torch.clamp(coef_1, max=epsilon_high)`), here at `1 + epsilon_high`, the paper's bound and mmrl's meaning of
     `epsilon_high` everywhere else (TRL's `epsilon_high=5.0` is mmrl's `epsilon_high=4.0`).
@@ -50,7 +51,7 @@ def cispo_loss(
     fmask = mask.to(logp.dtype)
     if beta > 0:
         kl = k3_kl(torch.where(mask, logp, zero), torch.where(mask, ref_logp.detach(), zero))  # [N, T]
-        loss = loss + beta * kl
+        loss = loss + beta * (kl if kl_weights is None else kl * kl_weights.detach().to(kl.dtype))  # [N, T]
         metrics["kl"] = (kl.detach() * fmask).sum() / fmask.sum().clamp(min=1)
     loss = torch.where(mask, loss, zero)  # [N, T]
     with torch.no_grad():

@@ -179,6 +179,25 @@ def dmpo_real_weights(w: torch.Tensor, w_base: torch.Tensor, strength: float, ne
     return d.clamp(min=0) + negative_scale * d.clamp(max=0)  # [N]
 
 
+def dmpo_trust_region_gate(w_real: torch.Tensor, log_ratio: torch.Tensor, delta: float) -> torch.Tensor:
+    """Which responses keep their WDCE gradient [N] bool under a per-response trust region of `delta` nats.
+
+    A deviation from DMPO (ours; PPO's clipped surrogate, Schulman et al. 2017, eq. 7, carried over to a weighted
+    likelihood): with the weights fixed at rollout time and F > 1 optimizer steps per rollout batch, WDCE keeps
+    pushing an above-baseline response up and a below-baseline one down however far the policy has already moved
+    them. `log_ratio` [N] is the current minus the behaviour log-likelihood per response token (detached); a
+    positive weight stops acting once `log_ratio > delta`, a negative one once `log_ratio < -delta`, exactly as
+    PPO's clip zeroes the gradient of a token whose ratio left [1 - eps, 1 + eps] in the direction of its advantage.
+    The unlikelihood push on the model's own wrong answers is then bounded by `delta` per token per rollout batch.
+    """
+    if not delta > 0:
+        raise ValueError(f"the DMPO trust region delta must be > 0 nats per token, got {delta}")
+    if w_real.shape != log_ratio.shape or w_real.dim() != 1:
+        raise ValueError(f"w_real and log_ratio must both be [N]; got {tuple(w_real.shape)} and {tuple(log_ratio.shape)}")
+    lr = log_ratio.detach()
+    return ((w_real > 0) & (lr <= delta)) | ((w_real < 0) & (lr >= -delta)) | (w_real == 0)  # [N]
+
+
 def wddo_deltas(elbo_theta: torch.Tensor, elbo_v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(Delta [N], Delta' [N]) of WDDO from per-copy ELBOs `elbo_theta` [R, N] and the stored `elbo_v` [N].
 

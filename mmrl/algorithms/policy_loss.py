@@ -38,6 +38,7 @@ def policy_loss(
     dual_clip: float | None = None,
     ref_logp: torch.Tensor | None = None,
     beta: float = 0.0,
+    kl_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Per-token clipped surrogate loss (to be minimised) plus optional k3 KL; returns (loss [N, T], metrics).
 
@@ -52,8 +53,11 @@ def policy_loss(
         dual_clip: `c > 1` bounds the loss of negative-advantage tokens by `-c * A` (verl `clip_ratio_c`); None = off.
         ref_logp: [N, T] reference-policy log-probs for the KL term (required when `beta > 0`).
         beta: KL coefficient.
+        kl_weights: [N, T] per-token weights of the KL term (STAGE's and GCPO T2I's `kl_reweight`,
+            `mmrl.algorithms.stage`); None = 1 for every token.
 
-    `rho = exp(logp - old_logp)`; `loss = -min(rho * A, clip(rho) * A) + beta * k3(logp, ref_logp)`.
+    `rho = exp(logp - old_logp)`; `loss = -min(rho * A, clip(rho) * A) + beta * m * k3(logp, ref_logp)`, m the KL
+    weights. The `kl` metric is the unweighted k3 mean.
 
     Metrics (detached scalars, means over valid tokens, TRL's definitions): `clip_ratio/low_mean`
     (rho < 1 - eps_low and A < 0), `clip_ratio/high_mean` (rho > 1 + eps_high and A > 0), `clip_ratio/region_mean`
@@ -80,7 +84,7 @@ def policy_loss(
     if beta > 0:
         zero = torch.zeros_like(logp)
         kl = k3_kl(torch.where(mask, logp, zero), torch.where(mask, ref_logp.detach(), zero))  # [N, T]
-        loss = loss + beta * kl  # [N, T]
+        loss = loss + beta * (kl if kl_weights is None else kl * kl_weights.detach().to(kl.dtype))  # [N, T]
         metrics["kl"] = _masked_mean(kl.detach(), mask)
     loss = torch.where(mask, loss, torch.zeros_like(loss))  # [N, T]
     with torch.no_grad():

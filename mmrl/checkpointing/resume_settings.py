@@ -23,12 +23,14 @@ from mmrl.config.train_config import ConfigError, TrainConfig
 FIXED_ON_RESUME = (
     "method", "family", "model_name_or_path", "use_peft", "lora_r", "lora_alpha", "lora_target_modules", "torch_dtype",
     "seed", "num_generations", "per_device_train_batch_size", "gradient_accumulation_steps", "num_iterations",
-    "max_completion_length", "block_length", "task", "dataset_path",
+    "steps_per_generation", "generation_batch_size", "max_completion_length", "block_length", "task", "dataset_path",
 )
-CHECKPOINT_WINS = ("learning_rate", "lr_scheduler_type", "warmup_ratio", "adam_beta1", "adam_beta2", "adam_epsilon", "weight_decay")
+CHECKPOINT_WINS = ("learning_rate", "lr_scheduler_type", "lr_scheduler_kwargs", "warmup_ratio", "warmup_steps", "optim", "adam_beta1",
+                   "adam_beta2", "adam_epsilon", "weight_decay")
 FREE = (
     "max_steps", "output_dir", "resume_from", "logging_steps", "report_to", "save_steps", "save_total_limit", "eval_steps",
-    "eval_limit", "eval_generation", "credit_steps", "progress_bar",
+    "eval_limit", "eval_generation", "credit_steps", "progress_bar", "eval_strategy", "run_name", "push_to_hub",
+    "hub_model_id", "hub_private_repo",
 )
 
 

@@ -3,11 +3,16 @@
 A subcommand module defines `configure(parser: argparse.ArgumentParser) -> None` and
 `run(args: argparse.Namespace) -> int | None`, and may define `normalize_argv(args: list[str]) -> list[str]` to
 rewrite its arguments before parsing (e.g. TRL's `--key value` spelling).
+
+Library modules report through `logging` (`logging.getLogger(__name__)` under the `mmrl` logger); the command is
+where a handler is configured (`configure_logging`): messages below WARNING to stdout, warnings and errors to
+stderr, each as the bare message, so the command's progress output reads as before.
 """
 from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import sys
 
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -19,6 +24,37 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "pretrain-tiny": ("mmrl.tiny_world.pretrain_cli", "build (pre-train) a tiny-world base model into the cache, or --list them"),
     "geneval": ("mmrl.cli.geneval", "GenEval: write prompts, generate images, evaluate them, summarize results"),
 }
+
+
+class _ConsoleHandler(logging.Handler):
+    """The bare message to the process's current stdout or stderr (looked up at each record, so that a caller
+    that redirects `sys.stdout`, such as pytest's capture, gets the output)."""
+
+    def __init__(self, stream: str, below: int | None = None):
+        super().__init__()
+        self.stream_name, self.below = stream, below
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return self.below is None or record.levelno < self.below
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            stream = getattr(sys, self.stream_name)
+            stream.write(self.format(record) + "\n")
+            stream.flush()
+        except Exception:  # noqa: BLE001 - logging's own convention: report, never raise
+            self.handleError(record)
+
+
+def configure_logging(level: int = logging.INFO) -> None:
+    """Show the `mmrl` loggers' messages as the command's output (idempotent: handlers are added once)."""
+    logger = logging.getLogger("mmrl")
+    logger.setLevel(level)
+    if not any(isinstance(h, _ConsoleHandler) for h in logger.handlers):
+        logger.addHandler(_ConsoleHandler("stdout", below=logging.WARNING))
+        out = _ConsoleHandler("stderr")
+        out.setLevel(logging.WARNING)
+        logger.addHandler(out)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -34,6 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    configure_logging()
     if argv and argv[0] in SUBCOMMANDS:  # a subcommand may accept other spellings (train: TRL's --key value)
         normalize = getattr(importlib.import_module(SUBCOMMANDS[argv[0]][0]), "normalize_argv", None)
         if normalize is not None:

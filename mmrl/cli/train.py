@@ -52,8 +52,8 @@ def normalize_argv(args: list[str]) -> list[str]:
                     break
                 values.append(args[i])
                 i += 1
-            if not values and kind(key) == "bool":
-                values = ["true"]
+            if not values and (kind(key) == "bool" or key not in hints):
+                values = ["true"]  # a flag alone; an unknown key then gets the unknown / unsupported-key error
             if not values:
                 raise SystemExit(f"mmrl train: --{key} needs a value")
             value = ",".join(values) if kind(key) == "list" and len(values) > 1 else values[0]
@@ -94,13 +94,13 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(cfg.to_dict(), indent=2, default=str))
         return 0
     from mmrl.data.loading import DatasetError
-    from mmrl.training.policy_factory import ModelSourceError
+    from mmrl.training.policy_factory import AttentionError, ModelSourceError
     from mmrl.rewards.imports import RewardImportError
     from mmrl.training.trainer import Trainer, TrainingError, TrainingStopped
 
     try:
         trainer = Trainer(cfg)
-    except (DatasetError, ModelSourceError, RewardImportError, FileNotFoundError) as e:  # start-up: one line, no traceback
+    except (DatasetError, ModelSourceError, RewardImportError, AttentionError, FileNotFoundError) as e:  # start-up: one line, no traceback
         print(f"mmrl train: {e}", file=sys.stderr)
         return 2
     try:

@@ -1,1 +1,1 @@
-"""Prompt datasets and synthetic worlds (installed as `mmrl.data`): `shapes` is the tiny text-to-image world."""
+"""Prompt datasets: loading (JSONL, CSV, Parquet, Hub layouts), validation, and the registered tasks (installed as `mmrl.data`)."""

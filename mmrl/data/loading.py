@@ -37,6 +37,72 @@ def is_saved_dataset(path: Path) -> bool:
     return path.is_dir() and any((path / f).is_file() for f in ("dataset_dict.json", "state.json", "dataset_info.json"))
 
 
+EVAL_SPLITS = ("test", "validation")
+"""Splits a task's evaluation rows come from, in order of preference (`datasets` maps valid / dev / eval to
+validation)."""
+
+
+def local_splits(source: str | Path) -> dict[str, list[dict]]:
+    """Every split of a local dataset, as `datasets.load_dataset` finds them: a data file (`train`), a directory
+    written by `save_to_disk` (a Dataset: `train`; a DatasetDict: its splits, e.g. only train, or train + validation),
+    or a directory of data files named by split as `datasets` names them (`train.jsonl`, `test.csv`, a downloaded Hub
+    snapshot's `data/train-00000-of-00002.parquet` shards, `validation.json`; files without a split name are
+    `train`). Files are read by `load_rows` (JSON values as written); shards are concatenated in name order."""
+    path = Path(source).expanduser()
+    if not path.exists():
+        raise DatasetError(_not_found(path))
+    if path.is_file():
+        return {"train": load_rows(path)}
+    if is_saved_dataset(path):
+        import datasets
+
+        try:
+            ds = datasets.load_from_disk(str(path))
+        except Exception as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+            raise DatasetError(f"{path}: could not read the saved dataset ({type(e).__name__}: {first[:300]})") from e
+        if isinstance(ds, datasets.DatasetDict):
+            out = {str(k): v.to_list() for k, v in ds.items()}
+        else:
+            out = {"train": ds.to_list()}
+        for name, rows in out.items():
+            check_prompt_sizes(rows, f"{path} ({name})")
+        return out
+    from datasets.data_files import DataFilesDict, get_data_patterns
+
+    try:
+        files = DataFilesDict.from_patterns(get_data_patterns(str(path)), base_path=str(path))
+    except Exception:  # no data files at all (datasets raises EmptyDatasetError)
+        files = {}
+    out: dict[str, list[dict]] = {}
+    for split, found in files.items():
+        usable = sorted(str(f) for f in found if Path(str(f)).suffix.lower() in FILE_BUILDERS)
+        if usable:
+            out[str(split)] = [row for f in usable for row in load_rows(Path(f))]
+    if not out:
+        raise DatasetError(f"{path}: a directory without data files ({', '.join(sorted(FILE_BUILDERS))}, by split: "
+                           "train.jsonl, test.csv, data/train-*.parquet, ...) and not written by save_to_disk")
+    return out
+
+
+def _not_found(path: Path) -> str:
+    """A missing local path, with the files of its nearest existing folder that look like what was meant."""
+    import difflib
+
+    parent = path.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    msg = f"dataset file not found: {path}"
+    if parent.is_dir():
+        names = sorted(p.name for p in parent.iterdir() if not p.name.startswith("."))
+        close = difflib.get_close_matches(path.name, names, n=3, cutoff=0.5)
+        if close:
+            msg += f" (in {parent}: did you mean {', '.join(close)}?)"
+        elif parent != path.parent:
+            msg += f" (the folder {path.parent} does not exist)"
+    return msg
+
+
 def load_rows(source: str | Path, *, split: str = "train") -> list[dict]:
     """The rows of `source` (see the module docstring); `split` picks the split of a DatasetDict or Hub dataset."""
     import datasets
@@ -72,7 +138,7 @@ def load_rows(source: str | Path, *, split: str = "train") -> list[dict]:
         elif _looks_like_hub_name(str(source)):
             ds = _hub(str(source), split)
         else:
-            raise DatasetError(f"dataset file not found: {path}")
+            raise DatasetError(_not_found(path))
     except DatasetError:
         raise
     except Exception as e:  # malformed JSON, ragged CSV, unreadable parquet, ...
@@ -117,9 +183,16 @@ def _csv_header(path: Path) -> list[str]:
     return header
 
 
+LOCAL_SUFFIXES = (*FILE_BUILDERS, ".arrow", ".txt", ".tsv", ".gz", ".zip")
+"""A name ending so is a mistyped local file, never a Hub dataset id."""
+
+
 def _looks_like_hub_name(name: str) -> bool:
+    """`owner/name`, neither part a file name nor the owner an existing local folder (a typo such as
+    `data/nope.jsonl` is reported at once, not tried on the Hub for half a minute)."""
     parts = name.split("/")
-    return len(parts) == 2 and all(parts) and not name.startswith((".", "~")) and not Path(parts[0]).suffix
+    return (len(parts) == 2 and all(parts) and not name.startswith((".", "~")) and not Path(parts[0]).suffix
+            and not name.lower().endswith(LOCAL_SUFFIXES) and not Path(parts[0]).is_dir())
 
 
 def _hub(name: str, split: str, config: str | None = None):

@@ -14,6 +14,7 @@ TRL's format (`[{"role": "user", "content": ...}]`), so every family renders the
 from __future__ import annotations
 
 import inspect
+import logging
 import random
 from dataclasses import dataclass, field
 from importlib import resources
@@ -21,7 +22,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 from mmrl.core.registry import TASKS
-from mmrl.data.loading import FILE_BUILDERS, DatasetError, holdout, hub_rows, is_saved_dataset, load_rows, require_column
+from mmrl.data.loading import (EVAL_SPLITS, FILE_BUILDERS, DatasetError, holdout, hub_rows, is_saved_dataset, load_rows, local_splits,
+                               require_column)
+
+logger = logging.getLogger(__name__)
 
 FORMAT_INSTRUCTION = "Respond in the following format:\n<reasoning>\n...\n</reasoning>\n<answer>\n...\n</answer>\n"
 """d1's answer format (the GSM8K, MATH, Countdown and Sudoku rewards read the `<answer>` tag)."""
@@ -81,7 +85,7 @@ def load_task(name: str, dataset_path: str | None = None, *, seed: int = 0, **op
     them. Tasks that generate their own data refuse a `dataset_path` rather than ignore it."""
     loader = TASKS[name]
     if dataset_path is not None and getattr(loader, "generates_data", False):
-        raise ValueError(f"task {name!r} generates its own data and does not read dataset_path={dataset_path!r}; remove "
+        raise DatasetError(f"task {name!r} generates its own data and does not read dataset_path={dataset_path!r}; remove "
                          "dataset_path, or train on your file with task=jsonl (rows of {\"prompt\": ..., <reward columns>})")
     accepted = inspect.signature(loader).parameters
     return loader(dataset_path, seed, **{k: v for k, v in options.items() if k in accepted})
@@ -105,19 +109,15 @@ def _split_rows(dataset_path: str | None, name: str) -> tuple[list[dict], list[d
     if dataset_path is None:
         return None
     d = Path(dataset_path)
-    if is_saved_dataset(d) and (d / "dataset_dict.json").is_file():
-        return load_rows(d, split="train"), load_rows(d, split="test")
-    if not d.is_dir():
-        raise DatasetError(f"{name}: dataset_path {d} is not a directory with train/test files" if not d.exists() else
-                           f"{name}: dataset_path {d} is a file; this task needs a directory with train and test files")
-    exts = sorted(FILE_BUILDERS)
-    for ext in exts:
-        if (d / f"train{ext}").is_file():
-            test = next((d / f"test{e}" for e in exts if (d / f"test{e}").is_file()), None)
-            if test is None:
-                raise DatasetError(f"{name}: {d} has train{ext} but no test file")
-            return load_rows(d / f"train{ext}"), load_rows(test)
-    raise DatasetError(f"{name}: no train file ({', '.join('train' + e for e in exts)}) or saved DatasetDict in {d}")
+    if d.is_file():
+        raise DatasetError(f"{name}: dataset_path {d} is a file; this task needs a directory with train and test files")
+    splits = local_splits(d)
+    if "train" not in splits:
+        raise DatasetError(f"{name}: {d} has no train split (splits: {sorted(splits)})")
+    test = next((splits[s] for s in EVAL_SPLITS if s in splits), None)
+    if test is None:
+        raise DatasetError(f"{name}: {d} has a train split but no test or validation split")
+    return splits["train"], test
 
 
 def _hub_rows(repo: str, config: str | None, split: str) -> list[dict]:
@@ -250,15 +250,27 @@ def _sudoku(dataset_path: str | None, seed: int) -> Task:
 
 
 @TASKS.register("geneval")
-def _geneval(dataset_path: str | None, seed: int) -> Task:
-    """GenEval's 553 official prompts (metadata as the reward's column). There is no official training split: the
-    same prompts serve for RL and evaluation, as in GCPO/Flow-GRPO's GenEval runs; pass a metadata JSONL of your own
-    training prompts (`mmrl geneval prompts`) as dataset_path to train on a disjoint suite."""
-    from mmrl.geneval.prompts import official_metadata, read_metadata
+def _geneval(dataset_path: str | None, seed: int, geneval_train_on_eval_prompts: bool = False) -> Task:
+    """GenEval: test = the 553 official evaluation prompts; train = prompts none of which is a test prompt.
+
+    Without dataset_path the training rows are `mmrl.geneval.prompts.training_suite()`: the official generator's
+    rules with other seeds, every evaluation prompt removed (3543 prompts). A dataset_path is a metadata JSONL of
+    training prompts (e.g. Flow-GRPO's `dataset/geneval/train_metadata.jsonl`, which GCPO's T2I launch trains on);
+    one that holds any of the 553 is refused unless `geneval_train_on_eval_prompts=True` (the config field of the
+    same name), since a GenEval score after training on its own prompts is a train-set score."""
+    from mmrl.geneval.prompts import official_metadata, overlap_with_evaluation, read_metadata, training_suite
 
     test = [{"prompt": m["prompt"], "metadata": m} for m in official_metadata()]
-    train = [{"prompt": m["prompt"], "metadata": m} for m in (read_metadata(dataset_path) if dataset_path else official_metadata())]
-    return Task("geneval", train, test, ["geneval"], "geneval_strict", family="janus")
+    records = read_metadata(dataset_path) if dataset_path else training_suite()
+    shared = overlap_with_evaluation(records)
+    if shared and not geneval_train_on_eval_prompts:
+        raise DatasetError(
+            f"geneval: dataset_path={dataset_path!r} holds {len(shared)} of the 553 GenEval evaluation prompts (first: "
+            f"{shared[0]!r}); remove them, omit dataset_path to train on the generated training suite, or set "
+            "geneval_train_on_eval_prompts=true to train on them knowingly (the GenEval score is then a train-set score)")
+    train = [{"prompt": m["prompt"], "metadata": m} for m in records]
+    info = {"train_source": dataset_path or "mmrl.geneval.prompts.training_suite()", "train_eval_overlap": len(shared)}
+    return Task("geneval", train, test, ["geneval"], "geneval_strict", family="janus", info=info)
 
 
 @TASKS.register("jsonl")
@@ -273,14 +285,24 @@ def _jsonl(dataset_path: str | None, seed: int, eval_split: float | int = 0.0) -
     if dataset_path is None:
         raise DatasetError("task 'jsonl' needs dataset_path=<data file, saved dataset, directory with train/test files or Hub name>")
     path = Path(dataset_path)
-    if path.is_dir() and not is_saved_dataset(path) or (path / "dataset_dict.json").is_file():
-        train, test = _split_rows(dataset_path, "jsonl")
+    if path.exists():
+        splits = local_splits(path)  # every layout datasets.load_dataset reads (local files validated first)
     else:
-        rows = read_rows(dataset_path)  # local files validated first: file, line and column of a bad row
-        require_column(rows, "prompt", str(dataset_path))
+        splits = {"train": read_rows(dataset_path)}  # a Hub name (online), or a missing path reported at once
+    if "train" not in splits:
+        raise DatasetError(f"jsonl: {dataset_path} has no train split (splits: {sorted(splits)})")
+    own_test = next((s for s in EVAL_SPLITS if s in splits), None)
+    rows = splits["train"]
+    require_column(rows, "prompt", str(dataset_path))
+    if own_test is not None and eval_split:
+        raise DatasetError(f"jsonl: {dataset_path} has its own {own_test} split; eval_split={eval_split} holds rows out only "
+                           "of a train-only dataset (set eval_split=0)")
+    if own_test is not None:
+        train, test = rows, splits[own_test]
+    else:
         train, test = holdout(rows, eval_split)
         if test:
-            print(f"task 'jsonl': holding out the last {len(test)} of {len(rows)} rows of {dataset_path} as the test split "
+            logger.info(f"task 'jsonl': holding out the last {len(test)} of {len(rows)} rows of {dataset_path} as the test split "
                   f"(eval_split={eval_split})")
     require_column(train, "prompt", str(dataset_path))
     base = path if path.is_dir() else path.parent

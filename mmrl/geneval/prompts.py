@@ -151,6 +151,44 @@ def generate_suite(
     return unique
 
 
+TRAIN_SEEDS = tuple(range(10))
+"""Seeds of the default GenEval training suite (`training_suite`); the official evaluation suite is seed 43."""
+
+
+def prompt_key(prompt: str) -> str:
+    """The form two prompts are compared in: case and surrounding / repeated whitespace ignored."""
+    return " ".join(prompt.split()).lower()
+
+
+def overlap_with_evaluation(records: Sequence[dict]) -> list[str]:
+    """The prompts of `records` that are also prompts of the 553 official evaluation records (in record order)."""
+    official = {prompt_key(m["prompt"]) for m in official_metadata()}
+    return [r["prompt"] for r in records if prompt_key(r["prompt"]) in official]
+
+
+def training_suite(seeds: Sequence[int] = TRAIN_SEEDS, n: int = 100) -> list[dict]:
+    """GenEval training prompts disjoint from the evaluation set: `generate_suite(seed, n)` (the official rules over
+    the COCO names) for every seed in `seeds`, concatenated in seed order, de-duplicated by prompt, with every
+    prompt of the 553 official evaluation records removed (as Flow-GRPO's `dataset/geneval_filter_test.py` does for
+    its training metadata).
+
+    With the defaults (seeds 0..9, n = 100): 3543 prompts, two_object 912, counting 159, colors 495, position 977,
+    color_attr 1000, and no single_object prompt, since all 80 "a photo of a/an <class>" prompts are evaluation
+    prompts. Deterministic (numpy `default_rng(seed)` draws), so it is generated when used rather than shipped.
+    """
+    if 43 in seeds:
+        raise ValueError("seed 43 generates the official evaluation suite; choose other training seeds")
+    official = {prompt_key(m["prompt"]) for m in official_metadata()}
+    out, seen = [], set()
+    for seed in seeds:
+        for record in generate_suite(seed, n):
+            key = prompt_key(record["prompt"])
+            if key not in official and key not in seen:
+                seen.add(key)
+                out.append(record)
+    return out
+
+
 def write_suite(records: Sequence[dict], outdir: str | Path) -> tuple[Path, Path]:
     """Write `evaluation_metadata.jsonl` and `generation_prompts.txt` (the official file names) into `outdir`."""
     outdir = Path(outdir)

@@ -59,9 +59,11 @@ def score_image(
     classify: ColorFn | None = None,
     *,
     variants: bool = False,
+    flow_grpo_exact: bool = False,
 ) -> dict[str, Any]:
     """One image's official outcome: `correct`, `reason`, `details` (JSON string of the kept boxes per class).
-    With `variants`, also Flow-GRPO's `strict` (bool) and `partial` (float, with the documented fixes)."""
+    With `variants`, also Flow-GRPO's `strict` (bool) and `partial` (float, with the documented fixes, or exactly
+    Flow-GRPO's with `flow_grpo_exact`, `mmrl.geneval.rules.partial_score`)."""
     detected = select_detections(detections, metadata["tag"], options)
     detected = _colored(image, detected, metadata, classify)
     verdict = judge(detected, metadata, position_threshold=options.position_threshold)
@@ -72,7 +74,8 @@ def score_image(
     }
     if variants:
         out["strict"] = judge_strict(detected, metadata, position_threshold=options.position_threshold)
-        out["partial"] = partial_score(detected, metadata, position_threshold=options.position_threshold)
+        out["partial"] = partial_score(detected, metadata, position_threshold=options.position_threshold,
+                                       flow_grpo_exact=flow_grpo_exact)
     return out
 
 

@@ -68,6 +68,8 @@ class Method(abc.ABC):
     """Whether the loss uses behaviour log-probs (a PPO-style ratio); False for weight-based losses (DMPO)."""
     reward_shaping_settings: ClassVar[tuple[str, ...]] = ()
     """Config fields (off at 0) that turn on this method's `shape_rewards`; another method refuses them when set."""
+    supports_entropy_mask: ClassVar[bool] = False
+    """Whether `top_entropy_quantile` < 1 can mask the loss's tokens (a per-token policy-gradient loss)."""
 
     def __init__(self, cfg, policy, estimator_options):
         self.cfg, self.policy = cfg, policy
@@ -88,14 +90,17 @@ class Method(abc.ABC):
     def config_errors(cls, cfg) -> list[str]:
         """One-line errors for settings this method cannot run with (`TrainConfig.validate`, before any model
         loads): here, another method's reward shaping switched on."""
-        errors = []
+        owners: dict[str, list[str]] = {}  # setting -> the methods whose reward shaping it turns on
         for name, other in METHODS.items():
             for setting in other.reward_shaping_settings:
-                value = getattr(cfg, setting, 0)
-                if value and setting not in cls.reward_shaping_settings:
-                    errors.append(f"{setting}={value} is reward shaping of method {name!r}; method={cfg.method!r} does not "
-                                  f"apply it: set method={name!r} or {setting}=0")
-        return list(dict.fromkeys(errors))
+                owners.setdefault(setting, []).append(name)
+        errors = []
+        for setting, names in owners.items():
+            value = getattr(cfg, setting, 0)
+            if value and setting not in cls.reward_shaping_settings:
+                errors.append(f"{setting}={value} is reward shaping of method {' / '.join(map(repr, names))}; "
+                              f"method={cfg.method!r} does not apply it: set method={names[0]!r} or {setting}=0")
+        return errors
 
     def shape_rewards(self, rollout, rewards: torch.Tensor, micro_batches, rollout_index: int
                       ) -> tuple[torch.Tensor, dict[str, float]]:
@@ -173,14 +178,15 @@ def first_inner_drift(x: MicroBatchInputs, logp: torch.Tensor, inner: int) -> di
 def behaviour_is_current(cfg) -> bool:
     """Whether the behaviour (old) log-probs are the detached log-probs of the gradient forward itself.
 
-    With one optimizer step per rollout (`num_iterations = 1`) the policy that sampled is the policy being updated,
+    With one optimizer step per rollout (`num_iterations = 1` and `steps_per_generation` =
+    `gradient_accumulation_steps`) the policy that sampled is the policy being updated,
     and a separate no-grad forward would give the very numbers the gradient forward gives (same code, same
     micro-batches, same mask seeds: the first step's ratio is exactly 1). So that forward is skipped, as TRL skips
     it (`old_per_token_logps = None` when generation and optimizer steps are aligned), and the statistics taken at
     buffer time (entropy; DGPO's Hellinger deviation against the reference, whose pass also gives the KL's
     reference log-probs) are taken from the gradient forward's logits. Methods without behaviour log-probs (DMPO)
     never take this path."""
-    return cfg.num_iterations == 1 and METHODS[cfg.method].uses_behaviour_logprobs
+    return cfg.steps_per_rollout == 1 and METHODS[cfg.method].uses_behaviour_logprobs
 
 
 def weight_metrics(prefix: str, w: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:

@@ -19,7 +19,7 @@ from mmrl.algorithms import (
     wddo_deltas,
     wddo_loss,
 )
-from mmrl.algorithms.dmpo import LOSS_TIME_BASELINES, micro_batch_mean_baseline
+from mmrl.algorithms.dmpo import LOSS_TIME_BASELINES, dmpo_trust_region_gate, micro_batch_mean_baseline
 from mmrl.core.diagnostics import effective_sample_size, micro_batch_sums
 from mmrl.methods.base import METHODS, LossOutput, Method, MicroBatch, zeros_like_tokens
 from mmrl.core.protocol import NoisedBatch
@@ -48,7 +48,8 @@ class DMPO(Method):
         cfg, policy = self.cfg, self.policy
         N = buf.rollout.num_responses
         dev = buf.rewards.device
-        need_v = cfg.dmpo_target == "reference" or cfg.dmpo_loss == "wddo" or cfg.dmpo_baseline == "model"
+        need_v = (cfg.dmpo_target == "reference" or cfg.dmpo_loss == "wddo" or cfg.dmpo_baseline == "model"
+                  or cfg.dmpo_trust_region is not None)
         est = self.estimator_options(buf.mask_seeds[0], kind="elbo")
         est_kl = self._kl_estimator(buf)
         elbo_v, elbo_ref = torch.zeros(N, device=dev), torch.zeros(N, device=dev)
@@ -122,6 +123,15 @@ class DMPO(Method):
             else:
                 w_base = buf.method_state["baseline_weights"][idx]
             w_real = dmpo_real_weights(w, w_base, cfg.dmpo_baseline_strength, cfg.dmpo_negative_scale)  # [n]
+            if cfg.dmpo_trust_region is not None:  # the same shared masks as the buffer's log p_v: a low-noise difference
+                with torch.no_grad():
+                    now = policy.logprob(rows, **self.estimator_options(buf.mask_seeds[0], kind="elbo")).logp.sum(-1)
+                n_tok = buf.loss_mask[idx].sum(-1).clamp(min=1).to(now.dtype)  # [n]
+                per_token = (now.to(buf.method_state["elbo_v"].device) - buf.method_state["elbo_v"][idx]) / n_tok.to(buf.method_state["elbo_v"].device)
+                keep = dmpo_trust_region_gate(w_real, per_token, cfg.dmpo_trust_region)  # [n]
+                m["dmpo/trust_region_clipped"] = float(1 - keep.float().mean())
+                m["dmpo/log_ratio_per_token"] = float(per_token.mean())
+                w_real = w_real * keep.to(w_real.dtype)
             loss = wdce_loss(-masked_sum, noised.n_masked, w_real, num_groups=int(mb.g_groups))
             if cfg.log_diagnostics:  # the WDCE weights on each response's log-likelihood
                 m.update(micro_batch_sums(buf.loss_mask[idx], w_real))

@@ -9,15 +9,15 @@ from __future__ import annotations
 import torch
 
 from mmrl.algorithms import gcpo_token_weights, gcpo_weights_from_scores
+from mmrl.algorithms.stage import gcpo_kl_mask
 from mmrl.core.seeds import derived_seed
 from mmrl.methods.base import METHODS, MicroBatch, weight_metrics
 from mmrl.methods.policy_gradient import PolicyGradient
 
 
-@METHODS.register("gcpo")
-class GCPO(PolicyGradient):
-    """Clipped surrogate with `w = gcpo_token_weights(logp(o | positive), logp(o | negative))`; optionally STAGE's
-    entropy reward (`gcpo_entropy_reward`, the T2I launch) added to the rewards before the advantages."""
+class EntropyReward:
+    """STAGE's entropy reward (`gcpo_entropy_reward > 0`, on in the GCPO and STAGE text-to-image launches) as a
+    method's reward shaping: mixed into GCPO and STAGE, before `PolicyGradient`."""
 
     reward_shaping_settings = ("gcpo_entropy_reward",)
 
@@ -35,10 +35,16 @@ class GCPO(PolicyGradient):
         bonus = stage_entropy_reward(self.policy, rollout, rewards, cfg, micro_batches, est)  # [N]
         return rewards + bonus, {"rewards/entropy_bonus/abs_mean": float(bonus.abs().mean())}
 
+
+@METHODS.register("gcpo")
+class GCPO(EntropyReward, PolicyGradient):
+    """Clipped surrogate with `w = gcpo_token_weights(logp(o | positive), logp(o | negative))`; optionally STAGE's
+    entropy reward (`EntropyReward`) added to the rewards before the advantages."""
+
     def scores_and_weights(self, buf, rows, mb: MicroBatch, est: dict, current: bool, metrics: dict):
         cfg, policy = self.cfg, self.policy
         mask = buf.loss_mask[mb.idx]  # [n, T]
-        entropy = ("entropy",) if current else ()
+        entropy = self.entropy_stats(current)
         if cfg.gcpo_divergence == "full_kl":
             # the exact KL(pi(.|positive) || pi(.|negative)) over the vocabulary, from the adapter's chunked pass
             scores = policy.logprob(rows, stats=("kl", *entropy), stats_against="negative", **est)
@@ -55,6 +61,10 @@ class GCPO(PolicyGradient):
                                          target_mass=cfg.gcpo_target_mass)
         metrics.update(weight_metrics("gcpo", weights, mask))
         return scores, weights, {}
+
+    def kl_token_weights(self, buf, mb: MicroBatch, weights):
+        """GCPO T2I's `kl_reweight`: `0.5 + 0.5 clamp(2 - 2 w, 0, 1)` of this step's token weights."""
+        return gcpo_kl_mask(weights) if self.cfg.kl_reweight else None
 
 
 @torch.no_grad()

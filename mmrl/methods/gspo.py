@@ -18,6 +18,8 @@ from mmrl.methods.policy_gradient import PolicyGradient
 class GSPO(PolicyGradient):
     """Sequence-ratio clipped surrogate, a mean over the responses of the global batch, plus an optional k3 KL."""
 
+    supports_entropy_mask = False  # one ratio per sequence: no token to mask
+
     def loss(self, buf, mb: MicroBatch) -> LossOutput:
         cfg = self.cfg
         x = micro_batch_inputs(self, buf, mb)  # rows, mask, advantages, behaviour / reference log-probs

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from mmrl.algorithms import accumulated_loss, aggregate, surrogate_loss
+from mmrl.algorithms import accumulated_loss, aggregate, high_entropy_mask, surrogate_loss
 from mmrl.core.diagnostics import micro_batch_sums
 from mmrl.methods.base import METHODS, LossOutput, Method, MicroBatch, first_inner_drift, micro_batch_inputs
 
@@ -20,6 +20,7 @@ TOKEN_STATS = ("entropy", "h2")
 class PolicyGradient(Method):
     """Clipped surrogate with sequence advantages (broadcast over tokens), optional k3 KL and NLL terms."""
 
+    supports_entropy_mask = True
     buffer_stats: tuple[str, ...] = ("entropy",)
     """Statistics the behaviour forward of the first mask seed takes (the buffer's entropy metric)."""
 
@@ -84,8 +85,17 @@ class PolicyGradient(Method):
 
     def scores_and_weights(self, buf, rows, mb: MicroBatch, est: dict, current: bool, metrics: dict):
         """The gradient forward of a micro-batch: (TokenScores, token weights [n, T] or None, extra token stats)."""
-        entropy = ("entropy",) if current else ()  # the buffer's entropy metric, from the same logits
+        entropy = self.entropy_stats(current)
         return self.policy.logprob(rows, stats=entropy, **est), None, {}
+
+    def entropy_stats(self, current: bool) -> tuple[str, ...]:
+        """The stats the gradient forward takes: entropy for the buffer metric (current) or the entropy mask."""
+        return ("entropy",) if current or self.cfg.top_entropy_quantile < 1 else ()
+
+    def kl_token_weights(self, buf, mb: MicroBatch, weights: torch.Tensor | None) -> torch.Tensor | None:
+        """[n, T] per-token weights of the KL term (`kl_reweight`), or None for a uniform KL: the ones fixed at
+        buffer time (STAGE), or a method's own from its token weights (GCPO)."""
+        return buf.method_state["kl_weights"][mb.idx] if "kl_weights" in buf.method_state else None
 
     def loss(self, buf, mb: MicroBatch) -> LossOutput:
         """The policy loss of `loss_type` (`surrogate_loss`: the clipped surrogate, or a registered one such as
@@ -108,7 +118,16 @@ class PolicyGradient(Method):
         old = x.behaviour(logp)
         ref = x.ref_logp if x.ref_logp is not None else (scores.other_logp if cfg.beta > 0 else None)
         per_token, pm = surrogate_loss(cfg.loss_type)(logp, old, token_adv, mask, eps_low=cfg.epsilon, eps_high=cfg.eps_high,
-                                                      dual_clip=cfg.dual_clip, ref_logp=ref, beta=cfg.beta)
+                                                      dual_clip=cfg.dual_clip, ref_logp=ref, beta=cfg.beta,
+                                                      kl_weights=self.kl_token_weights(buf, mb, weights))
+        if cfg.top_entropy_quantile < 1:  # TRL: per_token_loss * entropy_mask (the normaliser keeps every token)
+            ent = scores.stats.get("entropy")
+            if ent is None:  # a subclass's forward took other stats: one no-grad forward for the entropies
+                with torch.no_grad():
+                    ent = self.policy.logprob(x.rows, stats=("entropy",), **x.est).stats["entropy"]
+            keep = high_entropy_mask(ent, mask, cfg.top_entropy_quantile)  # [n, T]
+            per_token = per_token * keep
+            m["entropy_mask/kept_frac"] = float(keep.sum()) / max(1.0, float(mask.sum()))
         loss = accumulated_loss(per_token, mask, cfg.loss_type, global_tokens=mb.g_tokens, global_seqs=mb.g_seqs,
                                 max_len=cfg.max_completion_length)
         if cfg.nll_coef:

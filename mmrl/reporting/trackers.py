@@ -17,7 +17,23 @@ TRACKER_NAMES = ("tensorboard", "wandb", "mlflow", "comet_ml", "aim", "clearml",
 """`report_to` names of accelerate's trackers (`accelerate.tracking.LOGGER_TYPE_TO_CLASS`)."""
 
 PROJECT = "mmrl"
-"""Project / experiment name the trackers file runs under."""
+"""Project / experiment name the trackers file runs under when the environment names none."""
+
+PROJECT_ENV = {"wandb": "WANDB_PROJECT", "mlflow": "MLFLOW_EXPERIMENT_NAME", "comet_ml": "COMET_PROJECT_NAME"}
+"""The environment variables transformers' callbacks read the project of each tracker from."""
+
+
+def project_name(tracker: str) -> str:
+    """The tracker's project: its environment variable (WANDB_PROJECT, ...), as transformers reads it, else PROJECT."""
+    import os
+
+    env = PROJECT_ENV.get(tracker)
+    return (os.environ.get(env) or PROJECT) if env else PROJECT
+
+
+def run_name(config: dict | None, run_dir: Path) -> str:
+    """transformers' `run_name`: the config's, else the run directory's name."""
+    return str((config or {}).get("run_name") or Path(run_dir).resolve().name)
 
 WANDB_ID_FILE = "wandb_run_id"
 
@@ -42,10 +58,10 @@ def start_tracker(name: str, run_dir: Path, *, config: dict | None, resume_step:
     if name == "tensorboard":
         tracker = cls("tensorboard", run_dir, purge_step=(resume_step + 1) if resume_step is not None else None)
     elif name == "wandb":
-        tracker = cls(PROJECT, dir=str(run_dir), config=config or {}, id=wandb_run_id(run_dir, resume_step is not None),
-                      resume="allow")
+        tracker = cls(project_name(name), dir=str(run_dir), config=config or {}, id=wandb_run_id(run_dir, resume_step is not None),
+                      resume="allow", name=run_name(config, run_dir))
     elif name == "mlflow":
-        tracker = cls(experiment_name=PROJECT, logging_dir=str(run_dir / "mlflow"))
+        tracker = cls(experiment_name=project_name(name), logging_dir=str(run_dir / "mlflow"), run_name=run_name(config, run_dir))
     elif getattr(cls, "requires_logging_directory", False):
         tracker = cls(PROJECT, str(run_dir / name))
     else:

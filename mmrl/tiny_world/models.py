@@ -56,15 +56,22 @@ class TinySpec:
     the numbers in the prompt's order;
     shapes: `caption_noise`, the fraction of scenes drawn for a wrong caption;
     `balance_tasks`, rows drawn uniformly over the GenEval tasks rather than over prompts)."""
+    recipe: dict = field(default_factory=dict)
+    """Pre-training loss options of the masked-diffusion family (`mmrl.tiny_world.pretrain.masked_diffusion_sft`):
+    `ar_init_steps` (causal next-token steps on the same backbone before the masked-diffusion steps, the AR-to-
+    diffusion adaptation of Dream / DiffuLLaMA; needs `shift_logits=True` in `arch`), `time_weight` ("inv_t", LLaDA's
+    1/t, the default; "linear"; "none"), `normalise` ("length", LLaDA, the default; "masked": the mean over masked
+    tokens), `token_reweight` ([alpha, gamma]: MGDM's token reweighting)."""
     description: str = ""
     """What the model is for and the competence it reaches."""
 
     def key(self) -> str:
-        """Hash of what determines the weights (everything but the description; `data` only when set, so specs
-        written before it existed keep their cache; the task's data version, `tiny_world.tasks.TASK_VERSIONS`)."""
+        """Hash of what determines the weights (everything but the description; `data` and `recipe` only when set,
+        so specs written before they existed keep their cache; the task's data version,
+        `tiny_world.tasks.TASK_VERSIONS`)."""
         from mmrl.tiny_world.tasks import TASK_VERSIONS
 
-        fields = {k: v for k, v in asdict(self).items() if k != "description" and not (k == "data" and not v)}
+        fields = {k: v for k, v in asdict(self).items() if k != "description" and not (k in ("data", "recipe") and not v)}
         version = TASK_VERSIONS.get(self.task, 1)
         if version > 1:  # a base pre-trained on an older split of its task is another model
             fields["task_version"] = version
@@ -86,6 +93,16 @@ TINY_MODELS: dict[str, TinySpec] = {
         arch=dict(hidden_size=128, intermediate_size=256, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=4),
         steps=300, gen_length=16,
         description="bidirectional Llama (4 layers, 128 wide) for 3-number Countdown expressions",
+    ),
+    "countdown3-md": TinySpec(
+        name="countdown3-md", family="masked_diffusion", task="countdown3",
+        arch=dict(hidden_size=128, intermediate_size=256, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=4,
+                  shift_logits=True),
+        steps=600, gen_length=16, recipe={"ar_init_steps": 600, "time_weight": "none", "normalise": "masked"},
+        description="bidirectional Llama (4 layers, 128 wide) with Dream's shifted logits for 3-number Countdown, "
+                    "AR-to-diffusion adaptation: 600 causal next-token steps on the same backbone, then 600 masked-"
+                    "diffusion steps (mean CE over masked tokens, no 1/t); the masked-diffusion base that reads and "
+                    "copies its prompt (docs/RESULTS.md, dLLM section)",
     ),
     "countdown3-ar": TinySpec(
         name="countdown3-ar", family="causal_lm", task="countdown3",
@@ -172,7 +189,11 @@ def smoke_spec(name: str, steps: int) -> TinySpec:
     """The spec of `name` pre-trained for only `steps` steps (cached under its own key): pipeline checks (CI)."""
     from dataclasses import replace
 
-    return replace(spec_for(name), steps=int(steps), description=f"{name} pre-trained for {steps} steps (smoke)")
+    spec = spec_for(name)
+    recipe = dict(spec.recipe)
+    if recipe.get("ar_init_steps"):  # the causal phase shrinks with the rest
+        recipe["ar_init_steps"] = min(int(recipe["ar_init_steps"]), int(steps))
+    return replace(spec, steps=int(steps), recipe=recipe, description=f"{name} pre-trained for {steps} steps (smoke)")
 
 
 def _spec(name: str, steps: int | None) -> TinySpec:
@@ -201,7 +222,7 @@ def build_untrained(spec: TinySpec):
         arch = dict(spec.arch)
         if arch.pop("codec", "palette") == "slots":
             import mmrl.tiny_world.tasks  # noqa: F401  (the tiny world's own tasks, registered by their module)
-            from mmrl.data import shape_slots
+            from mmrl.tiny_world import shape_slots
             from mmrl.data.tasks import load_task
             from mmrl.models.image_codecs import PatchCodec
 
@@ -216,7 +237,7 @@ def build_untrained(spec: TinySpec):
         return cls.tiny(seed=spec.seed, max_new_tokens=spec.gen_length, **spec.arch)
     if spec.family == "masked_image":
         import mmrl.tiny_world.tasks  # noqa: F401  (the tiny world's own tasks, registered by their module)
-        from mmrl.data import shape_slots
+        from mmrl.tiny_world import shape_slots
         from mmrl.data.tasks import load_task
         from mmrl.models.clip_tokenizer import words_of
         from mmrl.models.image_codecs import PatchCodec
@@ -284,7 +305,7 @@ def pretrain(spec: TinySpec, *, progress: bool = True):
     prompts, targets = _training_pairs(spec)
     kw = dict(steps=spec.steps, batch_size=spec.batch_size, lr=spec.lr, seed=spec.seed, progress=progress, desc=f"pretrain {spec.name}")
     if spec.family == "masked_diffusion":
-        history = pt.masked_diffusion_sft(policy, prompts, targets, gen_length=spec.gen_length, **kw)
+        history = pt.masked_diffusion_sft(policy, prompts, targets, gen_length=spec.gen_length, **kw, **spec.recipe)
     elif spec.family == "causal_lm":
         history = pt.causal_sft(policy, prompts, targets, **kw)
     elif spec.family == "janus":
@@ -306,7 +327,7 @@ def _shapes_data(spec: TinySpec, policy) -> dict:
     """janus_sft's data options for a shapes spec: slot scenes for a slot codec, noisy captions."""
     from functools import partial
 
-    from mmrl.data import caption_noise, shape_slots
+    from mmrl.tiny_world import caption_noise, shape_slots
     from mmrl.tiny_world.shapes import COLORS, SHAPE_NAMES
 
     out: dict = {}

@@ -11,10 +11,13 @@ Writes `<out>/overfit-pool/results.json`, `table.md` and `reward.png`.
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import time
 from pathlib import Path
 from typing import Any
+
+logger = logging.getLogger(__name__)
 
 FAMILIES: dict[str, dict[str, Any]] = {
     "causal_lm": {"task": "countdown3", "model_name_or_path": "tiny-world:countdown3-ar",
@@ -28,7 +31,7 @@ FAMILIES: dict[str, dict[str, Any]] = {
 """family -> its task, base and generation settings."""
 
 MATRIX = ("grpo", "gcpo", "dgpo", "dmpo")
-EXTRA = {"causal_lm": ("dapo", "dr_grpo", "gspo"), "masked_diffusion": ("diffu_grpo",)}
+EXTRA = {"causal_lm": ("dapo", "dr_grpo", "gspo"), "masked_diffusion": ("diffu_grpo",), "janus": ("stage",)}
 """The four methods run on every family; the others on their own family."""
 
 POOL = 8
@@ -128,5 +131,5 @@ def run_overfit_pool(out: str | Path = "runs/replicate", *, seeds: int = 3, smok
                                                    "shared": SHARED, "families": FAMILIES, "cells": results, "table": table},
                                                   indent=2, default=str))
     (root / "table.md").write_text(table + f"\n\n{seeds} seeds per cell, {total:.0f} s in all.\n")
-    print("\n" + table + f"\n\n{root}  ({total:.0f} s)")
+    logger.info("\n" + table + f"\n\n{root}  ({total:.0f} s)")
     return {"cells": results, "table": table, "seconds": total}

@@ -40,21 +40,61 @@ def pack_pairs(tokenizer, prompts: Sequence[str], targets: Sequence[str], gen_le
     return prompt, pmask, resp
 
 
+TIME_WEIGHTS = ("inv_t", "linear", "none")
+"""Per-row weights of the masked-token cross-entropy as a function of the mask rate t (`diffusion_time_weights`)."""
+NORMALISATIONS = ("length", "masked")
+"""What the weighted masked-token cross-entropy is divided by (`masked_sft_loss`)."""
+
+
+def diffusion_time_weights(t: torch.Tensor, kind: str) -> torch.Tensor:
+    """Per-row loss weights [B, 1] of mask rates t [B, 1] (values in (0, 1]).
+
+    "inv_t": LLaDA's 1/t (Nie et al. 2025, eq. 5; the ELBO weight); "linear": 1 - t (MGDM's `linear` time
+    reweighting, Ye et al. 2025, arXiv 2410.14157, which favours lightly masked rows); "none": 1.
+    """
+    if kind == "inv_t":
+        return 1.0 / t
+    if kind == "linear":
+        return 1.0 - t
+    if kind == "none":
+        return torch.ones_like(t)
+    raise ValueError(f"unknown time_weight {kind!r}; valid: {list(TIME_WEIGHTS)}")
+
+
+def mgdm_token_weights(ce: torch.Tensor, alpha: float, gamma: float) -> torch.Tensor:
+    """MGDM's token reweighting (Ye et al. 2025, "Beyond Autoregression", arXiv 2410.14157, section 4.2): a masked
+    token's cross-entropy u becomes `alpha * (1 - exp(-u))**gamma * u`, so hard tokens (large u) weigh more than easy
+    ones (the focal-loss form; the weight is differentiated through, as in focal loss). ce: [...] -> same shape."""
+    if alpha <= 0 or gamma < 0:
+        raise ValueError(f"token_reweight needs alpha > 0 and gamma >= 0, got alpha={alpha}, gamma={gamma}")
+    return alpha * (1 - torch.exp(-ce)) ** gamma * ce
+
+
 def masked_sft_loss(policy, x_p: torch.Tensor, m_p: torch.Tensor, x_r: torch.Tensor, fixed: torch.Tensor,
-                    generator: torch.Generator, *, eps: float = 1e-3) -> torch.Tensor:
-    """LLaDA's SFT loss (eq. 5) of one batch, a scalar: t ~ U(eps, 1) per row, every free response token masked with
-    probability t, `sum(CE over masked tokens / t) / (number of free response tokens)`.
+                    generator: torch.Generator, *, eps: float = 1e-3, time_weight: str = "inv_t",
+                    normalise: str = "length", token_reweight: Sequence[float] | None = None) -> torch.Tensor:
+    """The masked-diffusion SFT loss of one batch, a scalar: t ~ U(eps, 1) per row, every free response token masked
+    with probability t; by default LLaDA's eq. 5, `sum(CE over masked tokens / t) / (number of free response tokens)`.
+
+    `time_weight` replaces 1/t (`diffusion_time_weights`), `normalise="masked"` divides by the number of masked
+    tokens instead (MGDM's average token loss), `token_reweight=(alpha, gamma)` applies `mgdm_token_weights`.
 
     Args: prompt ids x_p [B, P] and mask m_p [B, P], response ids x_r [B, T], fixed [B, T] (infilled given positions,
     never masked and not counted), a CPU generator for t and the masks.
     """
+    if normalise not in NORMALISATIONS:
+        raise ValueError(f"unknown normalise {normalise!r}; valid: {list(NORMALISATIONS)}")
     b, t_len = x_r.shape
     t = eps + (1 - eps) * torch.rand(b, 1, generator=generator)  # [B, 1]
     masked = (torch.rand(b, t_len, generator=generator) < t) & ~fixed  # [B, T]
     noisy = torch.where(masked, torch.full_like(x_r, policy.mask_token_id), x_r)
     logits = policy.backbone_logits(m_p, t_len, policy.model)(torch.cat([x_p, noisy], dim=1))[:, -t_len:]  # [B, T, V]
     ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), x_r.reshape(-1), reduction="none").view(b, t_len)
-    return ((ce * masked) / t).sum() / (b * t_len - fixed.sum()).clamp(min=1)
+    if token_reweight is not None:
+        ce = mgdm_token_weights(ce, *token_reweight)
+    num = (ce * masked * diffusion_time_weights(t, time_weight)).sum()
+    den = masked.sum() if normalise == "masked" else b * t_len - fixed.sum()
+    return num / den.clamp(min=1)
 
 
 def masked_diffusion_sft(
@@ -72,12 +112,31 @@ def masked_diffusion_sft(
     eval_every: int = 0,
     progress: bool = True,
     desc: str = "pretrain",
+    ar_init_steps: int = 0,
+    time_weight: str = "inv_t",
+    normalise: str = "length",
+    token_reweight: Sequence[float] | None = None,
 ) -> list[dict]:
-    """Train a `MaskedDiffusionAdapter` in place with LLaDA's SFT loss; returns the history of (step, loss, seconds,
-    eval)."""
+    """Train a `MaskedDiffusionAdapter` in place with LLaDA's SFT loss (or the `masked_sft_loss` variant that
+    `time_weight`, `normalise`, `token_reweight` choose); returns the history of (step, loss, seconds, eval).
+
+    `ar_init_steps` > 0 first trains the same backbone as a causal LM for that many steps (`causal_phase`), then
+    runs the `steps` masked-diffusion steps with a fresh optimizer: the AR-to-diffusion adaptation of Dream
+    (Ye et al. 2025, initialised from Qwen2.5) and DiffuLLaMA (Gong et al. 2025, arXiv 2410.17891), which needs
+    Dream's shifted logits (`policy.shift_logits`) so that position i-1 keeps predicting token i.
+    """
+    if time_weight not in TIME_WEIGHTS:
+        raise ValueError(f"unknown time_weight {time_weight!r}; valid: {list(TIME_WEIGHTS)}")
+    if normalise not in NORMALISATIONS:
+        raise ValueError(f"unknown normalise {normalise!r}; valid: {list(NORMALISATIONS)}")
+    if token_reweight is not None and len(token_reweight) != 2:
+        raise ValueError(f"token_reweight must be [alpha, gamma], got {token_reweight!r}")
     model = policy.model
     tok = policy.tokenizer
     texts = [policy._prompt_text(p) for p in prompts]
+    if ar_init_steps:
+        causal_phase(policy, texts, targets, steps=int(ar_init_steps), batch_size=batch_size, lr=lr, seed=seed,
+                     progress=progress, desc=f"{desc} (causal phase)")
     prompt, pmask, resp = pack_pairs(tok, texts, targets, gen_length, policy.pad_token_id, policy.eos_token_ids[0])
     templates = policy.response_templates(list(prompts), gen_length)  # infilling prompts: given cells never masked
     fixed = (templates != policy.mask_token_id).cpu() if templates is not None else torch.zeros_like(resp, dtype=torch.bool)
@@ -95,7 +154,8 @@ def masked_diffusion_sft(
             order, cursor = torch.randperm(n, generator=g), 0
         idx = order[cursor : cursor + batch_size]
         cursor += batch_size
-        loss = masked_sft_loss(policy, prompt[idx], pmask[idx], resp[idx], fixed[idx], g, eps=eps)
+        loss = masked_sft_loss(policy, prompt[idx], pmask[idx], resp[idx], fixed[idx], g, eps=eps, time_weight=time_weight,
+                               normalise=normalise, token_reweight=token_reweight)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -116,15 +176,35 @@ def masked_diffusion_sft(
     return history
 
 
+def causal_phase(policy, prompts: Sequence[str], targets: Sequence[str], *, steps: int, batch_size: int, lr: float,
+                 seed: int, progress: bool = False, desc: str = "causal phase") -> list[dict]:
+    """Next-token pre-training of a `MaskedDiffusionAdapter`'s backbone with causal attention (`causal_sft` on the
+    same model, `config.is_causal` True for the phase and False again afterwards); needs shifted logits, so the
+    causal LM's alignment (position i-1 predicts token i) is the one the diffusion model keeps."""
+    from mmrl.models.dllm_backbone import base_model
+
+    if not policy.shift_logits:
+        raise ValueError("ar_init_steps needs a masked-diffusion model with shift_logits=True (Dream's alignment), "
+                         "else the causal phase trains position i to predict token i+1 and the diffusion phase undoes it")
+    config = base_model(policy.model).config
+    config.is_causal = True
+    try:
+        return causal_sft(policy, prompts, targets, steps=steps, batch_size=batch_size, lr=lr, seed=seed, progress=progress,
+                          desc=desc, eos_id=policy.eos_token_ids[0], pad_id=policy.pad_token_id)
+    finally:
+        config.is_causal = False
+
+
 def causal_sft(policy, prompts: Sequence[str], targets: Sequence[str], *, steps: int, batch_size: int = 64, lr: float = 2e-3,
                seed: int = 0, eval_fn: Callable[[], float] | None = None, eval_every: int = 0, progress: bool = True,
-               desc: str = "pretrain") -> list[dict]:
-    """Train a `CausalLMAdapter` in place on prompt -> target + EOS (loss on the target tokens only)."""
+               desc: str = "pretrain", eos_id: int | None = None, pad_id: int | None = None) -> list[dict]:
+    """Train a `CausalLMAdapter` in place on prompt -> target + EOS (loss on the target tokens only); `eos_id` /
+    `pad_id` default to the adapter's generation defaults (`causal_phase` passes a diffusion model's)."""
     from mmrl.models.base import right_pad
 
     model, tok = policy.model, policy.tokenizer
-    eos = policy.generation_defaults["eos_token_id"][0]
-    pad = policy.generation_defaults["pad_token_id"]
+    eos = policy.generation_defaults["eos_token_id"][0] if eos_id is None else int(eos_id)
+    pad = policy.generation_defaults["pad_token_id"] if pad_id is None else int(pad_id)
     seqs, starts = [], []
     for p, t in zip(_tokenize(tok, prompts), _tokenize(tok, targets)):
         seqs.append(p + t + [eos])

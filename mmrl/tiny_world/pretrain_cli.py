@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
+
+logger = logging.getLogger(__name__)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -22,17 +25,17 @@ def run(args: argparse.Namespace) -> int:
 
     if args.list or not args.name:
         for row in describe():
-            print(f"{row['name']:<14} {row['family']:<17} {'cached' if row['cached'] else 'not built':<10} {row['description']}")
+            logger.info(f"{row['name']:<14} {row['family']:<17} {'cached' if row['cached'] else 'not built':<10} {row['description']}")
         return 0
     if args.name not in TINY_MODELS:
-        print(f"mmrl pretrain-tiny: unknown model {args.name!r}; valid: {sorted(TINY_MODELS)}")
+        logger.error(f"mmrl pretrain-tiny: unknown model {args.name!r}; valid: {sorted(TINY_MODELS)}")
         return 2
     path = ensure_built(args.name, force=args.force)
     info = json.loads((path / "tiny_spec.json").read_text())
-    print(f"{args.name}: {path} (built in {info['seconds']:.0f} s)")
+    logger.info(f"{args.name}: {path} (built in {info['seconds']:.0f} s)")
     if not args.no_eval:
         from mmrl.tiny_world.models import held_out_accuracy
 
         acc = held_out_accuracy(args.name)
-        print(f"held-out {acc.pop('metric')}: " + "  ".join(f"{k} {v:.3f}" for k, v in acc.items()))
+        logger.info(f"held-out {acc.pop('metric')}: " + "  ".join(f"{k} {v:.3f}" for k, v in acc.items()))
     return 0

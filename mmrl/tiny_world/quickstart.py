@@ -13,10 +13,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import shutil
 import time
 from pathlib import Path
 from typing import Any
+
+logger = logging.getLogger(__name__)
 
 QUICKSTART_RECIPE: dict[str, Any] = {
     # DMPO on the tiny Sudoku model; the same values as configs/tiny_dmpo_sudoku4.yaml (a test checks it)
@@ -136,7 +139,7 @@ def run_quickstart(out: str | Path = "runs/quickstart", *, seeds: int = 1, smoke
           "Token credit of the last logged step: [token_credit.html](token_credit.html)." if credit else "",
           "", "## Sample answers (first test puzzles)", samples]
     (out / "README.md").write_text("\n".join(md) + "\n")
-    print("\n" + table + f"\n\nreport: {out}/README.md  ({total:.0f} s)")
+    logger.info("\n" + table + f"\n\nreport: {out}/README.md  ({total:.0f} s)")
     return results
 
 
@@ -178,7 +181,7 @@ def run_shapes_quickstart(out: str | Path = "runs/quickstart", *, seeds: int = 1
         md += ["GCPO's token credit (advantage x token weight) laid over each image's 4 x 4 slot grid:", "",
                "![token credit](credit.png)", ""]
     (out / "README.md").write_text("\n".join(md) + "\n")
-    print(f"report: {out}/README.md")
+    logger.info(f"report: {out}/README.md")
     return res
 
 

@@ -7,11 +7,14 @@ the regime where the reward-tilted target `p_ref * exp(r / alpha)` (DMPO) or a g
 """
 from __future__ import annotations
 
+import logging
 import re
 from pathlib import Path
 from typing import Any, Sequence
 
 import torch
+
+logger = logging.getLogger(__name__)
 
 
 def sampled_generation(family: str, length: int, temperature: float = 1.0) -> dict[str, Any]:
@@ -254,5 +257,5 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
                "configs": {a: arm_config(name, a, seed=0, out=Path("."), rollouts=rollouts, smoke=smoke, base=base) for a in arms}}
     (root / "results.json").write_text(json.dumps(results, indent=2, default=str))
     (root / "table.md").write_text(table + f"\n\nBase `{base_name}`, {seeds} seeds per arm, {len(rows)} held-out rows, {total:.0f} s in all.\n")
-    print("\n" + table + f"\n\n{root}  ({total:.0f} s)")
+    logger.info("\n" + table + f"\n\n{root}  ({total:.0f} s)")
     return results

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import re
 import shutil
 import time
@@ -34,6 +35,8 @@ from pathlib import Path
 from typing import Any
 
 from mmrl.tiny_world.quickstart import QUICKSTART_RECIPE
+
+logger = logging.getLogger(__name__)
 
 STABLE: dict[str, Any] = {"learning_rate": 5e-4, "lr_scheduler_type": "cosine", "warmup_ratio": 0.1, "beta": 0.1,
                           "dmpo_target": "behaviour"}
@@ -112,7 +115,7 @@ def run_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int 
             run_dir = root / "runs" / f"{re.sub(r'[^a-z0-9]+', '_', arm.lower()).strip('_')}-seed{seed}"
             cfg = load_config(None, arm_config(name, arm, seed=seed, rollouts=rollouts, out=run_dir, smoke=smoke))
             if progress:
-                print(f"[{name}] {arm}, seed {seed + 1}/{seeds}: {cfg.max_steps} optimizer steps, {rollouts} rollout batches")
+                logger.info(f"[{name}] {arm}, seed {seed + 1}/{seeds}: {cfg.max_steps} optimizer steps, {rollouts} rollout batches")
             policy = load_base_policy("sudoku4", progress=False)
             t0 = time.perf_counter()
             Trainer(cfg, policy=policy, dataset=task.train, reward_funcs=task.reward_funcs, eval_dataset=val,
@@ -121,7 +124,7 @@ def run_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int 
             records = read_metrics(run_dir)
             arms.setdefault(arm, []).append({"seed": seed, "accuracy": acc, "seconds": time.perf_counter() - t0, "records": records})
             if progress:
-                print(f"      held-out cell accuracy {100 * acc:.1f}% (base {100 * base:.1f}%)")
+                logger.info(f"      held-out cell accuracy {100 * acc:.1f}% (base {100 * base:.1f}%)")
     rows = [["base model", fmt(base), "-", "-"]]
     for arm, runs in arms.items():
         m, s = mean_std([r["accuracy"] for r in runs])
@@ -139,7 +142,7 @@ def run_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int 
                "configs": {a: arm_config(name, a, seed=0, rollouts=rollouts, out=Path("."), smoke=smoke) for a in arms}}
     (root / "results.json").write_text(json.dumps(results, indent=2, default=str))
     (root / "table.md").write_text(table + f"\n\n{seeds} seeds, {rollouts} rollout batches per arm, {total:.0f} s in all.\n")
-    print("\n" + table + f"\n\n{root}  ({total:.0f} s)")
+    logger.info("\n" + table + f"\n\n{root}  ({total:.0f} s)")
     return results
 
 

@@ -18,7 +18,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from mmrl.data import shapes
+from mmrl.tiny_world import shapes
 from mmrl.tiny_world.shapes import COLORS, GAP, PALETTE, PATTERN, SHAPE_NAMES, SHAPES, Scene, SceneObject, scene_for_metadata
 
 SLOTS = 4

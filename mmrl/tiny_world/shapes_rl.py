@@ -11,11 +11,14 @@ seeds before and after, seed 0 of each arm) and `credit.png` (GCPO's token credi
 from __future__ import annotations
 
 import json
+import logging
 import re
 import shutil
 import time
 from pathlib import Path
 from typing import Any
+
+logger = logging.getLogger(__name__)
 
 SHAPES_RL: dict[str, Any] = {
     # the values of configs/tiny_grpo_shapes.yaml and configs/tiny_gcpo_shapes.yaml (a test checks both)
@@ -200,5 +203,5 @@ def run_shapes_rl(root: str | Path, arms: list[str], *, seeds: int = 3, smoke: b
     (root / "results.json").write_text(json.dumps(results, indent=2, default=str))
     (root / "table.md").write_text(table + f"\n\n{seeds} seeds per arm, {per_task} held-out images per GenEval task, "
                                    f"{total:.0f} s in all.\n")
-    print("\n" + table + f"\n\n{root}  ({total:.0f} s)")
+    logger.info("\n" + table + f"\n\n{root}  ({total:.0f} s)")
     return results

@@ -32,7 +32,8 @@ class Buffer:
     """Per mask seed: [N, T] reference log-probs (KL term), or None."""
     method_state: dict[str, torch.Tensor] = field(default_factory=dict)
     """The method's own per-response tensors fixed at buffer time (`Method.prepare` writes, `Method.loss` reads;
-    e.g. DGPO's [N, T] `token_weights`, DMPO's [N] `weights`, `baseline_weights`, `elbo_v`); saved in checkpoints."""
+    e.g. DGPO's and STAGE's [N, T] `token_weights`, STAGE's [N, T] `kl_weights` (the KL
+    term's per-token weights), DMPO's [N] `weights`, `baseline_weights`, `elbo_v`); saved in checkpoints."""
     rollout_index: int = 0
     """Which rollout batch of the run this is (0, 1, ...)."""
     credit: torch.Tensor | None = None
@@ -85,9 +86,9 @@ class Buffer:
         return cls(rollout=Rollout(**rs), **kw)
 
 
-LEGACY_METHOD_STATE = {"token_weights": "token_weights", "dmpo_w": "weights", "dmpo_w_base": "baseline_weights",
+LEGACY_METHOD_STATE = {"token_weights": "token_weights", "kl_weights": "kl_weights", "dmpo_w": "weights", "dmpo_w_base": "baseline_weights",
                        "dmpo_elbo_v": "elbo_v"}
-"""Buffer fields of earlier checkpoints -> their `method_state` key (DGPO's and DMPO's)."""
+"""Buffer fields of earlier checkpoints -> their `method_state` key (DGPO's, STAGE's and DMPO's)."""
 
 
 def _jsonable(v: Any) -> bool:

@@ -18,7 +18,8 @@ def training_data(cfg, dataset: Sequence[dict] | None, reward_funcs: Sequence[st
     if dataset is None:
         from mmrl.data.tasks import load_task
 
-        task = load_task(cfg.task, cfg.dataset_path, seed=cfg.seed, eval_split=cfg.eval_split)
+        task = load_task(cfg.task, cfg.dataset_path, seed=cfg.seed, eval_split=cfg.eval_split,
+                         geneval_train_on_eval_prompts=cfg.geneval_train_on_eval_prompts)
         dataset = task.train
         reward_funcs = reward_funcs or cfg.reward_funcs or task.reward_funcs
         eval_dataset = (task.validation or task.test) if eval_dataset is None else eval_dataset

@@ -12,9 +12,21 @@ def steps_for_epochs(epochs: float, num_prompts: int, prompts_per_rollout: int, 
     return max(1, math.ceil(epochs * num_prompts / prompts_per_rollout)) * num_iterations
 
 
+def eval_interval(cfg, num_prompts: int, world: int) -> int:
+    """Optimizer steps between evaluations (0 = none): `eval_steps`, or transformers' `eval_strategy` (no: none;
+    steps: eval_steps, which defaults to logging_steps; epoch: the steps of one pass over the prompts)."""
+    if cfg.eval_strategy is None:
+        return cfg.eval_steps
+    if cfg.eval_strategy == "no":
+        return 0
+    if cfg.eval_strategy == "steps":
+        return cfg.eval_steps or cfg.logging_steps
+    return steps_for_epochs(1.0, num_prompts, cfg.prompts_per_rollout * world, cfg.steps_per_rollout)
+
+
 def resolve_max_steps(cfg, num_prompts: int, world: int) -> int:
     """`cfg.max_steps`, or with `num_train_epochs` and max_steps -1 or not given, the steps those epochs take
     (TRL: a positive max_steps overrides num_train_epochs)."""
     if cfg.num_train_epochs is None or (cfg.max_steps > 0 and "max_steps" in cfg._explicit):
         return cfg.max_steps
-    return steps_for_epochs(cfg.num_train_epochs, num_prompts, cfg.prompts_per_rollout * world, cfg.num_iterations)
+    return steps_for_epochs(cfg.num_train_epochs, num_prompts, cfg.prompts_per_rollout * world, cfg.steps_per_rollout)

@@ -119,6 +119,8 @@ def build_policy(cfg: TrainConfig, device: torch.device | str | None = None):
         ref.requires_grad_(False)
         ref.eval()
         policy.ref_model = ref
+    if cfg.attn_implementation is not None:
+        set_attention(policy, cfg.attn_implementation)
     if src == "tiny" or source is not None:
         policy.model.to(dtype)
         if policy.ref_model is not None:
@@ -129,6 +131,26 @@ def build_policy(cfg: TrainConfig, device: torch.device | str | None = None):
             policy.ref_model.to(device)
     policy.model.eval()  # dropout off: the importance ratio must be exactly 1 at the first inner step
     return policy
+
+
+class AttentionError(ValueError):
+    """The model cannot switch to the configured `attn_implementation` (kernel not installed, or unsupported)."""
+
+
+def set_attention(policy, name: str) -> None:
+    """transformers' `set_attn_implementation(name)` on the policy and the reference (TRL passes
+    `attn_implementation` to `from_pretrained`; switching after loading is the same setting)."""
+    for role, model in (("model", policy.model), ("reference", policy.ref_model)):
+        if model is None:
+            continue
+        if not hasattr(model, "set_attn_implementation"):
+            raise AttentionError(f"attn_implementation={name!r}: the {role} ({type(model).__name__}) is no transformers model "
+                                 "with an attention switch; leave attn_implementation null")
+        try:
+            model.set_attn_implementation(name)
+        except (ImportError, ValueError) as e:
+            first = str(e).splitlines()[0] if str(e) else type(e).__name__
+            raise AttentionError(f"attn_implementation={name!r} cannot be used with {type(model).__name__}: {first}") from None
 
 
 def set_generation_defaults(policy, gen: dict[str, Any]) -> None:

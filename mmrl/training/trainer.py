@@ -41,9 +41,10 @@ from mmrl.reporting.completions_log import completion_rows, with_advantages
 from mmrl.config.train_config import TrainConfig
 from mmrl.training.datasets import training_data
 from mmrl.core.diagnostics import finish_step_metrics, logged_step, snapshot
-from mmrl.training.epochs import resolve_max_steps
+from mmrl.training.epochs import eval_interval, resolve_max_steps
 from mmrl.core.faults import fault_point  # test hook: MMRL_KILL_AT=<point>:K kills the process there (crash tests)
 from mmrl.reporting.metrics_log import MetricLogger
+from mmrl.training.optim import build_optimizer, build_scheduler
 from mmrl.methods import METHODS, MicroBatch, behaviour_is_current
 from mmrl.training.peer_failure import is_peer_failure, peer_failure_message
 from mmrl.training.policy_factory import (build_policy, check_model_source, ensure_lora, estimator_options, family_class,
@@ -118,11 +119,13 @@ class Trainer:
             check_model_source(cfg)
         self.eval_dataset = list(eval_dataset or [])[: cfg.eval_limit] if cfg.eval_limit else list(eval_dataset or [])
         self.eval_metric = eval_metric
-        if cfg.eval_steps and (not self.eval_dataset or not self.eval_metric):
-            raise ValueError("eval_steps > 0 needs test rows and a metric (a task, or eval_dataset= and eval_metric=)")
         self.rewards = build_rewards(cfg, reward_funcs)
         self.dataset = list(dataset)
         cfg.max_steps = resolve_max_steps(cfg, len(self.dataset), self.accelerator.num_processes)  # TRL's num_train_epochs
+        self.eval_every = eval_interval(cfg, len(self.dataset), self.accelerator.num_processes)  # eval_steps / eval_strategy
+        if self.eval_every and (not self.eval_dataset or not self.eval_metric):
+            raise ValueError("evaluation (eval_steps > 0 or eval_strategy) needs test rows and a metric (a task, or "
+                             "eval_dataset= and eval_metric=)")
         self.policy = policy if policy is not None else build_policy(cfg, device=self.accelerator.device)
         set_generation_defaults(self.policy, generation_options(cfg))  # the config's sampling options, also for a given policy
         self.policy.model = ensure_lora(self.policy.model, cfg)
@@ -135,12 +138,8 @@ class Trainer:
             self.policy.ref_model = copy.deepcopy(self.policy.unwrapped).requires_grad_(False).eval()
         self.method = METHODS[cfg.method](cfg, self.policy, partial(estimator_options, cfg))
         params = [p for p in self.policy.model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate, betas=(cfg.adam_beta1, cfg.adam_beta2),
-                                           eps=cfg.adam_epsilon, weight_decay=cfg.weight_decay)
-        from transformers import get_scheduler
-
-        self.scheduler = get_scheduler(cfg.lr_scheduler_type, self.optimizer, num_warmup_steps=int(cfg.warmup_ratio * cfg.max_steps),
-                                       num_training_steps=cfg.max_steps)
+        self.optimizer = build_optimizer(params, cfg)  # `optim`: the AdamW variant (mmrl.training.optim)
+        self.scheduler = build_scheduler(self.optimizer, cfg)  # warmup_steps (or its ratio form), lr_scheduler_kwargs
         self.policy.model, self.optimizer = self.accelerator.prepare(self.policy.model, self.optimizer)
         if self.policy.ref_model is not None:
             self.policy.ref_model.to(self.accelerator.device)
@@ -180,19 +179,21 @@ class Trainer:
         try:
             while self.step < cfg.max_steps:
                 t_step = time.perf_counter()
-                if self.buffer is None or self.step % cfg.num_iterations == 0:
+                if self.buffer is None or self.step % cfg.steps_per_rollout == 0:
                     self.buffer = self._collect()  # steps 1-5
                     self.rollout_index += 1
-                inner = self.step % cfg.num_iterations
-                metrics = self._optimizer_step(self.buffer, inner)  # step 6
+                # TRL's order: each pass (num_iterations) goes through the steps_per_generation slices in turn
+                inner, part = divmod(self.step % cfg.steps_per_rollout, cfg.steps_per_pass)
+                metrics = self._optimizer_step(self.buffer, inner, part)  # step 6
                 self.step += 1
+                self._maybe_sync_reference()  # TRL: after optimizer step global_step, when it is a multiple
                 metrics.update(self.buffer.metrics)
                 metrics["perf/step_time"] = time.perf_counter() - t_step
                 metrics["perf/peak_mem_gb"] = peak_memory_gb(self.accelerator.device)
                 metrics["learning_rate"] = self.scheduler.get_last_lr()[0]
                 metrics["epoch"] = self.stream.position * self.world / len(self.dataset)
                 last = metrics
-                if cfg.eval_steps and (self.step % cfg.eval_steps == 0 or self.step == cfg.max_steps):
+                if self.eval_every and (self.step % self.eval_every == 0 or self.step == cfg.max_steps):
                     self._evaluate_or_save(metrics, logger)
                 if logged_step(cfg, self.step):  # step 7
                     logger.log(self.step, metrics)
@@ -387,12 +388,18 @@ class Trainer:
 
     # ============================================================================== 6: one optimizer step
 
-    def _optimizer_step(self, buf: Buffer, inner: int) -> dict[str, float]:
+    def _optimizer_step(self, buf: Buffer, inner: int, part: int = 0) -> dict[str, float]:
+        """One optimizer step over slice `part` of the buffer (its gradient_accumulation_steps micro-batches; the
+        whole buffer unless steps_per_generation holds more), in pass `inner`."""
         cfg, acc = self.cfg, self.accelerator
         model = self.policy.model
-        N = buf.rollout.num_responses
-        mbs = self._micro_batches(N)
-        mask = buf.loss_mask
+        mbs = self._micro_batches(buf.rollout.num_responses)
+        if cfg.steps_per_pass > 1:
+            ga = cfg.gradient_accumulation_steps
+            mbs = mbs[part * ga : (part + 1) * ga]
+        rows = torch.cat(mbs)  # [n] the rows of this step
+        N = int(rows.numel())
+        mask = buf.loss_mask[rows.to(buf.loss_mask.device)]
         # global normalisers (all processes, all micro-batches) so that the accumulated, DDP-averaged gradient
         # equals the gradient of the loss over the whole global batch
         totals = torch.tensor([float(mask.sum()), float(N), float(N // cfg.num_generations)], device=acc.device)
@@ -453,6 +460,15 @@ class Trainer:
         metrics["loss"] = loss_total
         metrics["grad_norm"] = grad_norm
         return metrics
+
+    def _maybe_sync_reference(self) -> None:
+        """TRL's `sync_ref_model` (TR-DPO): every ref_model_sync_steps steps, ref <- alpha * policy + (1 - alpha) * ref."""
+        cfg = self.cfg
+        if not cfg.sync_ref_model or self.step % cfg.ref_model_sync_steps or self.policy.ref_model is None:
+            return
+        from mmrl.algorithms.reference_sync import mix_into_reference
+
+        mix_into_reference(self.policy.ref_model, self.accelerator.unwrap_model(self.policy.model), cfg.ref_model_mixup_alpha)
 
     # =================================================================================== 7: save / resume
 

@@ -158,3 +158,56 @@ def test_no_grad_and_errors():
         dmpo_weights(r, lr, 2, alpha=0.0)
     with pytest.raises(ValueError, match="log_theta_minus_v"):
         dmpo_baseline("model", rewards=r, log_ref_minus_v=lr, group_size=2)
+
+
+def test_trust_region_gate_by_hand():
+    """PPO's clip carried over to WDCE: a weight stops acting once its response moved more than delta per token in
+    the weight's direction; it keeps acting while it is inside the region or moved the other way."""
+    from mmrl.algorithms import dmpo_trust_region_gate
+
+    w = torch.tensor([0.5, 0.5, 0.5, -0.2, -0.2, -0.2, 0.0])
+    lr = torch.tensor([0.05, 0.3, -0.9, -0.05, -0.3, 0.9, 5.0])  # current - behaviour, nats per token
+    keep = dmpo_trust_region_gate(w, lr, 0.1)
+    assert keep.tolist() == [True, False, True, True, False, True, True]
+    assert dmpo_trust_region_gate(w, lr, 1.0).all()  # a wide region clips nothing here
+
+
+def test_trust_region_gate_bounds_the_unlikelihood_push():
+    """Gradient steps on `sum w_real * log p` with the gate re-evaluated after each step: a negatively weighted
+    response's log-likelihood stops falling about `delta` below where it started; ungated it keeps falling."""
+    from mmrl.algorithms import dmpo_trust_region_gate
+
+    def run(delta):
+        logit = torch.zeros(3, requires_grad=True)  # a 3-way categorical "policy"; responses are outcomes 0 and 1
+        start = torch.log_softmax(logit.detach(), -1)[:2]
+        w = torch.tensor([0.5, -0.5])
+        opt = torch.optim.SGD([logit], lr=0.5)
+        for _ in range(60):
+            lp = torch.log_softmax(logit, -1)[:2]  # [2] one token per response
+            keep = dmpo_trust_region_gate(w, lp.detach() - start, delta) if delta else torch.ones(2, dtype=torch.bool)
+            loss = -(w * keep * lp).sum()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        return torch.log_softmax(logit.detach(), -1)[:2] - start
+
+    gated, free = run(0.2), run(None)
+    assert -0.2 - 0.2 < gated[1] <= -0.2  # one SGD step (< 0.2 nats here) past the edge at most, then held
+    assert free[1] < -2.0  # without the region the push down does not stop
+    assert gated[0] > 0  # the positively weighted response still went up
+
+
+@pytest.mark.parametrize("bad", [0.0, -0.1])
+def test_trust_region_gate_rejects_bad_delta(bad):
+    from mmrl.algorithms import dmpo_trust_region_gate
+
+    with pytest.raises(ValueError, match="trust region delta"):
+        dmpo_trust_region_gate(torch.ones(2), torch.zeros(2), bad)
+
+
+def test_trust_region_config_check():
+    from mmrl.config import load_config
+
+    with pytest.raises(Exception, match="dmpo_trust_region"):
+        load_config(None, {"method": "dmpo", "dmpo_trust_region": 0.0})
+    assert load_config(None, {"method": "dmpo", "dmpo_trust_region": 0.1}).dmpo_trust_region == 0.1

@@ -31,7 +31,7 @@ def test_yaml_overrides_and_method_defaults(tmp_path):
     from mmrl.methods import METHODS
 
     # every registered method has its defaults, and no defaults name a method that does not exist
-    assert set(METHOD_DEFAULTS) == set(METHODS) and len(METHODS) >= 8  # every registered method has its defaults
+    assert set(METHOD_DEFAULTS) == set(METHODS) and len(METHODS) >= 9  # every registered method has its defaults
 
 
 def test_base_preset_inheritance(tmp_path):
@@ -48,7 +48,7 @@ def test_every_preset_validates(path):
 
 
 @pytest.mark.parametrize("override,needle", [
-    ("method=ppo", "method='ppo' is not allowed; choose one of ['grpo', 'dapo', 'dr_grpo', 'diffu_grpo', 'gcpo', 'dgpo', 'dmpo', 'gspo']"),
+    ("method=ppo", "method='ppo' is not allowed; choose one of ['grpo', 'dapo', 'dr_grpo', 'diffu_grpo', 'gcpo', 'stage', 'dgpo', 'dmpo', 'gspo']"),
     ("family=rnn", "family='rnn' is not allowed; choose one of ['causal_lm', 'vlm', 'janus', 'masked_diffusion', 'masked_image']"),
     ("learning_rate=-1e-5", "learning_rate=-1e-05 must be > 0"),
     ("num_generations=1", "num_generations=1: a group needs at least 2 responses"),
@@ -95,3 +95,70 @@ def test_cli_rejects_bad_config_before_loading_any_model(tmp_path):
     assert "Traceback" not in out.stderr
     out = subprocess.run([sys.executable, "-m", "mmrl.cli", "train", "--help-config"], capture_output=True, text=True, check=True)
     assert "num_generations (default 8):" in out.stdout
+
+
+def test_interval_rules_read_as_written():
+    from mmrl.config.train_config import Interval
+
+    cfg = TrainConfig(max_completion_length=64)
+    cases = [("[0, 1)", "in [0, 1)", {0: True, 0.5: True, 1: False, -0.01: False}),
+             ("(0, 1]", "in (0, 1]", {0: False, 1: True}),
+             ("(0, inf)", "> 0", {0: False, 1e-12: True, 1e30: True}),
+             ("[1, inf)", ">= 1", {1: True, 0: False}),
+             ("[1, max_completion_length]", "in [1, max_completion_length=64]", {64: True, 65: False, 1: True})]
+    for text, rule, values in cases:
+        interval = Interval(text)
+        assert interval.rule(cfg) == rule
+        assert {v: interval.contains(v, cfg) for v in values} == values, text
+    with pytest.raises(ValueError, match="not an interval"):
+        Interval("0..1")
+
+
+def _just_outside(interval, cfg):
+    """A value just outside `interval`: the open bound itself, or one step past a closed one."""
+    lo, hi = interval._bound(interval.lo, cfg), interval._bound(interval.hi, cfg)
+    if lo != float("-inf"):
+        return lo if not interval.lo_closed else lo - 1
+    return hi if not interval.hi_closed else hi + 1
+
+
+def test_every_declared_range_and_choice_is_checked():
+    """Each field's metadata is the rule: a value just outside its range (or not among its choices) is refused with
+    the field and the value named, and the default is inside."""
+    base = TrainConfig()
+    ranged = {f.name: f.metadata["range"] for f in dataclasses.fields(TrainConfig) if "range" in f.metadata}
+    chosen = [f.name for f in dataclasses.fields(TrainConfig) if "choices" in f.metadata]
+    assert len(ranged) >= 40 and len(chosen) >= 15
+    for name, interval in ranged.items():
+        default = getattr(base, name)
+        assert default is None or interval.contains(default, base), name
+        bad = _just_outside(interval, base)
+        bad = int(bad) if typing_is_int(name) else float(bad)
+        with pytest.raises(ConfigError) as e:
+            load_config(None, {name: bad})
+        assert f"{name}={bad}" in str(e.value), (name, str(e.value))
+    for name in chosen:
+        with pytest.raises(ConfigError, match=rf"{name}='no-such-value' is not allowed; choose one of \["):
+            load_config(None, {name: "no-such-value"})
+
+
+def typing_is_int(name):
+    import typing
+
+    tp = typing.get_type_hints(TrainConfig)[name]
+    return tp is int or int in typing.get_args(tp) and float not in typing.get_args(tp)
+
+
+def test_fields_given_together_are_reported_together():
+    with pytest.raises(ConfigError) as e:
+        load_config(None, {"lora_dropout": 1.0})
+    assert "lora_r=16 (>= 1), lora_alpha=32 (> 0), lora_dropout=1.0 (in [0, 1))" in str(e.value)
+    with pytest.raises(ConfigError) as e:
+        load_config(None, {"save_total_limit": 0})
+    assert "save_steps=50 (>= 0), save_total_limit=0 (>= 1), credit_steps=0 (>= 0)" in str(e.value)
+
+
+def test_method_defaults_need_no_patched_constructor():
+    assert "__init__" in vars(TrainConfig) and TrainConfig.__init__.__qualname__ == "TrainConfig.__init__"
+    cfg = TrainConfig(method="dmpo", num_iterations=2)
+    assert (cfg.num_iterations, cfg.max_grad_norm, cfg._explicit) == (2, 0.2, frozenset({"method", "num_iterations"}))

@@ -289,3 +289,42 @@ def torch_equal(a, b) -> bool:
     import torch
 
     return torch.equal(a, b)
+
+
+def print_calls(source: str) -> list[int]:
+    """Lines that call the builtin `print` (a method or attribute named print, or the word in a string, is not one)."""
+    return [n.lineno for n in ast.walk(ast.parse(source))
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "print"]
+
+
+def test_print_finder_finds_a_print():
+    src = 'def f(log):\n    log.print("a")\n    x = "print(1)"\n    if x:\n        print(x, file=None)\n'
+    assert print_calls(src) == [5]
+
+
+def test_no_print_in_library_code():
+    """Library code logs (`logging.getLogger(__name__)`); only the command (mmrl/cli/) writes to the terminal itself,
+    and it configures the handler that shows the library's messages (`mmrl.cli.configure_logging`)."""
+    found = [f"{f.relative_to(ROOT)}:{line}" for name, f in modules().items() if name != "mmrl.cli" and not name.startswith("mmrl.cli.")
+             for line in print_calls(f.read_text())]
+    assert not found, found
+
+
+def test_the_command_shows_library_messages_as_before(capsys, tmp_path):
+    """Messages logged by library modules reach the command's stdout (info) and stderr (errors) as bare lines."""
+    from mmrl.cli import main
+
+    assert main(["pretrain-tiny", "--list"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert any(line.startswith("sudoku4 ") for line in out), out  # the table logged by mmrl.tiny_world.pretrain_cli
+    assert main(["pretrain-tiny", "no-such-model"]) == 2
+    assert capsys.readouterr().err.startswith("mmrl pretrain-tiny: unknown model 'no-such-model'; valid: [")
+    rows = tmp_path / "r.jsonl"
+    rows.write_text("".join(json.dumps({"prompt": f"say {i}"}) + "\n" for i in range(10)))
+    import logging
+
+    from mmrl.data.tasks import load_task
+
+    load_task("jsonl", str(rows), eval_split=3)  # in the process the command configured
+    assert "task 'jsonl': holding out the last 3 of 10 rows" in capsys.readouterr().out
+    assert len(logging.getLogger("mmrl").handlers) == 2  # added once, however often the command runs

@@ -30,7 +30,7 @@ def test_contract_defaults():
     def defaults(fn):
         return {k: v.default for k, v in inspect.signature(fn).parameters.items() if v.default is not inspect.Parameter.empty}
 
-    assert defaults(alg.group_advantages) == {"scale": "group", "eps": 1e-6}
+    assert defaults(alg.group_advantages) == {"scale": "group", "eps": 1e-6, "scorable": None}
     d = defaults(alg.policy_loss)
     assert d == {"eps_low": 0.2, "eps_high": 0.2, "dual_clip": None, "ref_logp": None, "beta": 0.0}
     assert defaults(alg.gcpo_token_weights) == {"divergence": "k3", "normalization": "rank_power", "top_fraction": 0.4, "target_mass": 0.8}

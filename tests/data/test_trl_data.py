@@ -4,6 +4,7 @@ model loads."""
 from __future__ import annotations
 
 import json
+import logging
 
 import pytest
 
@@ -59,13 +60,14 @@ def test_bad_data_errors_name_the_path(tmp_path):
         load_rows("some-org/some-set")
 
 
-def test_eval_split_is_explicit_and_printed(tmp_path, capsys):
+def test_eval_split_is_explicit_and_printed(tmp_path, caplog):
     d = write_formats(tmp_path / "data")
     task = load_task("jsonl", str(d / "r.jsonl"))
     assert len(task.train) == 10 and task.test == []  # nothing held out silently
-    task = load_task("jsonl", str(d / "r.jsonl"), eval_split=3)
+    with caplog.at_level(logging.INFO, logger="mmrl.data.tasks"):
+        task = load_task("jsonl", str(d / "r.jsonl"), eval_split=3)
     assert [r["prompt"] for r in task.test] == ["say 7", "say 8", "say 9"] and len(task.train) == 7
-    assert "holding out the last 3 of 10 rows" in capsys.readouterr().out
+    assert "holding out the last 3 of 10 rows" in caplog.text
     task = load_task("jsonl", str(d / "r.jsonl"), eval_split=0.2)
     assert len(task.test) == 2
     assert holdout(list(range(5)), 0.01) == ([0, 1, 2, 3], [4])  # at least one row
@@ -108,3 +110,60 @@ def test_no_prompt_column_fails_before_the_model_loads(tmp_path, monkeypatch):
     cfg = load_config(None, dict(output_dir=str(tmp_path), progress_bar=False, model_name_or_path=str(tmp_path / "absent")))
     with pytest.raises(FileNotFoundError, match="absent.*no such model directory"):
         trainer_mod.Trainer(cfg, dataset=[{"prompt": "a"}])
+
+
+# ------------------------------------------------------------------ every layout datasets.load_dataset reads
+
+def test_train_only_and_train_validation_dataset_dicts(tmp_path):
+    import datasets
+
+    ds = datasets.Dataset.from_list(ROWS)
+    datasets.DatasetDict({"train": ds}).save_to_disk(str(tmp_path / "train_only"))
+    datasets.DatasetDict({"train": ds, "validation": ds.select(range(2))}).save_to_disk(str(tmp_path / "train_val"))
+    t = load_task("jsonl", str(tmp_path / "train_only"))
+    assert t.train == ROWS and t.test == []  # most Hub sets: nothing held out unless asked (TRL trains on it all)
+    t = load_task("jsonl", str(tmp_path / "train_only"), eval_split=3)
+    assert t.train == ROWS[:7] and t.test == ROWS[7:]
+    t = load_task("jsonl", str(tmp_path / "train_val"))
+    assert t.train == ROWS and t.test == ROWS[:2]
+    with pytest.raises(DatasetError, match="has its own validation split; eval_split=3 holds rows out only"):
+        load_task("jsonl", str(tmp_path / "train_val"), eval_split=3)
+
+
+def test_a_folder_with_only_train_jsonl_and_a_hub_snapshot_folder(tmp_path):
+    import datasets
+
+    only = tmp_path / "only"
+    only.mkdir()
+    (only / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    t = load_task("jsonl", str(only), eval_split=0.2)
+    assert t.train == ROWS[:8] and t.test == ROWS[8:]
+    snap = tmp_path / "snapshot"  # what `hf download --repo-type dataset` leaves: README, data/<split>-NNNNN-of-NNNNN
+    (snap / "data").mkdir(parents=True)
+    (snap / "README.md").write_text("---\nlicense: mit\n---\n")
+    datasets.Dataset.from_list(ROWS[:6]).to_parquet(str(snap / "data" / "train-00000-of-00002.parquet"))
+    datasets.Dataset.from_list(ROWS[6:8]).to_parquet(str(snap / "data" / "train-00001-of-00002.parquet"))
+    datasets.Dataset.from_list(ROWS[8:]).to_parquet(str(snap / "data" / "test-00000-of-00001.parquet"))
+    t = load_task("jsonl", str(snap))
+    assert t.train == ROWS[:8] and t.test == ROWS[8:]  # shards in order, the snapshot's own test split
+    # the same rows datasets.load_dataset gives for the folder
+    ref = datasets.load_dataset(str(snap))
+    assert ref["train"].to_list() == t.train and ref["test"].to_list() == t.test
+
+
+def test_a_mistyped_local_path_is_reported_at_once_not_tried_on_the_hub(tmp_path, monkeypatch):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "train.jsonl").write_text('{"prompt": "a"}\n')
+    monkeypatch.chdir(tmp_path)
+    import datasets
+
+    def no_hub(*a, **kw):
+        raise AssertionError("a local-looking path must not be tried on the Hub")
+
+    monkeypatch.setattr(datasets, "load_dataset", no_hub)
+    with pytest.raises(DatasetError, match=r"dataset file not found: data/trian.jsonl \(in data: did you mean train.jsonl\?\)"):
+        load_task("jsonl", "data/trian.jsonl")
+    with pytest.raises(DatasetError, match="dataset file not found: data/nope.jsonl"):
+        load_rows("data/nope.jsonl")
+    with pytest.raises(DatasetError, match="dataset file not found: other/x.parquet"):  # no folder, but a file name
+        load_rows("other/x.parquet")

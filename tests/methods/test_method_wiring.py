@@ -126,9 +126,10 @@ def test_gspo_is_one_registered_file_with_defaults(tmp_path):
 def test_another_methods_reward_shaping_is_refused_by_name():
     from mmrl.config.train_config import load_config
 
-    with pytest.raises(ValueError, match=r"gcpo_entropy_reward=0.4 is reward shaping of method 'gcpo'; method='dgpo'"):
+    with pytest.raises(ValueError, match=r"gcpo_entropy_reward=0.4 is reward shaping of method 'gcpo' / 'stage'; method='dgpo'"):
         load_config(None, dict(method="dgpo", gcpo_entropy_reward=0.4)).validate()
     load_config(None, dict(method="gcpo", gcpo_entropy_reward=0.4)).validate()
+    load_config(None, dict(method="stage", family="janus", gcpo_entropy_reward=0.4)).validate()
     from mmrl.methods import METHODS
 
     assert METHODS["gcpo"].needs_reference(load_config(None, dict(method="gcpo", gcpo_entropy_reward=0.4)))

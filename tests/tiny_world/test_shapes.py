@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from mmrl.data import shapes
+from mmrl.tiny_world import shapes
 from mmrl.tiny_world.shapes import (
     CELL_PX,
     COLORS,

@@ -9,7 +9,7 @@ import pytest
 import torch
 import yaml
 
-from mmrl.data import caption_noise, shape_slots
+from mmrl.tiny_world import caption_noise, shape_slots
 from mmrl.tiny_world.shapes import COLORS, GRID, SHAPE_NAMES, Scene, SceneObject, detect, detect_cells, infer_grid
 from mmrl.geneval.rules import Detection, judge
 from mmrl.models.image_codecs import PatchCodec, codec_from_config
