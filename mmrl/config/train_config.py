@@ -899,7 +899,7 @@ def _validate_trl_fields(cfg: TrainConfig) -> list[str]:
         e.append(f"warmup_steps={ws} and warmup_ratio={cfg.warmup_ratio} both set the warm-up; give one (transformers 5: "
                  "warmup_steps, a fraction below 1 being a ratio)")
     if isinstance(cfg.lr_scheduler_kwargs, dict):
-        from mmrl.training.optim import check_schedule
+        from mmrl.core.optim import check_schedule
 
         if 0 <= cfg.warmup_ratio < 1 and not e:
             e.extend(check_schedule(cfg))

@@ -29,6 +29,14 @@ def wants_reference(cfg: TrainConfig, policy) -> bool:
     return not cfg.use_peft and not policy.has_reference and (needs_reference(cfg) or wants_diagnostic_reference(cfg, policy))
 
 
+def mix_into_reference(ref_model: torch.nn.Module, model: torch.nn.Module, alpha: float) -> None:
+    """TRL's `sync_ref_model` update of the reference, `ref <- alpha * policy + (1 - alpha) * ref`
+    (`mmrl.algorithms.reference_sync`)."""
+    from mmrl.algorithms.reference_sync import mix_into_reference as mix
+
+    mix(ref_model, model, alpha)
+
+
 def family_class(cfg: TrainConfig):
     """The adapter class of the configured family: what the loop must know of a family, as class attributes."""
     from mmrl.models import adapter_class

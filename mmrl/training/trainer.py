@@ -44,11 +44,11 @@ from mmrl.core.diagnostics import finish_step_metrics, logged_step, snapshot
 from mmrl.training.epochs import eval_interval, resolve_max_steps
 from mmrl.core.faults import fault_point  # test hook: MMRL_KILL_AT=<point>:K kills the process there (crash tests)
 from mmrl.reporting.metrics_log import MetricLogger
-from mmrl.training.optim import build_optimizer, build_scheduler
+from mmrl.core.optim import build_optimizer, build_scheduler
 from mmrl.methods import METHODS, MicroBatch, behaviour_is_current
 from mmrl.training.peer_failure import is_peer_failure, peer_failure_message
 from mmrl.training.policy_factory import (build_policy, check_model_source, ensure_lora, estimator_options, family_class,
-                                          generation_options, set_generation_defaults, wants_reference)
+                                          generation_options, mix_into_reference, set_generation_defaults, wants_reference)
 from mmrl.training.prompt_stream import PromptStream
 from mmrl.core.protocol import Rollout
 from mmrl.training.reward_inputs import build_rewards, make_trainer_state, reward_arguments
@@ -138,7 +138,7 @@ class Trainer:
             self.policy.ref_model = copy.deepcopy(self.policy.unwrapped).requires_grad_(False).eval()
         self.method = METHODS[cfg.method](cfg, self.policy, partial(estimator_options, cfg))
         params = [p for p in self.policy.model.parameters() if p.requires_grad]
-        self.optimizer = build_optimizer(params, cfg)  # `optim`: the AdamW variant (mmrl.training.optim)
+        self.optimizer = build_optimizer(params, cfg)  # `optim`: the AdamW variant (mmrl.core.optim)
         self.scheduler = build_scheduler(self.optimizer, cfg)  # warmup_steps (or its ratio form), lr_scheduler_kwargs
         self.policy.model, self.optimizer = self.accelerator.prepare(self.policy.model, self.optimizer)
         if self.policy.ref_model is not None:
@@ -466,8 +466,6 @@ class Trainer:
         cfg = self.cfg
         if not cfg.sync_ref_model or self.step % cfg.ref_model_sync_steps or self.policy.ref_model is None:
             return
-        from mmrl.algorithms.reference_sync import mix_into_reference
-
         mix_into_reference(self.policy.ref_model, self.accelerator.unwrap_model(self.policy.model), cfg.ref_model_mixup_alpha)
 
     # =================================================================================== 7: save / resume
