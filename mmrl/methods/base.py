@@ -1,8 +1,8 @@
 """What a training method is to the trainer: the `Method` interface, the `METHODS` registry and the two small
 records a loss receives and returns (docs/design.md, "Methods").
 
-The trainer runs one loop for every method. At each buffer refresh it calls `method.shape_rewards(...)` (a
-method's own reward shaping, before the advantages), then `method.prepare(buffer, ...)` (no gradient: behaviour and
+The trainer runs one loop for every method. At each buffer refresh it calls `method.shape_rewards(...)` (reward
+shaping before the advantages: STAGE's entropy reward by default), then `method.prepare(buffer, ...)` (no gradient: behaviour and
 reference log-probs, token weights, importance weights, kept in `buffer.method_state`), and for every micro-batch
 of an optimizer step `method.loss(buffer, micro_batch)`. `TrainConfig.validate` asks the method for the errors it
 knows of (`config_errors`). What a method needs (a reference model, behaviour log-probs,
@@ -18,6 +18,8 @@ from typing import ClassVar
 import torch
 
 from mmrl.core.registry import METHODS
+from mmrl.core.seeds import derived_seed
+from mmrl.methods.entropy_reward import stage_entropy_reward
 
 
 @dataclass(frozen=True)
@@ -66,8 +68,6 @@ class Method(abc.ABC):
 
     uses_behaviour_logprobs: ClassVar[bool] = True
     """Whether the loss uses behaviour log-probs (a PPO-style ratio); False for weight-based losses (DMPO)."""
-    reward_shaping_settings: ClassVar[tuple[str, ...]] = ()
-    """Config fields (off at 0) that turn on this method's `shape_rewards`; another method refuses them when set."""
     supports_entropy_mask: ClassVar[bool] = False
     """Whether `top_entropy_quantile` < 1 can mask the loss's tokens (a per-token policy-gradient loss)."""
 
@@ -78,8 +78,9 @@ class Method(abc.ABC):
 
     @classmethod
     def needs_reference(cls, cfg) -> bool:
-        """Whether a frozen reference model must be built (a KL term by default)."""
-        return cfg.beta > 0
+        """Whether a frozen reference model must be built (a KL term, or the entropy reward's reference entropies,
+        by default)."""
+        return cfg.beta > 0 or cfg.gcpo_entropy_reward > 0
 
     @classmethod
     def num_mask_seeds(cls, cfg) -> int:
@@ -89,27 +90,29 @@ class Method(abc.ABC):
     @classmethod
     def config_errors(cls, cfg) -> list[str]:
         """One-line errors for settings this method cannot run with (`TrainConfig.validate`, before any model
-        loads): here, another method's reward shaping switched on."""
-        owners: dict[str, list[str]] = {}  # setting -> the methods whose reward shaping it turns on
-        for name, other in METHODS.items():
-            for setting in other.reward_shaping_settings:
-                owners.setdefault(setting, []).append(name)
-        errors = []
-        for setting, names in owners.items():
-            value = getattr(cfg, setting, 0)
-            if value and setting not in cls.reward_shaping_settings:
-                errors.append(f"{setting}={value} is reward shaping of method {' / '.join(map(repr, names))}; "
-                              f"method={cfg.method!r} does not apply it: set method={names[0]!r} or {setting}=0")
-        return errors
+        loads), each naming the value and what is allowed; none by default."""
+        return []
+
+    @classmethod
+    def supports_family(cls, adapter_cls) -> bool:
+        """Whether this method runs on the family of `adapter_cls` (the method x family matrix asks); all by default."""
+        return True
 
     def shape_rewards(self, rollout, rewards: torch.Tensor, micro_batches, rollout_index: int
                       ) -> tuple[torch.Tensor, dict[str, float]]:
-        """The method's own reward shaping of a rollout batch, before the advantages (runs under `torch.no_grad()`).
+        """The method's reward shaping of a rollout batch, before the advantages (the trainer runs it under
+        `torch.no_grad()`).
 
         `rewards` [N] are the weighted reward totals, `micro_batches(n)` gives the index tensors the updates use,
         `rollout_index` numbers the rollout batch (for seeds). Returns the shaped rewards [N] and buffer metrics
-        (averaged like the per-reward metrics). None by default."""
-        return rewards, {}
+        (averaged like the per-reward metrics). By default STAGE's entropy reward when `gcpo_entropy_reward > 0`
+        (`mmrl.methods.entropy_reward.stage_entropy_reward`, with the reference's entropies), else nothing."""
+        cfg = self.cfg
+        if not cfg.gcpo_entropy_reward > 0:
+            return rewards, {}
+        est = self.estimator_options(derived_seed(cfg.seed, "entropy_reward", rollout_index))
+        bonus = stage_entropy_reward(self.policy, rollout, rewards, cfg, micro_batches, est)  # [N]
+        return rewards + bonus, {"rewards/entropy_bonus/abs_mean": float(bonus.abs().mean())}
 
     @abc.abstractmethod
     def prepare(self, buf, micro_batches: list[torch.Tensor], *, current: bool) -> None:

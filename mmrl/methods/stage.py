@@ -13,17 +13,30 @@ import torch
 
 from mmrl.algorithms.stage import opposite_advantage_similarity, stage_kl_mask, stage_token_masks, weighted_mean_weights
 from mmrl.methods.base import METHODS, MicroBatch, weight_metrics
-from mmrl.methods.gcpo import EntropyReward
 from mmrl.methods.policy_gradient import PolicyGradient
 
 
 @METHODS.register("stage")
-class STAGE(EntropyReward, PolicyGradient):
+class STAGE(PolicyGradient):
     """Clipped surrogate with `A_it = A_i * w_it`, w the mask-weighted-mean weights of STAGE's similarity masks."""
+
+    @classmethod
+    def supports_family(cls, adapter_cls) -> bool:
+        """Families whose adapter gives the code vectors of its response tokens (`code_vectors`: Janus)."""
+        return callable(getattr(adapter_cls, "code_vectors", None))
+
+    @classmethod
+    def config_errors(cls, cfg) -> list[str]:
+        from mmrl.models import FAMILIES, adapter_class
+
+        if cfg.family in FAMILIES and not cls.supports_family(adapter_class(cfg.family)):
+            return [f"method 'stage' compares the code vectors of image tokens; family {cfg.family!r} has none "
+                    "(policy.code_vectors); use it with family janus"]
+        return []
 
     def __init__(self, cfg, policy, estimator_options):
         super().__init__(cfg, policy, estimator_options)
-        if not callable(getattr(policy, "code_vectors", None)):
+        if not callable(getattr(policy, "code_vectors", None)):  # a policy passed to the Trainer directly
             raise ValueError(f"method 'stage' compares the code vectors of image tokens; family {cfg.family!r} has none "
                              "(policy.code_vectors); use it with family janus")
 
