@@ -27,6 +27,7 @@ def _newest_setuptools_dir() -> str | None:
 
 
 def test_strict_editable_install_links_the_top_level_folders(tmp_path):
+    before = sorted(str(f) for f in (metadata.distribution("mmrl").files or []))
     src = tmp_path / "src"  # a copy: the install writes build/ next to pyproject.toml, never into the repository
     for name in ("mmrl", "models", "rewards"):
         shutil.copytree(ROOT / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
@@ -35,10 +36,12 @@ def test_strict_editable_install_links_the_top_level_folders(tmp_path):
     tools = _newest_setuptools_dir()
     assert tools is not None, "no setuptools >= 70.1 on sys.path (the project's build requirement is setuptools>=68)"
     env = {**os.environ, "PYTHONPATH": tools, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
-    proc = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-build-isolation", "--no-deps", "--no-index",
+    proc = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-build-isolation", "--no-deps", "--no-index", "--ignore-installed",
                            "--prefix", str(tmp_path / "prefix"), "-e", str(src), "--config-settings", "editable_mode=strict"],
                           capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    # --ignore-installed: the environment running the tests keeps its own install of mmrl
+    assert sorted(str(f) for f in (metadata.distribution("mmrl").files or [])) == before
     pth = next((tmp_path / "prefix").rglob("__editable__.mmrl-*.pth"))
     tree = Path(pth.read_text().strip().splitlines()[0])
     assert tree.is_dir() and src in tree.parents
