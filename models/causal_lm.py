@@ -193,6 +193,11 @@ class CausalLMAdapter(BaseAdapter):
     generation_option_names = tuple(GENERATION_DEFAULTS)
 
     @classmethod
+    def greedy_generation(cls, gen_length: int, block_length: int, steps: int) -> dict[str, Any]:
+        """Greedy decoding: top-k 1 at temperature 1 for `gen_length` tokens (VLMs too)."""
+        return {"max_new_tokens": gen_length, "temperature": 1.0, "top_k": 1}
+
+    @classmethod
     def generation_options(cls, cfg) -> dict[str, Any]:
         return {"max_new_tokens": cfg.max_completion_length, "temperature": cfg.temperature, "top_p": cfg.top_p,
                 "top_k": cfg.top_k, "negative_instruction": cfg.negative_instruction, "max_prompt_length": cfg.max_prompt_length}

@@ -95,6 +95,8 @@ from mmrl.models.prompts import check_max_prompt_length, render_chat, truncate_l
 from mmrl.core.protocol import DEFAULT_NEGATIVE_INSTRUCTION, NoisedBatch, Rollout, TokenScores
 
 SAMPLERS = ("low_confidence", "random", *DREAM_ORDERS, "threshold", "threshold_cache", "random_order")
+STOCHASTIC_AT_ZERO_TEMPERATURE = ("random", "random_order")
+"""Samplers whose unmasking order is random, so that greedy tokens still give different responses."""
 ESTIMATORS = ("mean_field", "elbo", "exact")
 PADDING_MODES = ("fold", "drop")
 GENERATION_KEYS = (
@@ -153,6 +155,36 @@ class MaskedDiffusionAdapter(BaseAdapter):
 
     family = "masked_diffusion"
     generation_option_names = GENERATION_KEYS
+
+    @classmethod
+    def config_errors(cls, cfg) -> list[str]:
+        """Temperature 0 is greedy here (allowed only with a sampler that stays random), and the blocks must tile
+        the completion (`block_length` divides `max_completion_length`, `diffusion_steps` a multiple of the blocks)."""
+        e = [m for m in super().config_errors(cfg) if not m.startswith(f"temperature={cfg.temperature} must be > 0")]
+        if cfg.temperature < 0:
+            e.append(f"temperature={cfg.temperature} must be >= 0 (0 = greedy) for masked diffusion")
+        if cfg.temperature == 0:
+            sampler = cfg.sampler or cfg.generation_kwargs.get("sampler") or "low_confidence"
+            if sampler not in STOCHASTIC_AT_ZERO_TEMPERATURE:
+                e.append(f"temperature=0 with the {sampler!r} sampler is greedy and deterministic: the num_generations "
+                         f"responses of a prompt would be identical (all advantages 0); use temperature > 0, or a sampler "
+                         f"that stays random at temperature 0: {list(STOCHASTIC_AT_ZERO_TEMPERATURE)}")
+        if cfg.max_completion_length >= 1 and cfg.block_length >= 1:
+            if cfg.max_completion_length % cfg.block_length:
+                e.append(f"block_length={cfg.block_length} does not divide max_completion_length={cfg.max_completion_length}; "
+                         f"choose a divisor of {cfg.max_completion_length}")
+            elif cfg.diffusion_steps is not None:
+                blocks = cfg.max_completion_length // cfg.block_length
+                if cfg.diffusion_steps < 1 or cfg.diffusion_steps % blocks:
+                    e.append(f"diffusion_steps={cfg.diffusion_steps} must be a positive multiple of the number of blocks "
+                             f"({blocks} = max_completion_length / block_length)")
+        return e
+
+    @classmethod
+    def greedy_generation(cls, gen_length: int, block_length: int, steps: int) -> dict[str, Any]:
+        """Greedy decoding: temperature 0 with low-confidence remasking, `steps` over blocks of `block_length`."""
+        return {"gen_length": gen_length, "block_length": block_length, "steps": steps, "temperature": 0.0,
+                "sampler": "low_confidence"}
 
     @classmethod
     def generation_options(cls, cfg) -> dict[str, Any]:

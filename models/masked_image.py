@@ -86,9 +86,19 @@ class MaskedImageAdapter(BaseAdapter):
     """
 
     family = "masked_image"
+    records_reveal_steps = True  # the MaskGIT sampler records each token's reveal step (logprob_estimator=per_step)
     generation_option_names = GENERATION_KEYS
     variable_length = False  # an image is always T tokens
     response_unit = "images"
+
+    @classmethod
+    def config_errors(cls, cfg) -> list[str]:
+        """Also: no transformers attention switch (diffusers' UVit2DModel)."""
+        e = super().config_errors(cfg)
+        if cfg.attn_implementation is not None:
+            e.append("attn_implementation: the masked_image family (diffusers' UVit2DModel) has no transformers attention "
+                     "switch; leave it null")
+        return e
 
     @classmethod
     def generation_options(cls, cfg) -> dict[str, Any]:

@@ -68,6 +68,8 @@ class Method(abc.ABC):
 
     uses_behaviour_logprobs: ClassVar[bool] = True
     """Whether the loss uses behaviour log-probs (a PPO-style ratio); False for weight-based losses (DMPO)."""
+    has_kl_token_masks: ClassVar[bool] = False
+    """Whether the method has token masks that weight its KL term (`kl_reweight`: GCPO, STAGE)."""
     supports_entropy_mask: ClassVar[bool] = False
     """Whether `top_entropy_quantile` < 1 can mask the loss's tokens (a per-token policy-gradient loss)."""
 
@@ -90,7 +92,10 @@ class Method(abc.ABC):
     @classmethod
     def config_errors(cls, cfg) -> list[str]:
         """One-line errors for settings this method cannot run with (`TrainConfig.validate`, before any model
-        loads), each naming the value and what is allowed; none by default."""
+        loads), each naming the value and what is allowed: `kl_reweight` without KL token masks."""
+        if cfg.kl_reweight and not cls.has_kl_token_masks:
+            own = " or ".join(name for name, m in METHODS.items() if m.has_kl_token_masks)
+            return [f"kl_reweight=true weights the KL by a method's token masks; method {cfg.method!r} has none (use {own})"]
         return []
 
     @classmethod

@@ -19,6 +19,8 @@ from mmrl.methods.policy_gradient import PolicyGradient
 class GCPO(PolicyGradient):
     """Clipped surrogate with `w = gcpo_token_weights(logp(o | positive), logp(o | negative))`."""
 
+    has_kl_token_masks = True  # kl_reweight
+
     def scores_and_weights(self, buf, rows, mb: MicroBatch, est: dict, current: bool, metrics: dict):
         cfg, policy = self.cfg, self.policy
         mask = buf.loss_mask[mb.idx]  # [n, T]

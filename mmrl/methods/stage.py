@@ -20,6 +20,8 @@ from mmrl.methods.policy_gradient import PolicyGradient
 class STAGE(PolicyGradient):
     """Clipped surrogate with `A_it = A_i * w_it`, w the mask-weighted-mean weights of STAGE's similarity masks."""
 
+    has_kl_token_masks = True  # kl_reweight
+
     @classmethod
     def supports_family(cls, adapter_cls) -> bool:
         """Families whose adapter gives the code vectors of its response tokens (`code_vectors`: Janus)."""
@@ -29,10 +31,11 @@ class STAGE(PolicyGradient):
     def config_errors(cls, cfg) -> list[str]:
         from mmrl.models import FAMILIES, adapter_class
 
+        e = super().config_errors(cfg)
         if cfg.family in FAMILIES and not cls.supports_family(adapter_class(cfg.family)):
-            return [f"method 'stage' compares the code vectors of image tokens; family {cfg.family!r} has none "
-                    "(policy.code_vectors); use it with family janus"]
-        return []
+            e.append(f"method 'stage' compares the code vectors of image tokens; family {cfg.family!r} has none "
+                    "(policy.code_vectors); use it with family janus")
+        return e
 
     def __init__(self, cfg, policy, estimator_options):
         super().__init__(cfg, policy, estimator_options)

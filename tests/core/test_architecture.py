@@ -328,3 +328,19 @@ def test_the_command_shows_library_messages_as_before(capsys, tmp_path):
     load_task("jsonl", str(rows), eval_split=3)  # in the process the command configured
     assert "task 'jsonl': holding out the last 3 of 10 rows" in capsys.readouterr().out
     assert len(logging.getLogger("mmrl").handlers) == 2  # added once, however often the command runs
+
+
+def test_the_entry_points_load_on_first_use():
+    code = ("import json, sys, mmrl; light = 'torch' not in sys.modules; from mmrl import Trainer, TrainConfig; "
+            "import mmrl.training.trainer as t, mmrl.config.train_config as c; "
+            "print(json.dumps([light, Trainer is t.Trainer, TrainConfig is c.TrainConfig, mmrl.load_config is c.load_config]))")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True, cwd="/")
+    assert json.loads(res.stdout.strip().splitlines()[-1]) == [True, True, True, True]
+    import mmrl
+
+    try:
+        mmrl.no_such_name  # noqa: B018
+    except AttributeError as e:
+        assert "no_such_name" in str(e)
+    else:
+        raise AssertionError("mmrl.no_such_name resolved")

@@ -92,7 +92,7 @@ def test_stage_and_gcpo_presets_train_two_steps_with_their_kl_masks(tmp_path, pr
         seen.append(kwargs.get("kl_weights"))
         return plain_policy_loss(*args, **kwargs)
 
-    monkeypatch.setattr(policy_gradient, "policy_loss", recording)
+    monkeypatch.setattr(policy_gradient, "surrogate_loss", lambda loss_type: recording)
     cfg = load_config(ROOT / f"configs/{preset}.yaml", dict(
         model_name_or_path="tiny", max_steps=2, num_generations=4, per_device_train_batch_size=4, save_steps=0,
         torch_dtype="float32", mixed_precision="no", output_dir=str(tmp_path / "run"), reward_funcs=[]))

@@ -175,7 +175,7 @@ def _loss_of_one_step(tmp_path, loss_type, monkeypatch):
 
     import mmrl.methods.policy_gradient as pg_mod
 
-    monkeypatch.setattr(pg_mod, "policy_loss", fake_policy_loss)  # where the loss is looked up since the methods refactor
+    monkeypatch.setattr(pg_mod, "surrogate_loss", lambda loss_type: fake_policy_loss)  # the loss_type's per-token loss
     cfg = load_config(None, dict(method="grpo", family="causal_lm", loss_type=loss_type, max_steps=1, num_generations=2,
                                  per_device_train_batch_size=2, gradient_accumulation_steps=2, max_completion_length=8,
                                  output_dir=str(tmp_path / loss_type), progress_bar=False, save_steps=0, report_to=["jsonl"]))
