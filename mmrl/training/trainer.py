@@ -36,8 +36,7 @@ from mmrl.reporting.batch_report import (add_failures, clip_extremes, impute_uns
                                scorable_group_std, unfilled_batch_message)
 from mmrl.training.buffer import Buffer, concat_rollouts
 from mmrl.checkpointing.checkpoint import latest_checkpoint, save_checkpoint
-from mmrl.reporting.completion_stats import length_metrics, terminated
-from mmrl.reporting.completions_log import completion_rows, with_advantages
+from mmrl.reporting.completions import completion_rows, length_metrics, terminated, with_advantages
 from mmrl.config.train_config import TrainConfig
 from mmrl.training.datasets import training_data
 from mmrl.core.diagnostics import finish_step_metrics, logged_step, snapshot
