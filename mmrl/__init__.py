@@ -16,19 +16,17 @@ if "torch" not in _sys.modules:
 
 __version__ = "0.1.0"
 
-_ENTRY_POINTS = {"Trainer": "mmrl.training.trainer", "train": "mmrl.training.trainer",
-                 "TrainConfig": "mmrl.config.train_config", "load_config": "mmrl.config.train_config"}
-"""Public name -> the module that defines it (docs/design.md, "Layers")."""
-__all__ = ["Trainer", "TrainConfig", "__version__", "load_config", "train"]
+_EXPORTS = {"Trainer": "mmrl.training.trainer", "train": "mmrl.training.trainer", "TrainConfig": "mmrl.config.train_config",
+            "load_config": "mmrl.config.train_config", "RewardSet": "mmrl.rewards"}
+"""`from mmrl import Trainer, TrainConfig` (TRL's `from trl import GRPOTrainer, GRPOConfig`), imported on first use so
+that `import mmrl` stays light."""
+
+__all__ = ["Trainer", "TrainConfig", "load_config", "RewardSet", "train", "__version__"]
 
 
 def __getattr__(name: str):
-    if name in _ENTRY_POINTS:
+    if name in _EXPORTS:
         import importlib
 
-        return getattr(importlib.import_module(_ENTRY_POINTS[name]), name)
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
     raise AttributeError(f"module 'mmrl' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_ENTRY_POINTS))

@@ -20,7 +20,7 @@ from typing import Iterator
 import torch
 from einops import rearrange
 
-from mmrl.algorithms.dmpo import antithetic_masks
+from mmrl.algorithms.dmpo import DEFAULT_MIN_MASK_RATE, antithetic_masks
 
 
 def row_seeds(
@@ -73,8 +73,11 @@ def mean_field_input(
     return torch.cat([prompt, torch.full_like(response_ids, mask_id)], dim=1)  # [N, P + T]
 
 
-def elbo_masks(seeds: list[int], num_copies: int, length: int, device) -> tuple[torch.Tensor, torch.Tensor]:
-    """(masked [R, N, T] bool, rates [R, N]): `mmrl.algorithms.antithetic_masks` drawn row by row from the row seeds.
+def elbo_masks(seeds: list[int], num_copies: int, length: int, device,
+               min_rate: float = DEFAULT_MIN_MASK_RATE) -> tuple[torch.Tensor, torch.Tensor]:
+    """(masked [R, N, T] bool, rates [R, N]): `mmrl.algorithms.antithetic_masks` drawn row by row from the row seeds,
+    rates `min_rate + (1 - min_rate) U` (DMPO's `loss_mask_prob_clamp` applies to these ELBO copies as to the WDCE
+    ones: yuchen-zhu-zyc/DMPO `dmpo_trainer.py` `compute_log_prob_elbo`; the config's `dmpo_min_mask_rate`).
 
     Every response position is maskable (the whole generated span, post-EOS padding included, as DMPO's
     `compute_log_prob_elbo`); copies k and R/2 + k are complements when R is even.
@@ -84,7 +87,7 @@ def elbo_masks(seeds: list[int], num_copies: int, length: int, device) -> tuple[
     maskable = torch.ones(1, length, dtype=torch.bool)  # [1, T]
     masks, rates = [], []
     for seed in seeds:
-        m, r = antithetic_masks(maskable, num_copies, _generator(seed), antithetic=num_copies % 2 == 0)
+        m, r = antithetic_masks(maskable, num_copies, _generator(seed), min_rate=min_rate, antithetic=num_copies % 2 == 0)
         masks.append(m)  # [R, 1, T]
         rates.append(r)  # [R, 1]
     return torch.cat(masks, dim=1).to(device), torch.cat(rates, dim=1).to(device)

@@ -140,6 +140,61 @@ def _as_id_list(value) -> list[int]:
     return [int(value)]
 
 
+def _default_rope_parameters(config=None, device=None, seq_len=None, **kwargs):
+    """The original RoPE inverse frequencies `base^(-2i / d)` and attention factor 1 (Su et al. 2021, RoFormer eq. 15;
+    transformers 4's `_compute_default_rope_parameters`), from `config` (`rope_theta`, head dim, partial rotary
+    factor) or from `base` / `dim` keywords."""
+    if config is not None:
+        params = getattr(config, "rope_parameters", None) or {}  # transformers 5 keeps rope_theta there
+        base = float(getattr(config, "rope_theta", None) or params.get("rope_theta") or 10000.0)
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        dim = int(head_dim * getattr(config, "partial_rotary_factor", 1.0))
+    else:
+        base, dim = float(kwargs["base"]), int(kwargs["dim"])
+    exponents = torch.arange(0, dim, 2, dtype=torch.int64).to(device=device, dtype=torch.float) / dim
+    return 1.0 / (base ** exponents), 1.0
+
+
+def ensure_default_rope() -> None:
+    """Register `"default"` in transformers' `ROPE_INIT_FUNCTIONS` when absent: transformers 5 dropped the key, and
+    Dream's modelling code (NVlabs/Fast-dLLM `dream/model/modeling_dream.py`, as Dream's checkpoints) looks it up
+    for plain RoPE ("KeyError: 'default'", found by scripts/check_real_architectures.py). Only an absent key is
+    added; what transformers registers is never replaced."""
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    ROPE_INIT_FUNCTIONS.setdefault("default", _default_rope_parameters)
+
+
+def transformers5_compatible(model_cls):
+    """`model_cls` (remote modelling code written for transformers 4.x) made loadable by transformers 5.
+
+    Two incompatibilities of LLaDA's modelling code (NVlabs/Fast-dLLM `llada/model/modeling_llada.py`; found by
+    scripts/check_real_architectures.py, docs/sources.md "Real architectures"): its `__init__` never calls
+    `post_init()`, whose attributes (`all_tied_weights_keys`, ...) transformers 5 reads while loading ("no attribute
+    'all_tied_weights_keys'"), and its `tie_weights(self)` takes no keyword arguments while transformers 5 passes
+    `recompute_mapping`. `post_init` only sets static properties (no weights change); the keywords are dropped."""
+    import inspect
+
+    if getattr(model_cls, "_mmrl_compat", False):
+        return model_cls
+    original_init = model_cls.__init__
+
+    def __init__(self, *args, **kwargs):
+        original_init(self, *args, **kwargs)
+        if not hasattr(self, "all_tied_weights_keys") and hasattr(self, "post_init"):
+            self.post_init()
+
+    model_cls.__init__ = __init__
+    tie = model_cls.__dict__.get("tie_weights")
+    if tie is not None and not any(p.kind == p.VAR_KEYWORD for p in inspect.signature(tie).parameters.values()):
+        def tie_weights(self, *args, **kwargs):
+            return tie(self)
+
+        model_cls.tie_weights = tie_weights
+    model_cls._mmrl_compat = True
+    return model_cls
+
+
 class MaskedDiffusionAdapter(BaseAdapter):
     """LLaDA / Dream / a bidirectional transformers decoder as an mmrl `Policy` (see the module docstring).
 
@@ -209,6 +264,7 @@ class MaskedDiffusionAdapter(BaseAdapter):
             opts["p_mask_prompt"] = cfg.p_mask_prompt
         elif kind == "elbo":
             opts["num_copies"] = cfg.dmpo_elbo_copies
+            opts["min_mask_rate"] = cfg.dmpo_min_mask_rate
         return opts
 
     def __init__(
@@ -535,6 +591,7 @@ class MaskedDiffusionAdapter(BaseAdapter):
         estimator: str = "mean_field",
         mask_seed: int = 0,
         num_copies: int = 4,
+        min_mask_rate: float = DEFAULT_MIN_MASK_RATE,
         p_mask_prompt: float = 0.15,
         padding: str | None = None,
         temperature: float | None = None,
@@ -546,6 +603,7 @@ class MaskedDiffusionAdapter(BaseAdapter):
             estimator: "mean_field" (d1), "elbo" (DMPO, `num_copies` antithetic copies) or "exact" (random-order
                 rollouts).
             mask_seed: seeds the masks together with each row's tokens; the same seed gives the same masks.
+            min_mask_rate: elbo: the lowest mask rate of a copy (`dmpo_min_mask_rate`).
             p_mask_prompt: mean-field prompt masking probability (d1: 0.15).
             padding: "fold" (post-EOS contributions added onto the EOS token; default for elbo / exact) or "drop"
                 (zeroed; default for mean_field).
@@ -584,7 +642,7 @@ class MaskedDiffusionAdapter(BaseAdapter):
         if estimator == "mean_field":
             out = self._mean_field(sides, p_mask_prompt=p_mask_prompt, stats=stats, **args)
         elif estimator == "elbo":
-            out = self._elbo(sides, num_copies=num_copies, stats=stats, **args)
+            out = self._elbo(sides, num_copies=num_copies, min_rate=min_mask_rate, stats=stats, **args)
         else:
             out = self._exact(sides, rows_per_chunk=rows_per_chunk, stats=stats, **args)
         valid = rollout.response_mask.bool()
@@ -630,13 +688,13 @@ class MaskedDiffusionAdapter(BaseAdapter):
         return score_logits(logits[0], resp, torch.ones_like(resp, dtype=torch.bool), temperature=temperature,
                             other_logits=other, stats=tuple(stats))
 
-    def _elbo(self, sides, *, rollout, mask_seed, temperature, num_copies, stats) -> TokenScores:
+    def _elbo(self, sides, *, rollout, mask_seed, temperature, num_copies, min_rate, stats) -> TokenScores:
         if isinstance(num_copies, bool) or not isinstance(num_copies, int) or num_copies < 1:
             raise ValueError(f"num_copies must be a positive int, got {num_copies!r}")
         seeds = row_seeds(mask_seed, rollout.prompt_ids, rollout.prompt_mask, rollout.response_ids, "response")
         resp = rollout.response_ids
         r = num_copies
-        masked, _ = elbo_masks(seeds, r, resp.shape[1], resp.device)  # [R, N, T]
+        masked, _ = elbo_masks(seeds, r, resp.shape[1], resp.device, min_rate=min_rate)  # [R, N, T]
         fixed = self._fixed(rollout)
         if fixed is not None:  # given positions are never masked (antithetic pairs stay complements on the rest)
             masked = masked & ~fixed[None]
@@ -778,6 +836,7 @@ class MaskedDiffusionAdapter(BaseAdapter):
         """(model, tokenizer) from a local directory; remote-code families only with `trust_remote_code`."""
         from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoTokenizer
         from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+        from transformers.dynamic_module_utils import get_class_from_dynamic_module
 
         if not path.is_dir():
             raise FileNotFoundError(f"masked-diffusion checkpoint directory not found: {path}")
@@ -800,7 +859,16 @@ class MaskedDiffusionAdapter(BaseAdapter):
             )
         kwargs = {} if dtype is None else {"dtype": dtype}
         if remote or model_type not in CONFIG_MAPPING:
-            model = AutoModel.from_pretrained(path, trust_remote_code=True, **kwargs)
+            auto = (raw.get("auto_map") or {}).get("AutoModel")
+            ensure_default_rope()
+            if auto:
+                model = transformers5_compatible(get_class_from_dynamic_module(auto, str(path))).from_pretrained(path, **kwargs)
+                if not hasattr(model.config, "use_cache"):
+                    # transformers 5 no longer keeps `use_cache` on a config that does not declare it; LLaDA's forward
+                    # reads it (and its checkpoints set it to false)
+                    model.config.use_cache = False
+            else:
+                model = AutoModel.from_pretrained(path, trust_remote_code=True, **kwargs)
         else:
             config = AutoConfig.from_pretrained(path)
             config.is_causal = False

@@ -113,6 +113,7 @@ class MaskedImageAdapter(BaseAdapter):
         opts: dict[str, Any] = {"estimator": kind, "mask_seed": int(mask_seed)}
         if kind == "elbo":
             opts["num_copies"] = cfg.dmpo_elbo_copies
+            opts["min_mask_rate"] = cfg.dmpo_min_mask_rate
         return opts
 
     def __init__(self, transformer, vqvae, text_encoder, tokenizer, *, mask_token_id: int, masking_schedule: str = "cosine",
@@ -280,7 +281,7 @@ class MaskedImageAdapter(BaseAdapter):
 
     def logprob(self, rollout: Rollout, *, condition: str = "positive", use_reference: bool = False, stats: tuple[str, ...] = (),
                 stats_against: str = "reference", estimator: str = "per_step", mask_seed: int = 0, num_copies: int = 4,
-                score: str | None = None) -> TokenScores:
+                score: str | None = None, min_mask_rate: float = DEFAULT_MIN_MASK_RATE) -> TokenScores:
         """Per-token log-probs [N, T] of the rollout's image tokens (estimators in the module docstring).
 
         `condition="negative"` scores under the negative prompt (GCPO); `stats` against the reference model under
@@ -338,7 +339,7 @@ class MaskedImageAdapter(BaseAdapter):
         if isinstance(num_copies, bool) or not isinstance(num_copies, int) or num_copies < 1:
             raise ValueError(f"num_copies must be a positive int, got {num_copies!r}")
         seeds = row_seeds(mask_seed, rollout.prompt_ids, rollout.prompt_mask, resp, "image")
-        masked, _ = elbo_masks(seeds, num_copies, t, resp.device)  # [R, N, T]
+        masked, _ = elbo_masks(seeds, num_copies, t, resp.device, min_rate=min_mask_rate)  # [R, N, T]
         states = rearrange(torch.where(masked, torch.full_like(masked, self.mask_token_id, dtype=resp.dtype), resp[None]),
                            "r n t -> (r n) t")  # [R*N, T]
         rep = lambda x: torch.cat([x] * num_copies)  # noqa: E731  [N, ...] -> [R*N, ...]

@@ -53,6 +53,7 @@ import torch
 from mmrl.core.registry import REWARDS
 from mmrl.rewards.isolation import DEFAULT_MEMORY_LIMIT, ChildFailed, ChildTimeout, is_isolated, run_in_child, stop_thread
 from mmrl.rewards.imports import import_reward, is_import_path, reward_name
+from mmrl.rewards.reward_model import SequenceClassifierReward, is_reward_model, is_reward_model_dir
 
 logger = logging.getLogger(__name__)
 
@@ -124,7 +125,25 @@ def _accepted_params(fn: Callable) -> set[str] | None:
     return {n for n, p in sig.parameters.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
 
 
+TRAINER_ARGUMENTS = frozenset({"prompts", "completions", "completion_ids", "trainer_state", "log_metric", "log_extra"})
+"""The keyword arguments the trainer passes every reward besides the dataset columns (`mmrl.training.reward_inputs`)."""
+
+
+def _required_params(fn: Callable) -> list[str]:
+    """Named parameters of `fn` without a default (positional-or-keyword or keyword-only)."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return []
+    return [n for n, p in sig.parameters.items()
+            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.default is inspect.Parameter.empty]
+
+
 def _name_of(fn: Callable) -> str:
+    if is_reward_model(fn):
+        from mmrl.rewards.reward_model import model_reward_name
+
+        return model_reward_name(fn)  # TRL's name of a reward model
     return getattr(fn, "__name__", None) or getattr(fn, "name", None) or type(fn).__name__
 
 
@@ -174,7 +193,8 @@ class RewardSet:
         self.memory_limit = int(memory_limit)
         specs = list(rewards)
         rewards = [_resolve(r) for r in specs]  # import paths (TRL's dotted paths, file.py:fn) become callables
-        names = [r if isinstance(r, str) else reward_name(s) if isinstance(s, str) else _name_of(r) for r, s in zip(rewards, specs)]
+        names = [reward_name(r) if isinstance(r, str) else reward_name(s) if isinstance(s, str) else _name_of(r)
+                 for r, s in zip(rewards, specs)]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise ValueError(f"reward name(s) {dupes} appear more than once; each reward must have its own name")
@@ -186,7 +206,11 @@ class RewardSet:
             if isinstance(w, bool) or not isinstance(w, numbers.Real) or not math.isfinite(w):
                 raise ValueError(f"the weight of reward {name!r} must be a finite number, got {w!r}")
             cfg = dict(reward_kwargs.get(name) or (reward_kwargs.get(spec) if isinstance(spec, str) else None) or {})
-            if isinstance(r, str):
+            if isinstance(r, str) and is_reward_model_dir(r):
+                fn = SequenceClassifierReward(r, **cfg)  # TRL's reward model by path (options: batch_size, ...)
+            elif is_reward_model(r):
+                fn = SequenceClassifierReward(r, **cfg)  # a reward model object
+            elif isinstance(r, str):
                 fn = build_reward(r, **cfg)
             elif callable(r):
                 fn = partial(r, **cfg) if cfg else r
@@ -197,6 +221,17 @@ class RewardSet:
     @property
     def names(self) -> list[str]:
         return [r.name for r in self.rewards]
+
+    def missing_columns(self, columns: Sequence[str]) -> dict[str, list[str]]:
+        """Reward name -> the parameters it requires (no default) that neither the trainer passes nor `columns`
+        holds: a reward reading a dataset column the data lacks, found before training instead of at step 1."""
+        given = set(columns) | TRAINER_ARGUMENTS
+        out = {}
+        for r in self.rewards:
+            need = [p for p in _required_params(r.fn) if p not in given]
+            if need:
+                out[r.name] = need
+        return out
 
     @property
     def weights(self) -> list[float]:
@@ -490,7 +525,7 @@ def _run_coroutine(coro):
 
 def _resolve(r: Any) -> Any:
     """A reward spec as RewardSet uses it: registered names stay names, import paths become the callables."""
-    if isinstance(r, str) and r not in REWARDS and is_import_path(r):
+    if isinstance(r, str) and r not in REWARDS and not is_reward_model_dir(r) and is_import_path(r):
         return import_reward(r)
     return r
 

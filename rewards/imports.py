@@ -27,6 +27,10 @@ def is_import_path(spec: str) -> bool:
 
 def reward_name(spec: str) -> str:
     """The name a reward given by `spec` is logged under: the function's name (`rewards/<name>/mean`, as TRL)."""
+    from mmrl.rewards.reward_model import is_reward_model_dir
+
+    if is_reward_model_dir(spec):
+        return Path(spec).expanduser().resolve().name  # TRL: the last part of the model's name_or_path
     if not is_import_path(spec):
         return spec
     return spec.rsplit(":", 1)[1] if ":" in spec else spec.rsplit(".", 1)[1]

@@ -1,8 +1,8 @@
 """The `mmrl` command. Each subcommand lives in its own module, imported only when it is used.
 
 A subcommand module defines `configure(parser: argparse.ArgumentParser) -> None` and
-`run(args: argparse.Namespace) -> int | None`, and may define `normalize_argv(args: list[str]) -> list[str]` to
-rewrite its arguments before parsing (e.g. TRL's `--key value` spelling).
+`run(args: argparse.Namespace) -> int | None`; one that parses its own arguments (train: transformers'
+`HfArgumentParser` over the config, `mmrl.config.parser`) defines `main(argv: list[str]) -> int` instead of `run`.
 
 Library modules report through `logging` (`logging.getLogger(__name__)` under the `mmrl` logger); the command is
 where a handler is configured (`configure_logging`): messages below WARNING to stdout, warnings and errors to
@@ -19,7 +19,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     # name: (module, one-line help)
     "train": ("mmrl.cli.train", "train a policy with an RL method from a YAML preset and key=value overrides"),
     "eval": ("mmrl.cli.eval", "accuracy of a checkpoint on a task's test split (--protocol dmpo|d1)"),
-    "quickstart": ("mmrl.tiny_world.quickstart", "the main job on a laptop CPU: DMPO on the tiny Sudoku model, before/after report"),
+    "quickstart": ("mmrl.tiny_world.quickstart", "the main job on a laptop CPU: GCPO on a tiny text-to-image model (shapes world), held-out GenEval before/after; --world sudoku: DMPO on tiny Sudoku"),
     "replicate": ("mmrl.tiny_world.replicate", "a paper's comparison at toy scale on the tiny world, over seeds (table and curves)"),
     "pretrain-tiny": ("mmrl.tiny_world.pretrain_cli", "build (pre-train) a tiny-world base model into the cache, or --list them"),
     "geneval": ("mmrl.cli.geneval", "GenEval: write prompts, generate images, evaluate them, summarize results"),
@@ -71,14 +71,14 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     configure_logging()
-    if argv and argv[0] in SUBCOMMANDS:  # a subcommand may accept other spellings (train: TRL's --key value)
-        normalize = getattr(importlib.import_module(SUBCOMMANDS[argv[0]][0]), "normalize_argv", None)
-        if normalize is not None:
-            argv = [argv[0], *normalize(argv[1:])]
     import mmrl.tiny_world
 
     # the command is the application: it adds the tiny world's tasks, rewards and base models (built on first use)
     mmrl.tiny_world.register(build_missing=True)
+    if argv and argv[0] in SUBCOMMANDS:
+        own_parser = getattr(importlib.import_module(SUBCOMMANDS[argv[0]][0]), "main", None)
+        if own_parser is not None:  # the subcommand parses its own arguments (train: TRL's parser)
+            return int(own_parser(argv[1:]) or 0)
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "command", None):

@@ -5,7 +5,9 @@
     accelerate launch --config_file configs/accelerate/zero2.yaml -m mmrl.cli train configs/... key=value
 
 `--key value`, `--key=value` and `key=value` mean the same; a boolean flag alone (`--gradient_checkpointing`) means
-true; a list takes the values up to the next option (`--reward_funcs a b`); `--config` names the YAML preset.
+true, `--no_progress_bar` turns a default-true one off; a list takes the values up to the next option
+(`--reward_funcs a b`); `--config` names the YAML preset. The options are transformers' `HfArgumentParser` over
+`TrainConfig` (TRL's parser, `mmrl.config.parser`), so `mmrl train --help` lists every field with its help.
 """
 from __future__ import annotations
 
@@ -14,61 +16,48 @@ import json
 import sys
 
 
-OWN_FLAGS = ("-h", "--help", "--help-config", "--help_config", "--print-config", "--print_config")
-"""Options of `mmrl train` itself; every other `--name` is a configuration key."""
-
-
-def normalize_argv(args: list[str]) -> list[str]:
-    """TRL-style arguments (`--config X`, `--key value`, `--key=value`, `--flag`) as `[X] key=value ...`."""
-    import typing
-
+def build_parser():
+    """transformers' `HfArgumentParser` over `TrainConfig` (`mmrl.config.parser.ConfigParser`) and the command's own
+    options."""
+    from mmrl.config.parser import ConfigParser
     from mmrl.config.train_config import TrainConfig
-    from mmrl.config.aliases import PRECISION_FLAGS
 
-    hints = typing.get_type_hints(TrainConfig)
+    parser = ConfigParser(TrainConfig, prog="mmrl train", description=__doc__.split("\n\n")[0],
+                          usage="mmrl train [CONFIG] [key=value ...] [--key value ...]")
+    parser.add_argument("--help-config", "--help_config", action="store_true",
+                        help="list every config field with its default and meaning")
+    parser.add_argument("--print-config", "--print_config", action="store_true", help="print the resolved configuration and exit")
+    return parser
 
-    def kind(key: str) -> str:
-        tp = hints.get(key)
-        if tp is bool or key in PRECISION_FLAGS:
-            return "bool"
-        if typing.get_origin(tp) is list or list in typing.get_args(tp) or any(typing.get_origin(a) is list for a in typing.get_args(tp)):
-            return "list"
-        return "one"
 
-    config, out, own = None, [], []
-    i = 0
-    while i < len(args):
-        a = args[i]
-        i += 1
-        if a in OWN_FLAGS or not a.startswith("--"):
-            (own if a in OWN_FLAGS else out).append(a)
-            continue
-        key, eq, value = a[2:].partition("=")
-        key = key.replace("-", "_")
-        if not eq:
-            values = []
-            while i < len(args) and not args[i].startswith("--") and "=" not in args[i] and (kind(key) == "list" or not values):
-                if kind(key) == "bool" and args[i].lower() not in ("true", "false", "yes", "no", "1", "0", "on", "off"):
-                    break
-                values.append(args[i])
-                i += 1
-            if not values and (kind(key) == "bool" or key not in hints):
-                values = ["true"]  # a flag alone; an unknown key then gets the unknown / unsupported-key error
-            if not values:
-                raise SystemExit(f"mmrl train: --{key} needs a value")
-            value = ",".join(values) if kind(key) == "list" and len(values) > 1 else values[0]
-        if key == "config":
-            config = value
-        else:
-            out.append(f"{key}={value}")
-    return ([config] if config is not None else []) + out + own
+def parse(argv: list[str]) -> tuple[str | None, dict, argparse.Namespace]:
+    """The YAML path, the values given and the command's own options; `ConfigError` for a word that is neither."""
+    from mmrl.config.parser import parse_command_line
+    from mmrl.config.train_config import ConfigError, unknown_key_error
+
+    path, values, left = parse_command_line(argv, build_parser())
+    own = argparse.Namespace(help_config=values.pop("help_config", False), print_config=values.pop("print_config", False))
+    for word in left:
+        if word.startswith("-"):
+            raise unknown_key_error(word.lstrip("-").split("=", 1)[0].replace("-", "_"))
+        raise ConfigError(f"unexpected argument {word!r}: give one YAML preset, then key=value or --key value")
+    return path, values, own
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("config", nargs="?", help="YAML preset (configs/*.yaml); optional when every key is given as an override")
-    parser.add_argument("overrides", nargs="*", help="key=value overrides of config fields (see --help-config)")
-    parser.add_argument("--help-config", action="store_true", help="list every config field with its default and meaning")
-    parser.add_argument("--print-config", action="store_true", help="print the resolved configuration and exit")
+    parser.add_argument("arguments", nargs=argparse.REMAINDER, help="[CONFIG] [key=value ...] [--key value ...]; see mmrl train --help")
+
+
+def main(argv: list[str]) -> int:
+    """`mmrl train ...`: parses its own arguments (`build_parser`), then runs."""
+    from mmrl.config.train_config import ConfigError
+
+    try:
+        path, values, own = parse(argv)
+    except ConfigError as e:
+        print(f"mmrl train: {e}", file=sys.stderr)
+        return 2
+    return run(argparse.Namespace(config=path, values=values, help_config=own.help_config, print_config=own.print_config))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -81,12 +70,8 @@ def run(args: argparse.Namespace) -> int:
         print("TRL spellings also accepted: " + ", ".join([*(f"{k} (= {v})" for k, v in RENAMED.items()),
                                                           *(f"{k} (= mixed_precision: {v})" for k, v in PRECISION_FLAGS.items())]))
         return 0
-    path, overrides = args.config, list(args.overrides)
-    if path is not None and "=" in path and not path.endswith((".yaml", ".yml")):
-        overrides.insert(0, path)  # `mmrl train key=value ...` without a file
-        path = None
     try:
-        cfg = load_config(path, overrides)
+        cfg = load_config(args.config, args.values)
     except ConfigError as e:
         print(f"mmrl train: {e}", file=sys.stderr)
         return 2
@@ -97,10 +82,12 @@ def run(args: argparse.Namespace) -> int:
     from mmrl.training.policy_factory import AttentionError, ModelSourceError
     from mmrl.rewards.imports import RewardImportError
     from mmrl.training.trainer import Trainer, TrainingError, TrainingStopped
+    from mmrl.training.trl_api import ModelFamilyError
 
     try:
         trainer = Trainer(cfg)
-    except (DatasetError, ModelSourceError, RewardImportError, AttentionError, FileNotFoundError) as e:  # start-up: one line, no traceback
+    except (DatasetError, ModelSourceError, RewardImportError, AttentionError, FileNotFoundError, TrainingError,
+            ModelFamilyError) as e:  # start-up: one line, no traceback
         print(f"mmrl train: {e}", file=sys.stderr)
         return 2
     try:

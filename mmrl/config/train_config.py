@@ -185,9 +185,15 @@ class _Fields:
     geneval_train_on_eval_prompts: bool = setting(False, help="""
         Task `geneval`: allow training prompts that are among the 553 evaluation prompts (refused by default: the
         GenEval score of such a run is a train-set score). The default training suite never holds any.""")
+    eval_reward_funcs: list[str] = setting(factory=list, help="""
+        Rewards the periodic evaluation scores (names, import paths or reward-model directories, as reward_funcs),
+        logged as `eval/reward` and `eval/rewards/<name>/mean`; empty: the task's metric (`eval/accuracy`) when the
+        rewards are the task's own, else the training rewards (TRL evaluates with them).""")
     reward_funcs: list[str] = setting(factory=list, help="""
-        Reward names from `mmrl.rewards.REWARDS`, or import paths of your own reward functions as TRL accepts them
-        (`my_pkg.rewards.correctness`, `path/to/file.py:correctness`); empty uses the task's default rewards.""")
+        Reward names from `mmrl.rewards.REWARDS`, import paths of your own reward functions as TRL accepts them
+        (`my_pkg.rewards.correctness`, `path/to/file.py:correctness`), or local directories of sequence-classification
+        reward models (TRL's reward models, `mmrl.rewards.reward_model`: scored on the chat-formatted prompt +
+        completion, logged under the directory's name); empty uses the task's default rewards.""")
     reward_weights: list[float] | None = setting(None, help="""
         One weight per reward (TRL `reward_weights`); None means all 1.""")
     reward_kwargs: dict = setting(factory=dict, help="""
@@ -437,6 +443,11 @@ class _Fields:
         LoRA dropout (kept 0 by default: dropout would break ratio == 1 at the first inner step).""")
     lora_target_modules: list[str] | str = setting("all-linear", help="""
         Modules that get adapters (peft syntax).""")
+    use_dora: bool = setting(False, help="""
+        DoRA: weight-decomposed LoRA (peft's `use_dora`, TRL's ModelConfig name).""")
+    use_rslora: bool = setting(False, help="""
+        rsLoRA: scale the adapters by alpha / sqrt(r) instead of alpha / r (peft's `use_rslora`, TRL's ModelConfig
+        name).""")
 
     # ---- output, logging, checkpoints ---------------------------------------------------------------------
     output_dir: str = setting("runs/mmrl", help="""
@@ -605,84 +616,16 @@ def _public_fields() -> dict[str, dataclasses.Field]:
     return {f.name: f for f in dataclasses.fields(TrainConfig) if not f.name.startswith("_")}
 
 
-def _coerce(name: str, value: Any) -> Any:
-    """Convert a YAML / command-line value to the field's annotated type, or raise ConfigError."""
-    hints = typing.get_type_hints(TrainConfig)
-    tp = hints[name]
-    allowed = typing.get_args(tp) if typing.get_origin(tp) in (typing.Union, types.UnionType) else (tp,)
-    if value is None or (isinstance(value, str) and value.lower() in ("none", "null") and type(None) in allowed):
-        if type(None) in allowed:
-            return None
-        raise ConfigError(f"{name}: None is not allowed (expected {_type_name(tp)})")
-    last_err = None
-    for t in [a for a in allowed if a is not type(None)]:
-        try:
-            return _coerce_one(t, value)
-        except (TypeError, ValueError) as e:
-            last_err = e
-    raise ConfigError(f"{name}={value!r}: expected {_type_name(tp)} ({last_err})")
-
-
-def _coerce_one(t: Any, value: Any) -> Any:
-    origin = typing.get_origin(t)
-    if t is bool:
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.lower() in ("true", "yes", "1", "on", "false", "no", "0", "off"):
-            return value.lower() in ("true", "yes", "1", "on")
-        raise ValueError("not a boolean")
-    if t is int:
-        if isinstance(value, bool):
-            raise ValueError("not an integer")
-        if isinstance(value, str):
-            value = float(value) if any(c in value for c in ".eE") else int(value)
-        if isinstance(value, float):
-            if not value.is_integer():
-                raise ValueError("not an integer")
-            return int(value)
-        return int(value)
-    if t is float:
-        if isinstance(value, bool):
-            raise ValueError("not a number")
-        return float(value)
-    if t is str:
-        if isinstance(value, (dict, list)):
-            raise ValueError("not a string")
-        return str(value)
-    if origin is list:
-        (inner,) = typing.get_args(t) or (str,)
-        if isinstance(value, str):
-            parsed = yaml.safe_load(value) if value.strip().startswith("[") else [v for v in value.split(",") if v.strip()]
-            value = parsed
-        if not isinstance(value, (list, tuple)):
-            raise ValueError("not a list")
-        return [_coerce_one(inner, v) for v in value]
-    if origin is dict or t is dict:
-        if isinstance(value, str):
-            value = yaml.safe_load(value)
-        if not isinstance(value, dict):
-            raise ValueError("not a mapping")
-        return dict(value)
-    raise TypeError(f"unsupported type {t}")
-
-
-def _type_name(tp: Any) -> str:
-    return str(tp).replace("typing.", "").replace("<class '", "").replace("'>", "")
-
-
 def _parse_override(item: str) -> tuple[str, Any]:
     if "=" not in item:
         raise ConfigError(f"override {item!r} is not of the form key=value")
+    from mmrl.config.parser import yaml_word
+
     key, raw = item.split("=", 1)
-    key = key.strip().replace("-", "_")
-    try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError:
-        value = raw
-    return key, value
+    return key.strip().replace("-", "_"), yaml_word(raw)  # typed by the field's parser (`mmrl.config.parser.typed`)
 
 
-def _unknown_key_error(key: str) -> ConfigError:
+def unknown_key_error(key: str) -> ConfigError:
     from mmrl.config.aliases import alias_names, unsupported_reason
 
     reason = unsupported_reason(key)
@@ -742,14 +685,15 @@ def _read_yaml(path: Path, depth: int = 0) -> dict:
 def build_config(values: dict, *, validate: bool = True) -> TrainConfig:
     """A `TrainConfig` from a dict of explicitly given values (method defaults fill the rest)."""
     from mmrl.config.aliases import translate
+    from mmrl.config.parser import typed
 
     fields_ = _public_fields()
     kwargs: dict[str, Any] = {}
     for key, value in translate(values).items():  # TRL's spellings (resume_from_checkpoint, bf16, ...) first
         key = key.replace("-", "_")
         if key not in fields_:
-            raise _unknown_key_error(key)
-        kwargs[key] = _coerce(key, value)
+            raise unknown_key_error(key)
+        kwargs[key] = typed(TrainConfig, key, value)
     cfg = TrainConfig(**kwargs, _explicit=frozenset(kwargs))  # method defaults fill the rest (TrainConfig.__init__)
     return cfg.validate() if validate else cfg
 
@@ -838,24 +782,35 @@ def _validate(cfg: TrainConfig) -> list[str]:
     if not str(cfg.output_dir).strip():
         e.append("output_dir must not be empty")
     e.extend(_validate_reliability(cfg))
-    if cfg.reward_funcs:
-        try:
-            from mmrl.rewards import REWARDS
+    for key in ("reward_funcs", "eval_reward_funcs"):
+        e.extend(_check_reward_specs(key, getattr(cfg, key)))
+    return e
 
-            from mmrl.rewards.imports import RewardImportError, import_reward, is_import_path
 
-            unknown = [r for r in cfg.reward_funcs if r not in REWARDS and not is_import_path(r)]
-            if unknown:
-                e.append(f"reward_funcs: unknown rewards {unknown}; valid: {sorted(REWARDS)}, or an import path "
-                         "(package.module.function or path/to/file.py:function)")
-            for r in cfg.reward_funcs:
-                if r not in REWARDS and is_import_path(r):
-                    try:
-                        import_reward(r)
-                    except RewardImportError as err:
-                        e.append(f"reward_funcs: {err}")
-        except ImportError:  # pragma: no cover - the rewards package is part of mmrl
-            pass
+def _check_reward_specs(key: str, specs: list[str]) -> list[str]:
+    """Registry names, import paths (importable), or local reward-model directories."""
+    if not specs:
+        return []
+    from mmrl.rewards import REWARDS
+    from mmrl.rewards.imports import RewardImportError, import_reward, is_import_path
+    from mmrl.rewards.reward_model import is_reward_model_dir
+
+    e: list[str] = []
+    models = [r for r in specs if r not in REWARDS and is_reward_model_dir(r)]
+    dirs = [r for r in specs if r not in REWARDS and r not in models and Path(r).expanduser().is_dir()]
+    for r in dirs:
+        e.append(f"{key}: {r!r} is a directory but holds no sequence-classification model (config.json with a "
+                 "*ForSequenceClassification architecture)")
+    unknown = [r for r in specs if r not in REWARDS and r not in models + dirs and not is_import_path(r)]
+    if unknown:
+        e.append(f"{key}: unknown rewards {unknown}; valid: {sorted(REWARDS)}, an import path (package.module.function or "
+                 "path/to/file.py:function), or a local sequence-classification reward-model directory")
+    for r in specs:
+        if r not in REWARDS and r not in models + dirs and is_import_path(r):
+            try:
+                import_reward(r)
+            except RewardImportError as err:
+                e.append(f"{key}: {err}")
     return e
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-from mmrl.data.loading import require_column
+from mmrl.data.loading import DatasetError, require_column
 from mmrl.data.validate import check_prompts
 
 
@@ -24,7 +24,20 @@ def training_data(cfg, dataset: Sequence[dict] | None, reward_funcs: Sequence[st
         reward_funcs = reward_funcs or cfg.reward_funcs or task.reward_funcs
         eval_dataset = (task.validation or task.test) if eval_dataset is None else eval_dataset
         eval_metric = eval_metric or task.metric
-    where = "the training dataset" if cfg.dataset_path is None else cfg.dataset_path
+    where = _where(cfg)
     require_column(list(dataset), "prompt", where)  # no prompt column, or null / missing prompts: stop here
     check_prompts(list(dataset), "the training dataset")
     return dataset, reward_funcs, eval_dataset, eval_metric
+
+
+def _where(cfg) -> str:
+    return "the training dataset" if cfg.dataset_path is None else cfg.dataset_path
+
+
+def check_reward_columns(cfg, rewards, rows: Sequence[dict]) -> None:
+    """Raise `DatasetError` when a reward of `rewards` (a `RewardSet`) reads a column the rows lack."""
+    missing = rewards.missing_columns([k for row in rows[:1] for k in row])
+    if missing:
+        name, cols = next(iter(missing.items()))
+        raise DatasetError(f"reward {name!r} needs the dataset column(s) {cols}, which {_where(cfg)} lacks (columns: "
+                           f"{sorted(rows[0])}); add them, or choose rewards for this data")

@@ -138,3 +138,46 @@ def evaluate_during_training(policy, eval_rows: Sequence[dict], metric: str, cfg
     if world > 1:
         total = accelerator.reduce(total, reduction="sum")
     return {"eval/accuracy": float(total[0] / total[1].clamp(min=1)), "perf/eval_time": time.perf_counter() - t0}
+
+
+@torch.no_grad()
+def evaluate_rewards_during_training(policy, eval_rows: Sequence[dict], rewards, cfg, accelerator, rank: int,
+                                     world: int) -> dict[str, float]:
+    """The periodic evaluation with rewards instead of a task metric (TRL evaluates with the training rewards):
+    one response per row (`cfg.eval_generation`, as `evaluate_during_training`), scored by the `RewardSet`
+    `rewards`; `eval/reward` is the mean weighted reward, `eval/rewards/<name>/mean` each reward's mean over the rows
+    it applies to, all processes."""
+    from mmrl.rewards.completions import in_prompt_format
+
+    gen = dict(cfg.eval_generation) or dmpo_generation(cfg.family, cfg.max_completion_length, cfg.block_length, None)
+    known = getattr(policy, "generation_defaults", {})
+    gen = {k: v for k, v in gen.items() if k in known}
+    rows = list(eval_rows)[rank::world]
+    t0 = time.perf_counter()
+    bs = max(16, cfg.per_device_train_batch_size)
+    names = list(rewards.names)
+    sums = torch.zeros(2 + 2 * len(names), dtype=torch.float64)  # total, count, then (sum, count) per reward
+    for start in range(0, len(rows), bs):
+        batch = rows[start : start + bs]
+        seeds = [(cfg.seed * 1_000_003 + rank + world * (start + i)) % 2**63 for i in range(len(batch))]
+        rollout = policy.sample([r["prompt"] for r in batch], 1, seeds=seeds, **gen)
+        columns = {k: [r.get(k) for r in batch] for k in batch[0] if k != "prompt"}
+        out = rewards(rollout.prompts, in_prompt_format(rollout.prompts, rollout.completions), **columns)
+        ok = out.valid & (out.scorable if out.scorable is not None else torch.ones_like(out.valid))  # [b]
+        sums[0] += float(out.total[ok].double().sum())
+        sums[1] += float(ok.sum())
+        for j, name in enumerate(names):
+            v = out.per_reward[name].double()  # [b] NaN where it does not apply
+            sums[2 + 2 * j] += float(torch.nansum(v))
+            sums[3 + 2 * j] += float((~torch.isnan(v)).sum())
+    sums = sums.to(accelerator.device)
+    if world > 1:
+        sums = accelerator.reduce(sums, reduction="sum")
+    sums = sums.cpu()
+    nan = float("nan")
+    m = {"eval/reward": float(sums[0] / sums[1]) if sums[1] > 0 else nan}
+    for j, name in enumerate(names):
+        c = sums[3 + 2 * j]
+        m[f"eval/rewards/{name}/mean"] = float(sums[2 + 2 * j] / c) if c > 0 else nan
+    m["perf/eval_time"] = time.perf_counter() - t0
+    return m

@@ -167,14 +167,14 @@ def set_generation_defaults(policy, gen: dict[str, Any]) -> None:
     policy.generation_defaults = {**known, **{k: v for k, v in gen.items() if k in known}}
 
 
-def ensure_lora(model: torch.nn.Module, cfg: TrainConfig) -> torch.nn.Module:
+def ensure_lora(model: torch.nn.Module, cfg: TrainConfig, peft_config=None) -> torch.nn.Module:
     """`model` with LoRA adapters when `cfg.use_peft` asks for them and it has none yet (`apply_lora`)."""
     from mmrl.models.base import is_peft_model
 
-    return apply_lora(model, cfg) if cfg.use_peft and not is_peft_model(model) else model
+    return apply_lora(model, cfg, peft_config) if cfg.use_peft and not is_peft_model(model) else model
 
 
-def apply_lora(model: torch.nn.Module, cfg: TrainConfig) -> torch.nn.Module:
+def apply_lora(model: torch.nn.Module, cfg: TrainConfig, peft_config=None) -> torch.nn.Module:
     """Wrap `model` with LoRA adapters (peft); the reference is then the adapter-disabled base (what d1 and DMPO do).
 
     Only the adapters train; with `lora_dropout = 0` (the default) the importance ratio stays exactly 1 at the first
@@ -183,5 +183,7 @@ def apply_lora(model: torch.nn.Module, cfg: TrainConfig) -> torch.nn.Module:
         from peft import LoraConfig, get_peft_model
     except ImportError as e:  # pragma: no cover - peft is in the lora / test extras
         raise ImportError("use_peft=true needs peft: pip install 'mmrl[lora]'") from e
-    lcfg = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout, target_modules=cfg.lora_target_modules)
+    lcfg = peft_config if peft_config is not None else LoraConfig(
+        r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout, target_modules=cfg.lora_target_modules,
+        use_dora=cfg.use_dora, use_rslora=cfg.use_rslora)
     return get_peft_model(model, lcfg)

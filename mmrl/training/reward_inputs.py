@@ -29,6 +29,16 @@ def build_rewards(cfg, reward_funcs=None):
                      **cfg.reward_kwargs)
 
 
+def build_eval_rewards(cfg):
+    """The `RewardSet` of `cfg.eval_reward_funcs` for the periodic evaluation (failures dropped, not raised; the
+    reward kwargs of those rewards)."""
+    from mmrl.rewards.combine import RewardSet
+
+    return RewardSet(list(cfg.eval_reward_funcs), on_error="drop", timeout=cfg.reward_timeout, retries=cfg.reward_retries,
+                     retry_backoff=cfg.reward_retry_backoff,
+                     **{k: v for k, v in cfg.reward_kwargs.items() if k in cfg.eval_reward_funcs})
+
+
 def make_trainer_state(step: int, max_steps: int, epoch: float, num_train_epochs: float | None = None):
     """A `transformers.TrainerState` describing the step being collected for (TRL passes `self.state`)."""
     from transformers import TrainerState

@@ -38,7 +38,7 @@ from mmrl.training.buffer import Buffer, concat_rollouts
 from mmrl.checkpointing.checkpoint import latest_checkpoint, save_checkpoint
 from mmrl.reporting.completions import completion_rows, length_metrics, terminated, with_advantages
 from mmrl.config.train_config import TrainConfig
-from mmrl.training.datasets import training_data
+from mmrl.training.datasets import check_reward_columns, training_data
 from mmrl.core.diagnostics import finish_step_metrics, logged_step, snapshot
 from mmrl.training.epochs import eval_interval, resolve_max_steps
 from mmrl.core.faults import fault_point  # test hook: MMRL_KILL_AT=<point>:K kills the process there (crash tests)
@@ -50,7 +50,7 @@ from mmrl.training.policy_factory import (build_policy, check_model_source, ensu
                                           generation_options, mix_into_reference, set_generation_defaults, wants_reference)
 from mmrl.training.prompt_stream import PromptStream
 from mmrl.core.protocol import Rollout
-from mmrl.training.reward_inputs import build_rewards, make_trainer_state, reward_arguments
+from mmrl.training.reward_inputs import build_eval_rewards, build_rewards, make_trainer_state, reward_arguments
 from mmrl.core.seeds import derived_seed
 from mmrl.training.stop_signals import StopRequests
 from mmrl.checkpointing.checkpoint import load_model_weights
@@ -73,10 +73,16 @@ class TrainingStopped(KeyboardInterrupt):
 
 
 class Trainer:
-    """Runs `cfg` (see `mmrl.config.train_config.TrainConfig`).
+    """Runs `cfg` (see `mmrl.config.train_config.TrainConfig`); also takes TRL's `GRPOTrainer` call form
+    (`mmrl.training.trl_api`): `Trainer(model=..., reward_funcs=..., args=..., train_dataset=..., peft_config=...)`.
 
     Args:
-        cfg: the configuration (validated here, before any model is loaded).
+        cfg: the configuration (validated here, before any model is loaded); TRL's `args=` is the same. A model
+            path or object in this place is TRL's positional `model`.
+        model: a local model directory or a transformers model object; the family is picked from it.
+        train_dataset, eval_dataset: TRL's names (a `datasets.Dataset` or rows) for `dataset` / `eval_dataset`.
+        peft_config: a peft `LoraConfig` (DoRA, rsLoRA, ... as peft takes them) applied to the model.
+        processing_class: the tokenizer or processor of a model object (default: the one saved beside it).
         policy: an adapter to train instead of building one from `cfg` (Python API).
         dataset: rows `{"prompt": ..., <columns passed to the rewards>}` instead of `cfg.task`'s training split.
         reward_funcs: reward names or callables `fn(prompts, completions, **kwargs) -> list[float | None]` instead
@@ -85,9 +91,22 @@ class Trainer:
             the task's test split and metric).
     """
 
-    def __init__(self, cfg: TrainConfig, *, policy=None, dataset: Sequence[dict] | None = None,
-                 reward_funcs: Sequence[str | Callable] | None = None, eval_dataset: Sequence[dict] | None = None,
-                 eval_metric: str | None = None):
+    def __init__(self, cfg: TrainConfig | Any = None, reward_funcs: Sequence[str | Callable] | str | Callable | None = None, *,
+                 policy=None, dataset: Sequence[dict] | None = None, eval_dataset: Sequence[dict] | None = None,
+                 eval_metric: str | None = None, model=None, args: TrainConfig | dict | None = None, train_dataset=None,
+                 peft_config=None, processing_class=None):
+        from mmrl.training.trl_api import resolve_call
+
+        if cfg is not None and not isinstance(cfg, (TrainConfig, dict)) and model is None:
+            cfg, model = None, cfg  # TRL's positional form: Trainer(model, reward_funcs, args=...)
+        cfg, given, train_rows, eval_rows = resolve_call(cfg, args, model, peft_config, processing_class, train_dataset,
+                                                         eval_dataset)
+        policy = policy if policy is not None else given
+        dataset = dataset if dataset is not None else train_rows
+        eval_dataset = eval_rows
+        if reward_funcs is not None and (isinstance(reward_funcs, (str, bytes)) or callable(reward_funcs)):
+            reward_funcs = [reward_funcs]  # TRL: one reward function alone
+        self._peft_config = peft_config
         cfg.validate()
         self.cfg = cfg
         from accelerate import Accelerator
@@ -113,21 +132,31 @@ class Trainer:
             self._lock.acquire().release()  # another live trainer here fails fast; held from the end of __init__
             self.run_dir.mkdir(parents=True, exist_ok=True)
         # data and rewards before the model: a bad model path, task, dataset or reward fails fast
+        own_rewards = bool(reward_funcs or cfg.reward_funcs)  # the user's rewards, not the task's defaults
+        explicit_metric = eval_metric is not None
         dataset, reward_funcs, eval_dataset, eval_metric = training_data(cfg, dataset, reward_funcs, eval_dataset, eval_metric)
         if policy is None:
             check_model_source(cfg)
         self.eval_dataset = list(eval_dataset or [])[: cfg.eval_limit] if cfg.eval_limit else list(eval_dataset or [])
         self.eval_metric = eval_metric
         self.rewards = build_rewards(cfg, reward_funcs)
+        # what the periodic evaluation scores: eval_reward_funcs; else the task's metric when the rewards are the
+        # task's own (or eval_metric= is given); else the training rewards, as TRL evaluates
+        self.eval_rewards = None
+        if cfg.eval_reward_funcs:
+            self.eval_rewards = build_eval_rewards(cfg)
+        elif not explicit_metric and (own_rewards or not self.eval_metric):
+            self.eval_rewards = self.rewards
         self.dataset = list(dataset)
+        check_reward_columns(cfg, self.rewards, self.dataset)  # a reward reads a column the data lacks: now, not at step 1
         cfg.max_steps = resolve_max_steps(cfg, len(self.dataset), self.accelerator.num_processes)  # TRL's num_train_epochs
         self.eval_every = eval_interval(cfg, len(self.dataset), self.accelerator.num_processes)  # eval_steps / eval_strategy
-        if self.eval_every and (not self.eval_dataset or not self.eval_metric):
-            raise ValueError("evaluation (eval_steps > 0 or eval_strategy) needs test rows and a metric (a task, or "
-                             "eval_dataset= and eval_metric=)")
+        if self.eval_every and not self.eval_dataset:
+            raise ValueError("evaluation (eval_steps > 0 or eval_strategy) needs evaluation rows: a task or dataset with a "
+                             "test / validation split, eval_split=..., or eval_dataset=")
         self.policy = policy if policy is not None else build_policy(cfg, device=self.accelerator.device)
         set_generation_defaults(self.policy, generation_options(cfg))  # the config's sampling options, also for a given policy
-        self.policy.model = ensure_lora(self.policy.model, cfg)
+        self.policy.model = ensure_lora(self.policy.model, cfg, self._peft_config)
         if cfg.gradient_checkpointing:
             grad_checkpointing.enable(self.policy.model)
         self.policy.model.eval()  # dropout off (ratio exactly 1 at the first inner step)
@@ -216,6 +245,10 @@ class Trainer:
                     name = signal.Signals(signum).name
                     raise TrainingStopped(f"stopped by {name} after step {self.step}; checkpoint written to {path}; "
                                           "resume with resume_from=auto", signum, path)
+            if self.step >= cfg.max_steps:  # TRL's scripts end with trainer.save_model(output_dir)
+                self.save_model()
+                if cfg.push_to_hub:
+                    self.push_to_hub()
         except RuntimeError as e:
             if self.world > 1 and is_peer_failure(e):
                 raise TrainingError(peer_failure_message(e, self.cfg.ddp_timeout, self.rank, latest_checkpoint(self.run_dir))) from e
@@ -243,9 +276,13 @@ class Trainer:
                                 f"was written first, to {path}: fix the evaluation, then resume with resume_from=auto") from e
 
     def evaluate(self) -> dict[str, float]:
-        """Accuracy on the evaluation rows (each process scores its share; the mean is over all of them)."""
-        from mmrl.training.evaluate import evaluate_during_training
+        """The evaluation rows scored (each process its share; the means are over all of them): `eval/reward` and
+        `eval/rewards/<name>/mean` with rewards, `eval/accuracy` with a task metric."""
+        from mmrl.training.evaluate import evaluate_during_training, evaluate_rewards_during_training
 
+        if self.eval_rewards is not None:
+            return evaluate_rewards_during_training(self.policy, self.eval_dataset, self.eval_rewards, self.cfg,
+                                                    self.accelerator, self.rank, self.world)
         return evaluate_during_training(self.policy, self.eval_dataset, self.eval_metric, self.cfg, self.accelerator,
                                         self.rank, self.world)
 
@@ -485,6 +522,34 @@ class Trainer:
                 buffer=self.buffer.to_state() if self.buffer is not None else None, state=state, keep=self.cfg.save_total_limit)
         acc.wait_for_everyone()
         return path
+
+    def save_model(self, output_dir: str | Path | None = None) -> Path:
+        """TRL's `Trainer.save_model`: the current model into `output_dir` (default: the run's), loadable by
+        `from_pretrained(output_dir)`, with a short model card (`mmrl.checkpointing.final_model`). Every process
+        calls it (sharded weights are gathered); the main process writes."""
+        acc = self.accelerator
+        out = Path(output_dir) if output_dir is not None else self.run_dir
+        acc.wait_for_everyone()
+        full = gather_full_state_dict(acc, self.policy.model)
+        if self.is_main:
+            from mmrl.checkpointing.final_model import write_final_model
+
+            self._final_files = write_final_model(self.policy, out, base_model=self.cfg.model_name_or_path,
+                                                  config=self.cfg.to_dict(), reward_names=self.rewards.names, full_state=full)
+        acc.wait_for_everyone()
+        return out
+
+    def push_to_hub(self) -> str | None:
+        """Upload the final model written by `save_model` to `hub_model_id` (main process); returns the repository."""
+        if not self.is_main:
+            return None
+        from mmrl.checkpointing.final_model import push_final_model
+
+        files = getattr(self, "_final_files", None) or []
+        if not files:
+            self.save_model()
+            files = self._final_files
+        return push_final_model(self.run_dir, files, hub_model_id=self.cfg.hub_model_id, private=self.cfg.hub_private_repo)
 
     def _save_model(self, path: Path) -> None:
         full, self._full_state = getattr(self, "_full_state", None), None

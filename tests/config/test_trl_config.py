@@ -12,7 +12,7 @@ import torch
 
 from mmrl.config.train_config import METHOD_DEFAULTS, ConfigError, TrainConfig, load_config
 from mmrl.models import adapter_class
-from mmrl.cli.train import normalize_argv
+from mmrl.cli.train import parse
 from mmrl.training.trainer import Trainer
 
 
@@ -49,12 +49,26 @@ def test_trl_key_names():
     assert cfg.chat_template_kwargs == {"enable_thinking": False}
 
 
-def test_cli_spellings_are_normalized():
-    assert normalize_argv(["--config", "x.yaml", "--max_steps", "2", "--bf16", "--use-peft", "false", "--lr_scheduler_type=linear",
-                           "--reward_funcs", "a.b.c", "f.py:g", "seed=3", "--print-config"]) == [
-        "x.yaml", "max_steps=2", "bf16=true", "use_peft=false", "lr_scheduler_type=linear", "reward_funcs=a.b.c,f.py:g",
-        "seed=3", "--print-config"]
-    assert normalize_argv(["--gradient_checkpointing", "--max_steps", "1"]) == ["gradient_checkpointing=true", "max_steps=1"]
+def test_cli_spellings_are_parsed():
+    """TRL's command line (transformers' HfArgumentParser) beside key=value words: the same values, typed."""
+    path, values, own = parse(["--config", "x.yaml", "--max_steps", "2", "--bf16", "--use-peft", "false",
+                               "--lr_scheduler_type=linear", "--reward_funcs", "a.b.c", "f.py:g", "seed=3", "--print-config"])
+    assert path == "x.yaml" and own.print_config and not own.help_config
+    assert values == {"max_steps": 2, "bf16": True, "use_peft": False, "lr_scheduler_type": "linear",
+                      "reward_funcs": ["a.b.c", "f.py:g"], "seed": 3}
+    assert parse(["--gradient_checkpointing", "--max_steps", "1"])[1] == {"gradient_checkpointing": True, "max_steps": 1}
+    _, values, _ = parse(["--no_progress_bar", "--max_prompt_length", "null", "--reward_weights", "1", "2",
+                          "--chat_template_kwargs", "{enable_thinking: false}", "--eval_split", "3"])
+    words = ["progress_bar=false", "max_prompt_length=null", "reward_weights=[1, 2]",
+             "chat_template_kwargs={enable_thinking: false}", "eval_split=3", "reward_funcs=[gsm8k, gsm8k_accuracy]"]
+    assert load_config(None, {**values, "reward_funcs": ["gsm8k", "gsm8k_accuracy"]}) == load_config(None, words)
+    cfg = load_config(None, words)
+    assert (cfg.progress_bar, cfg.max_prompt_length, cfg.reward_weights, cfg.eval_split) == (False, None, [1.0, 2.0], 3.0)
+    assert parse(["x.yaml", "max_steps=2"])[:2] == ("x.yaml", {"max_steps": 2})
+    with pytest.raises(ConfigError, match=r"argument --max_steps/--max-steps: invalid int value: 'x'"):
+        parse(["--max_steps", "x"])
+    with pytest.raises(ConfigError, match="unexpected argument 'b.yaml'"):
+        parse(["a.yaml", "b.yaml"])
 
 
 def test_cli_trl_spelling_gives_the_same_config(tmp_path, capsys):
@@ -188,3 +202,21 @@ def test_gradient_checkpointing_benchmark_smoke():
     for r in (off, on):
         assert r["memory"]["peak_bytes"] > 0 and r["step_time"]["n"] == args.steps == 1
     assert off["response_tokens"] == on["response_tokens"]  # the same rollouts in both variants
+
+
+def test_the_parser_is_hf_argument_parser_over_the_fields():
+    """`mmrl train --help` is transformers' HfArgumentParser: one option per field with the field's help; strings
+    from YAML or Python are typed by the same parser (`3e-6`, which YAML 1.1 reads as a string, is a float)."""
+    from transformers import HfArgumentParser
+
+    from mmrl.cli.train import build_parser
+
+    parser = build_parser()
+    assert isinstance(parser, HfArgumentParser)
+    text = " ".join(parser.format_help().split())
+    assert "--num_generations" in text and "G: responses sampled per prompt (group size), >= 2." in text
+    assert "--no_progress_bar" in text and "--bf16" in text and "--help-config" in text
+    assert all(isinstance(f.type, str) for f in dataclasses.fields(TrainConfig))  # the dataclass is left as it was
+    assert load_config(None, {"learning_rate": "3e-6"}).learning_rate == 3e-6
+    with pytest.raises(ConfigError, match=r"learning_rate=\[1\]: expected float"):
+        load_config(None, {"learning_rate": [1]})

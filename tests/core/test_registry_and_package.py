@@ -32,7 +32,7 @@ def test_contract_defaults():
 
     assert defaults(alg.group_advantages) == {"scale": "group", "eps": 1e-6, "scorable": None}
     d = defaults(alg.policy_loss)
-    assert d == {"eps_low": 0.2, "eps_high": 0.2, "dual_clip": None, "ref_logp": None, "beta": 0.0}
+    assert d == {"eps_low": 0.2, "eps_high": 0.2, "dual_clip": None, "ref_logp": None, "beta": 0.0, "kl_weights": None}
     assert defaults(alg.gcpo_token_weights) == {"divergence": "k3", "normalization": "rank_power", "top_fraction": 0.4, "target_mass": 0.8}
     assert defaults(alg.dgpo_token_weights) == {"tau": 0.5, "kappa": 1.0}
     assert defaults(alg.dmpo_weights) == {"alpha": 0.04, "coeff": 1.0}

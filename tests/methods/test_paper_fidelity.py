@@ -269,6 +269,23 @@ def test_dmpo_min_mask_rate_reaches_the_wdce_masks(tmp_path, monkeypatch):
     assert seen and set(seen) == {0.35}
 
 
+def test_dmpo_min_mask_rate_reaches_the_elbo_masks():
+    """The authors clamp the ELBO copies' mask rates too (DMPO `compute_log_prob_elbo`, `loss_mask_prob_clamp`)."""
+    from mmrl.models.dllm_estimators import elbo_masks
+    from mmrl.models import adapter_class
+
+    _, rates = elbo_masks([1, 2, 3], 4, 16, "cpu", min_rate=0.9)
+    assert bool((rates[:2] >= 0.9).all()) and bool((rates[2:] <= 0.1 + 1e-6).all())  # antithetic halves
+    cfg = load_config(None, dict(method="dmpo", family="masked_diffusion", dmpo_min_mask_rate=0.35))
+    for family in ("masked_diffusion", "masked_image"):
+        assert adapter_class(family).estimator_options(cfg, 0, kind="elbo")["min_mask_rate"] == 0.35
+    md = MDA.tiny(seed=0)
+    rollout = md.sample(["ab", "cd"], 2, seeds=[0, 1, 2, 3], gen_length=8)
+    low = md.logprob(rollout, estimator="elbo", mask_seed=5, min_mask_rate=0.0).logp
+    high = md.logprob(rollout, estimator="elbo", mask_seed=5, min_mask_rate=0.9).logp
+    assert not torch.allclose(low, high)
+
+
 def _field_reads_outside_config() -> set[str]:
     """Field names read anywhere in mmrl/, models/ or rewards/ besides config.py (attribute or string key), plus the
     fields config.py's own properties read when the property is read elsewhere."""

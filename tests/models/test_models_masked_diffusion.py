@@ -725,3 +725,58 @@ def test_sampler_benchmark_smoke(tmp_path):
         assert res[name]["forward_passes"] == res["threshold"]["forward_passes"]
         assert res[name]["positions_fed"] < res["threshold"]["positions_fed"]
     assert res["threshold+dual_cache"]["positions_fed"] < res["threshold+cache"]["positions_fed"]
+
+
+def test_remote_code_written_for_transformers_4_loads(tmp_path):
+    """LLaDA's modelling code (NVlabs/Fast-dLLM llada/model, found by scripts/check_real_architectures.py) never calls
+    `post_init()`, defines `tie_weights(self)` without keywords and reads `config.use_cache`, which its config does not
+    declare: transformers 5 loads none of that unaided; the adapter does, and the weights are the saved ones."""
+    import importlib.util
+    import sys
+
+    from mmrl.models.tokenizers import char_tokenizer
+
+    code = FAKE_REMOTE_CODE.replace("        self.post_init()\n", "").replace(
+        "    def forward(self, input_ids, attention_mask=None):  # LLaDA: no position ids, no cache\n",
+        "    def tie_weights(self):\n        pass\n\n"
+        "    def forward(self, input_ids, attention_mask=None):  # LLaDA: no position ids, no cache\n"
+        "        assert self.config.use_cache is False\n")
+    src = tmp_path / "modeling_old_llada.py"
+    src.write_text(code)
+    spec = importlib.util.spec_from_file_location("modeling_old_llada", src)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["modeling_old_llada"] = mod
+    spec.loader.exec_module(mod)
+    cfg = mod.FakeLLaDAConfig()
+    torch.manual_seed(0)
+    model = mod.FakeLLaDAModel(cfg)
+    assert not hasattr(model, "all_tied_weights_keys")  # as LLaDA's: post_init never ran
+    cfg.register_for_auto_class()
+    model.register_for_auto_class("AutoModel")
+    d = tmp_path / "OldLLaDA"
+    model.save_pretrained(d)
+    char_tokenizer().save_pretrained(d)
+    a = MDA.from_pretrained(d, trust_remote_code=True, temperature=0.0, gen_length=8, block_length=4)
+    saved = model.state_dict()
+    assert all(torch.equal(v, saved[k]) for k, v in a.unwrapped.state_dict().items())
+    out = a.sample(PROMPTS, 1, seeds=[0, 1, 2])
+    assert torch.isfinite(a.logprob(out, estimator="elbo").logp).all()
+
+
+def test_default_rope_for_remote_code_matches_transformers_own():
+    """Dream's remote code looks up ROPE_INIT_FUNCTIONS["default"], which transformers 5 no longer has; the
+    registered stand-in gives the original RoPE frequencies base^(-2i/d), as transformers' Qwen2 computes them."""
+    from transformers import Qwen2Config
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+    from transformers.models.qwen2.modeling_qwen2 import Qwen2RotaryEmbedding
+
+    from mmrl.models.masked_diffusion import ensure_default_rope
+
+    ensure_default_rope()
+    cfg = Qwen2Config(hidden_size=64, num_attention_heads=4, rope_theta=1e6)
+    inv, factor = ROPE_INIT_FUNCTIONS["default"](cfg, "cpu")
+    ref, ref_factor = Qwen2RotaryEmbedding.compute_default_rope_parameters(cfg, device="cpu")
+    assert factor == ref_factor == 1.0 and torch.allclose(inv, ref)
+    assert inv.shape == (8,) and float(inv[1]) == pytest.approx(1e6 ** (-2 / 16))
+    kw, _ = ROPE_INIT_FUNCTIONS["default"](None, "cpu", base=10000.0, dim=4)
+    assert torch.allclose(kw, torch.tensor([1.0, 0.01]))
