@@ -50,6 +50,7 @@ def child(args: argparse.Namespace, checkpointing: bool) -> dict:
             policy.model.to(args.device)
         trainer = Trainer(cfg, policy=policy, dataset=[{"prompt": p} for p in BENCH_PROMPTS], reward_funcs=[char_sum_reward])
         trainer.save = lambda: None
+        trainer.save_model = lambda *a, **k: None  # no final model per train() call
 
         def step() -> dict:
             trainer.cfg.max_steps = trainer.step + 1

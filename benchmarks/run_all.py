@@ -11,6 +11,7 @@
 | quickstart_time | B6 | wall time of the README's main command |
 | causal_lm_sampling | rollouts | the causal-LM sampler against `model.generate` |
 | hellinger_memory | DGPO | peak memory of the chunked Hellinger / entropy statistics |
+| diagnostics_overhead | 29 | Trainer step time with the `diag/` diagnostics on against off (CPU time on a CPU) |
 
     python benchmarks/run_all.py --smoke --out /tmp/bench          # seconds each (CI)
     python benchmarks/run_all.py --out bench_results --lock /tmp/mmrl_cpu.lock   # full size, ~30-40 min on 2 cores
@@ -63,6 +64,10 @@ BENCHMARKS: dict[str, dict] = {
     "causal_lm_sampling": {"script": "causal_lm_sampling.py", "issue": "rollouts", "smoke": ["--smoke"],
                            "full": ["--prompts", "2", "--group", "8", "--new-tokens", "256", "--hidden", "512"],
                            "gpu": ["--hidden", "896", "--layers", "24", "--vocab", "151936", "--prompts", "8", "--new-tokens", "256"]},
+    "diagnostics_overhead": {"script": "diagnostics_overhead.py", "issue": "29", "smoke": ["--smoke"],
+                             "full": ["--repeats", "4", "--tokens", "128"],
+                             "gpu": ["--hidden", "896", "--layers", "24", "--vocab", "151936", "--tokens", "128",
+                                     "--dllm-hidden", "896", "--dllm-layers", "8", "--repeats", "2"]},
     "hellinger_memory": {"script": "hellinger_memory.py", "issue": "DGPO statistics", "smoke": ["--smoke"], "full": [], "gpu": [],
                          "no_threads": True},
 }

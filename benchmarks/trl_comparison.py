@@ -120,6 +120,7 @@ def run_mmrl(model_dir: Path, beta: float, steps: int, args: argparse.Namespace,
     ))
     trainer = Trainer(cfg, dataset=[{"prompt": p} for p in BENCH_PROMPTS], reward_funcs=[char_sum_reward])
     trainer.save = lambda: None  # TRL runs with save_strategy="no"
+    trainer.save_model = lambda *a, **k: None  # nor does TRL's loop write a final model
     times = []
     for _ in range(steps):
         t0 = time.perf_counter()

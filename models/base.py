@@ -41,6 +41,8 @@ class BaseAdapter:
     """What throughput is counted in: `tokens` (perf/tokens_per_s) or `images` (perf/images_per_s)."""
     records_reveal_steps: bool = False
     """Whether the sampler records each token's reveal step (the `per_step` log-prob estimator needs it)."""
+    batches_negative_condition: bool = False
+    """Whether the adapter has `logprob_with_negative`: GCPO's positive and negative scorings in one forward."""
     generation_option_names: tuple[str, ...] = ()
     """The `sample()` options the family knows: `generation_kwargs` keys outside it are refused at start-up
     (`TrainConfig.validate`); empty means the family does not say (no check)."""

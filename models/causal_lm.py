@@ -529,6 +529,44 @@ class CausalLMAdapter(BaseAdapter):
                         other = self._response_logits(m, neg_ids, neg_mask, resp, resp_mask, rollout.extras)  # [N, T, V]
         return score_logits(logits, resp, resp_mask, temperature=temperature, other_logits=other, stats=stats)
 
+    batches_negative_condition = True
+    """Whether `logprob_with_negative` can stack the negative condition into the positive forward's batch (text
+    prompts: the two conditions differ only in the prompt tokens)."""
+
+    def logprob_with_negative(self, rollout: Rollout, *, stats: tuple[str, ...] = (), **estimator: Any
+                              ) -> tuple[TokenScores, torch.Tensor]:
+        """GCPO's two scorings in one forward: the positive and the negative prompts stacked into one batch of 2N rows
+        (re-padded on the left to a common width; position ids count real tokens, so the padding changes nothing).
+
+        Returns (the positive `TokenScores` with the gradient, as `logprob(rollout, stats=stats)`; the negative
+        condition's log-probs [N, T], detached, as `logprob(rollout, condition="negative")` under `no_grad`). One
+        forward of 2N rows instead of two of N: fewer, larger calls (latency-bound models), but the backward runs over
+        all 2N rows and the graph holds both halves' activations, so on a compute-bound model it costs more than the
+        separate no-grad negative forward (`gcpo_negative_forward`, benchmarks/method_costs.py)."""
+        temperature = self._temperature(rollout.extras, estimator)
+        stats = tuple(stats)
+        if any(s != "entropy" for s in stats):
+            raise ValueError(f"logprob_with_negative takes the entropy only, got stats={stats}")
+        pos_ids, pos_mask = self._condition_prompt(rollout, "positive")
+        neg_ids, neg_mask = self._condition_prompt(rollout, "negative")
+        width = max(pos_ids.shape[1], neg_ids.shape[1])
+
+        def pad(ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            extra = width - ids.shape[1]
+            ids = torch.nn.functional.pad(ids, (extra, 0), value=0)  # masked out: never read
+            return ids, torch.nn.functional.pad(mask.bool(), (extra, 0), value=False)
+
+        (pi, pm), (ni, nm) = pad(pos_ids, pos_mask), pad(neg_ids, neg_mask)
+        n = pi.shape[0]
+        resp, resp_mask = rollout.response_ids, rollout.response_mask
+        with self.scoring_model(False) as m:
+            logits = self._response_logits(m, torch.cat([pi, ni]), torch.cat([pm, nm]), torch.cat([resp, resp]),
+                                           torch.cat([resp_mask, resp_mask]), rollout.extras)  # [2N, T, V]
+        pos = score_logits(logits[:n], resp, resp_mask, temperature=temperature, stats=stats)
+        with torch.no_grad():
+            neg = score_logits(logits[n:].detach(), resp, resp_mask, temperature=temperature).logp  # [N, T]
+        return pos, neg
+
     def forward_noise(self, rollout: Rollout, num_copies: int = 1, generator: torch.Generator | None = None, *,
                       min_rate: float | None = None) -> NoisedBatch:
         """The clean sequence, R = 1 whatever `num_copies` asks (an autoregressive model has no masking noise), so

@@ -161,15 +161,70 @@ class BackboneLogits:
         out = align_shifted(raw, starts_at_zero=start == 0) if self.shift else raw
         return suppress_tokens(out, self.suppress_ids)
 
-    def window(self, x: torch.Tensor, start: int = 0) -> torch.Tensor:
-        """[B, L - start, V] aligned logits of positions >= start (one full forward)."""
+    def _kept_positions(self, start: int, end: int, fed_from: int, device) -> torch.Tensor:
+        """[end - start] indices, among the positions fed from `fed_from` on, of the raw logits that predict the
+        aligned positions start .. end-1 (i - 1 with Dream's shift, position 0 predicting itself): `logits_to_keep`
+        as a 1-D tensor, so the LM head runs on those positions only and the logits come out aligned."""
+        return (torch.arange(start, end, device=device) - int(self.shift)).clamp(min=0) - fed_from
+
+    def window(self, x: torch.Tensor, start: int = 0, end: int | None = None) -> torch.Tensor:
+        """[B, end - start, V] aligned logits of positions start .. end-1 (end: L when None), one full forward; the LM
+        head runs on those positions only on native backbones."""
         length = x.shape[1]
+        if end is not None and end < length and self.kind == "native":
+            raw = self._forward(x, 0, self._kept_positions(start, end, 0, x.device))  # [B, end - start, V]
+            return suppress_tokens(raw, self.suppress_ids)
         raw_start = self._raw_start(start)
         keep = length - raw_start if self.kind == "native" else None
-        return self._aligned(self._forward(x, 0, keep), length, raw_start, start)
+        out = self._aligned(self._forward(x, 0, keep), length, raw_start, start)
+        return out if end is None else out[:, : end - start]
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         return self.window(x, 0)
+
+    # ----------------------------------------------------------------------------------------- selected positions
+    def output_head(self) -> torch.nn.Linear | None:
+        """The plain linear LM head of a native backbone (for `selected_logprob`), else None."""
+        if self.kind != "native":
+            return None
+        from mmrl.models.head_logprob import plain_linear_head
+
+        get = getattr(base_model(self.model), "get_output_embeddings", None)
+        return plain_linear_head(get()) if callable(get) else None
+
+    def selected_logprob(self, x: torch.Tensor, start: int, select: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """[M] log-probs of `targets` at the positions `select` of the window >= start (row-major order), with the
+        LM head run on those M positions only (`models.head_logprob`): the same numbers as
+        `selective_log_softmax(window(x, start)[select], targets[select])`, without the [B, L - start, V] logits.
+
+        Args:
+            x: [B, L] input ids; start: first position of the window.
+            select: [B, L - start] bool, the positions to score; targets: [B, L - start] the ids to score there.
+        Needs `output_head()` (a native backbone with a plain linear head).
+        """
+        from mmrl.models.head_logprob import head_logprob
+
+        head = self.output_head()
+        if head is None:
+            raise RuntimeError(f"selected_logprob needs a native backbone with a plain linear LM head ({self.kind})")
+        length = x.shape[1]
+        raw_start = self._raw_start(start)
+        captured: list[torch.Tensor] = []
+
+        def take_hidden(module, args):
+            captured.append(args[0])  # [B, L - raw_start, H], after the final norm
+            return (args[0][:, :0],)  # the head itself computes nothing
+
+        handle = head.register_forward_pre_hook(take_hidden)
+        try:
+            self._forward(x, 0, length - raw_start)
+        finally:
+            handle.remove()
+        hidden = captured[0]
+        if self.shift:  # aligned position i is predicted by raw position i - 1 (Dream)
+            hidden = align_shifted(hidden, starts_at_zero=start == 0)  # [B, L - start, H]
+        sel = select.bool()
+        return head_logprob(hidden[sel], head, targets[sel], self.suppress_ids)  # [M]
 
     # ----------------------------------------------------------------------------------------- prefix cache
     @property
@@ -204,8 +259,9 @@ class BackboneLogits:
         if have > n:
             self.cache.crop(n - have)  # negative: forget the positions from n on (the next update overwrites them)
 
-    def prefill(self, x: torch.Tensor, start: int) -> torch.Tensor:
-        """Full forward that keeps every position's keys/values; returns aligned logits of positions >= start."""
+    def prefill(self, x: torch.Tensor, start: int, end: int | None = None) -> torch.Tensor:
+        """Full forward that keeps every position's keys/values; returns aligned logits of positions start .. end-1
+        (end: L when None; the LM head runs on those positions only)."""
         if not self.supports_cache:
             raise RuntimeError(f"the {self.kind} backbone offers no KV cache")
         length = x.shape[1]
@@ -213,12 +269,16 @@ class BackboneLogits:
             self.cache, self._cache_len = self._fresh_cache(length), length
         else:
             self._crop_to(0)
+        if end is not None and end < length:
+            raw = self._forward(x, 0, self._kept_positions(start, end, 0, x.device), use_cache=True)
+            return suppress_tokens(raw, self.suppress_ids)  # [B, end - start, V]
         raw_start = self._raw_start(start)
         raw = self._forward(x, 0, length - raw_start, use_cache=True)
         return self._aligned(raw, length, raw_start, start)
 
-    def suffix(self, x: torch.Tensor, start: int) -> torch.Tensor:
-        """Forward of x[:, start:] (from start-1 with a shift) over the prefix keys/values of the last `prefill`.
+    def suffix(self, x: torch.Tensor, start: int, end: int | None = None) -> torch.Tensor:
+        """Forward of x[:, start:] (from start-1 with a shift) over the prefix keys/values of the last `prefill`;
+        aligned logits of positions start .. end-1 (end: L when None; the LM head on those positions only).
 
         The cache is cut back to the prefix first, so repeated calls inside a block reuse the same prefix.
         """
@@ -227,8 +287,11 @@ class BackboneLogits:
         length = x.shape[1]
         raw_start = self._raw_start(start)
         if raw_start == 0:
-            return self.prefill(x, start)
+            return self.prefill(x, start, end)
         self._crop_to(raw_start)
+        if end is not None and end < length:
+            raw = self._forward(x, raw_start, self._kept_positions(start, end, raw_start, x.device), use_cache=True)
+            return suppress_tokens(raw, self.suppress_ids)  # [B, end - start, V]
         raw = self._forward(x, raw_start, None, use_cache=True)  # [B, L - raw_start, V]
         return self._aligned(raw, length, raw_start, start)
 
@@ -245,7 +308,7 @@ class BackboneLogits:
             raise RuntimeError("block() needs a prefill() into a StaticCache first")
         raw_start, raw_end = self._raw_start(start), end - int(self.shift)
         if raw_start == 0 or raw_end <= raw_start:
-            return self.prefill(x, start)[:, : end - start]
+            return self.prefill(x, start, end)
         self._crop_to(raw_start)
         raw = self._forward(x, raw_start, None, use_cache=True, end=raw_end)  # [B, raw_end - raw_start, V]
         return suppress_tokens(raw, self.suppress_ids)  # raw positions start-shift .. end-shift-1 = aligned start .. end-1

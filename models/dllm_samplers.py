@@ -5,11 +5,11 @@ function over the whole sequence:
 
 - `logits_fn(x) -> [B, L, V]` (required): logits at every position, already aligned so that position i predicts
   token i (Dream's right shift is undone by the caller, see `models.dllm_backbone`).
-- `logits_fn.window(x, start) -> [B, L - start, V]` (optional): the same logits for positions >= start only
-  (saves the LM head on the prompt).
-- `logits_fn.prefill(x, start)` / `logits_fn.suffix(x, start)` (optional, Fast-dLLM's prefix cache): `prefill`
-  runs a full forward, returns positions >= start and keeps the keys/values; `suffix` feeds only `x[:, start:]`
-  and attends to the keys/values of positions < start kept by the last `prefill`.
+- `logits_fn.window(x, start, end=None) -> [B, end - start, V]` (optional): the same logits for positions
+  start .. end-1 only (end: L when None; saves the LM head on the prompt and on the suffix after the block).
+- `logits_fn.prefill(x, start, end=None)` / `logits_fn.suffix(x, start, end=None)` (optional, Fast-dLLM's prefix
+  cache): `prefill` runs a full forward, returns positions start .. end-1 and keeps the keys/values; `suffix` feeds
+  only `x[:, start:]` and attends to the keys/values of positions < start kept by the last `prefill`.
 - `logits_fn.block(x, start, end)` (optional, Fast-dLLM's dual cache, with `supports_dual_cache`): feeds only
   `x[:, start:end]` and attends to the keys/values of all other positions kept by the last `prefill`.
 
@@ -176,12 +176,13 @@ def top_k_mask(confidence: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     return out.scatter(1, idx, keep)
 
 
-def _window(logits_fn, x: torch.Tensor, start: int) -> torch.Tensor:
-    """[B, L - start, V] logits of positions >= start, through `logits_fn.window` when it exists."""
+def _window(logits_fn, x: torch.Tensor, start: int, end: int | None = None) -> torch.Tensor:
+    """[B, end - start, V] logits of positions start .. end-1 (end: L when None), through `logits_fn.window` when it
+    exists (which may run the LM head on those positions only)."""
     window = getattr(logits_fn, "window", None)
     if window is not None:
-        return window(x, start)
-    return logits_fn(x)[:, start:]
+        return window(x, start, end)
+    return logits_fn(x)[:, start:end]
 
 
 CACHE_MODES = (None, "prefix", "dual")
@@ -224,14 +225,15 @@ class _BlockLogits:
             self.mode = "prefix"
 
     def __call__(self, x: torch.Tensor, start: int, end: int, first_step: bool) -> torch.Tensor:
+        # logits of the block only (not of the suffix after it): the LM head skips the positions no step reads
         if self.mode is None:
-            out = _window(self.fn, x, start)
+            out = _window(self.fn, x, start, end)
         elif first_step:
-            out = self.fn.prefill(x, start)
+            out = self.fn.prefill(x, start, end)
         elif self.mode == "dual":
             out = self.fn.block(x, start, end)
         else:
-            out = self.fn.suffix(x, start)
+            out = self.fn.suffix(x, start, end)
         return suppress_tokens(out[:, : end - start], (self.mask_id,))  # [B, W, V]
 
 
@@ -504,7 +506,7 @@ def generate_random_order(
             reveal = (step_of == i) & free  # [B, W]
             if not bool(reveal.any()):
                 continue
-            logits = suppress_tokens(_window(logits_fn, x, s)[:, : e - s], (mask_id,))  # [B, W, V]
+            logits = suppress_tokens(_window(logits_fn, x, s, e), (mask_id,))  # [B, W, V]
             x0 = gumbel_argmax(logits, temperature, generator)  # [B, W]
             lp = selective_log_softmax(logits, x0, temperature=score_temperature)  # [B, W]
             x[:, s:e] = torch.where(reveal, x0, x[:, s:e])

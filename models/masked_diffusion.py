@@ -53,6 +53,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
+import warnings
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -69,6 +70,7 @@ from mmrl.models.base import (
     selective_log_softmax,
 )
 from mmrl.models.dllm_backbone import BackboneLogits, backbone_kind, base_model
+from mmrl.models.dllm_native import family_of, load_native
 from mmrl.models.dllm_estimators import (
     elbo_masks,
     elbo_token_contributions,
@@ -168,12 +170,15 @@ def ensure_default_rope() -> None:
 def transformers5_compatible(model_cls):
     """`model_cls` (remote modelling code written for transformers 4.x) made loadable by transformers 5.
 
-    Two incompatibilities of LLaDA's modelling code (NVlabs/Fast-dLLM `llada/model/modeling_llada.py`; found by
-    scripts/check_real_architectures.py, docs/sources.md "Real architectures"): its `__init__` never calls
+    Incompatibilities found by scripts/check_real_architectures.py (docs/sources.md "Real architectures") in the
+    public modelling code (NVlabs/Fast-dLLM `llada/model`, `dream/model`): LLaDA's `__init__` never calls
     `post_init()`, whose attributes (`all_tied_weights_keys`, ...) transformers 5 reads while loading ("no attribute
-    'all_tied_weights_keys'"), and its `tie_weights(self)` takes no keyword arguments while transformers 5 passes
-    `recompute_mapping`. `post_init` only sets static properties (no weights change); the keywords are dropped."""
-    import inspect
+    'all_tied_weights_keys'"); LLaDA's `tie_weights(self)` takes no keyword arguments while transformers 5 passes
+    `recompute_mapping`; Dream's `_tied_weights_keys` is transformers 4's list, on which transformers 5's
+    `save_pretrained` fails; Dream's `DreamGenerationConfig.validate(self, is_init=False)` is called with
+    `user_set_attributes`. `post_init` only sets static properties (no weights change); undeclared keywords are
+    dropped; the list becomes the {tied: input embedding} mapping it means."""
+    import sys
 
     if getattr(model_cls, "_mmrl_compat", False):
         return model_cls
@@ -181,18 +186,44 @@ def transformers5_compatible(model_cls):
 
     def __init__(self, *args, **kwargs):
         original_init(self, *args, **kwargs)
-        if not hasattr(self, "all_tied_weights_keys") and hasattr(self, "post_init"):
+        tied = getattr(self, "_tied_weights_keys", None)
+        if isinstance(tied, (list, tuple)):
+            # transformers 4's list of tied names ("lm_head.weight", Dream's); transformers 5 wants {target: source}
+            # and `save_pretrained` fails on a list ("'list' object has no attribute 'keys'")
+            emb = self.get_input_embeddings().weight
+            source = next(n for n, p in self.named_parameters(remove_duplicate=False) if p is emb)
+            self._tied_weights_keys = {name: source for name in tied}
+            self.post_init()
+        elif not hasattr(self, "all_tied_weights_keys") and hasattr(self, "post_init"):
             self.post_init()
 
     model_cls.__init__ = __init__
-    tie = model_cls.__dict__.get("tie_weights")
-    if tie is not None and not any(p.kind == p.VAR_KEYWORD for p in inspect.signature(tie).parameters.values()):
-        def tie_weights(self, *args, **kwargs):
-            return tie(self)
+    _drop_new_keywords(model_cls, "tie_weights")
+    from transformers import GenerationConfig
 
-        model_cls.tie_weights = tie_weights
+    module = sys.modules.get(model_cls.__module__)
+    for obj in list(vars(module).values()) if module is not None else []:
+        if isinstance(obj, type) and issubclass(obj, GenerationConfig) and obj is not GenerationConfig:
+            _drop_new_keywords(obj, "validate")  # Dream's `validate(self, is_init=False)`; transformers 5 passes more
     model_cls._mmrl_compat = True
     return model_cls
+
+
+def _drop_new_keywords(cls, name: str) -> None:
+    """Let `cls.name`, defined without `**kwargs`, accept (and ignore) keyword arguments it does not declare."""
+    import inspect
+
+    fn = cls.__dict__.get(name)
+    if fn is None:
+        return
+    params = inspect.signature(fn).parameters
+    if any(p.kind == p.VAR_KEYWORD for p in params.values()):
+        return
+
+    def wrapper(self, *args, **kwargs):
+        return fn(self, *args, **{k: v for k, v in kwargs.items() if k in params})
+
+    setattr(cls, name, wrapper)
 
 
 class MaskedDiffusionAdapter(BaseAdapter):
@@ -670,6 +701,20 @@ class MaskedDiffusionAdapter(BaseAdapter):
                 out.append(self._logits(m, pid, pmask, resp_part))
         return out
 
+    def _selected_logprob(self, side, rollout, build, select: torch.Tensor, targets: torch.Tensor) -> torch.Tensor | None:
+        """[B, T] log-probs of `targets` at `select` (0 elsewhere) for one side, with the LM head run on the selected
+        positions only (`BackboneLogits.selected_logprob`), or None where the backbone has no plain linear head."""
+        condition, use_ref = side
+        pid, pmask, part = build(*self._condition_prompt(rollout, condition))
+        with self.scoring_model(use_ref) as m:
+            ids = torch.cat([pid, part], dim=1)  # [B, P + T]
+            attn = torch.cat([pmask.bool(), torch.ones_like(part, dtype=torch.bool)], dim=1)  # [B, P + T]
+            fn = BackboneLogits(m, attn, kind=self.backbone, shift=self.shift_logits, suppress_ids=(self.mask_token_id,))
+            if fn.output_head() is None:
+                return None
+            picked = fn.selected_logprob(ids, pid.shape[1], select, targets)  # [M]
+        return torch.zeros(select.shape, dtype=picked.dtype, device=picked.device).masked_scatter(select, picked)
+
     def _mean_field(self, sides, *, rollout, mask_seed, temperature, p_mask_prompt, stats) -> TokenScores:
         seeds = row_seeds(mask_seed, rollout.prompt_ids, rollout.prompt_mask, rollout.response_ids, "prompt")
         resp = rollout.response_ids
@@ -703,12 +748,16 @@ class MaskedDiffusionAdapter(BaseAdapter):
             ids = masked_copies_input(pid, resp, masked, self.mask_token_id)  # [R*N, P+T]
             return ids[:, : pid.shape[1]], pmask.repeat(r, 1), ids[:, pid.shape[1] :]
 
+        flat_masked = rearrange(masked, "r n t -> (r n) t")  # [R*N, T]
+        per_copy = lambda v: rearrange(v, "(r n) t -> r n t", r=r)  # noqa: E731  [R*N, T] -> [R, N, T]
+        if not stats and temperature == 1.0:  # DMPO's likelihoods: the LM head on the masked positions only
+            picked = self._selected_logprob(sides[0], rollout, build, flat_masked, resp.repeat(r, 1))
+            if picked is not None:
+                return TokenScores(logp=elbo_token_contributions(per_copy(picked), masked), stats={})
         logits = self._sides_logits(sides, rollout, build)  # [R*N, T, V] each
         other = logits[1] if len(logits) > 1 else None
-        flat_masked = rearrange(masked, "r n t -> (r n) t")  # [R*N, T]
         sc = score_logits(logits[0], resp.repeat(r, 1), flat_masked, temperature=temperature, other_logits=other,
                           stats=tuple(stats))
-        per_copy = lambda v: rearrange(v, "(r n) t -> r n t", r=r)  # noqa: E731  [R*N, T] -> [R, N, T]
         contrib = elbo_token_contributions(per_copy(sc.logp), masked)  # [N, T]
         other_contrib = None
         if sc.other_logp is not None:
@@ -801,13 +850,20 @@ class MaskedDiffusionAdapter(BaseAdapter):
         if targets is None:
             raise ValueError("denoise_logprob needs the clean tokens in noised.extras['targets'] (as forward_noise builds it)")
         r, p = noised.num_copies, noised.prompt_len
+        select = rearrange(noised.noise_mask, "r n t -> (r n) t")  # [R*N, T]
+        tgt = targets.repeat(r, 1)  # [R*N, T]
         with self.scoring_model(use_reference) as m:
             fn = BackboneLogits(
                 m, noised.attention_mask.bool(), kind=self.backbone, shift=self.shift_logits,
                 suppress_ids=(self.mask_token_id,),
             )
+            if fn.output_head() is not None:
+                # the LM head on the masked positions only, logits recomputed in the backward (models.head_logprob)
+                picked = fn.selected_logprob(noised.input_ids, p, select, tgt)  # [M]
+                logp = torch.zeros(select.shape, dtype=picked.dtype, device=picked.device).masked_scatter(select, picked)
+                return rearrange(logp, "(r n) t -> r n t", r=r)  # [R, N, T]
             logits = fn.window(noised.input_ids, p)  # [R*N, T, V]
-        logp = selective_log_softmax(logits, targets.repeat(r, 1))  # [R*N, T]
+        logp = selective_log_softmax(logits, tgt)  # [R*N, T]
         logp = rearrange(logp, "(r n) t -> r n t", r=r)  # [R, N, T]
         return torch.where(noised.noise_mask, logp, torch.zeros_like(logp))
 
@@ -833,7 +889,8 @@ class MaskedDiffusionAdapter(BaseAdapter):
 
     @staticmethod
     def _load_backbone(path: Path, *, trust_remote_code: bool, dtype, device):
-        """(model, tokenizer) from a local directory; remote-code families only with `trust_remote_code`."""
+        """(model, tokenizer) from a local directory. LLaDA and Dream load into transformers-native classes
+        (`models.dllm_native`); remote code only where that does not apply, and only with `trust_remote_code`."""
         from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoTokenizer
         from transformers.models.auto.configuration_auto import CONFIG_MAPPING
         from transformers.dynamic_module_utils import get_class_from_dynamic_module
@@ -845,19 +902,34 @@ class MaskedDiffusionAdapter(BaseAdapter):
             raise FileNotFoundError(f"{cfg_file} not found: {path} is not a transformers checkpoint directory")
         raw = json.loads(cfg_file.read_text())
         model_type = str(raw.get("model_type", ""))
-        remote = model_type.lower().startswith("llada") or model_type.lower() == "dream"
-        if remote or (model_type not in CONFIG_MAPPING and "auto_map" in raw):
+        remote = family_of(raw) is not None
+        kwargs = {} if dtype is None else {"dtype": dtype}
+        if remote:
+            # LLaDA / Dream weights in a transformers-native bidirectional class (KV cache, logits_to_keep); their own
+            # modelling code only where the conversion does not apply
+            model, why = load_native(path, raw, dtype=dtype)
+            if model is not None:
+                tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+                return (model.to(device) if device is not None else model), tokenizer
+            if not trust_remote_code:
+                raise ValueError(
+                    f"{path} is a {model_type!r} checkpoint that cannot be loaded into a transformers-native class ({why}) "
+                    f"and ships its own modelling code (auto_map {raw.get('auto_map', {})}); loading it runs that code: "
+                    "pass trust_remote_code=True if you trust it"
+                )
+            warnings.warn(f"{path}: {model_type} checkpoint loaded with its own modelling code ({why}): no KV cache, "
+                          "every sampler step runs a full forward", stacklevel=3)
+        if model_type not in CONFIG_MAPPING and "auto_map" in raw:
             if not trust_remote_code:
                 raise ValueError(
                     f"{path} is a {model_type!r} checkpoint that ships its own modelling code (auto_map "
                     f"{raw.get('auto_map', {})}); loading it runs that code: pass trust_remote_code=True if you trust it"
                 )
-        elif model_type not in CONFIG_MAPPING:
+        elif model_type not in CONFIG_MAPPING and not remote:
             raise ValueError(
                 f"unknown masked-diffusion family model_type={model_type!r} in {cfg_file}; supported: LLaDA ('llada'), "
-                "Dream ('Dream') with trust_remote_code=True, or a transformers-native decoder (e.g. 'llama', 'qwen2')"
+                "Dream ('Dream'), or a transformers-native decoder (e.g. 'llama', 'qwen2')"
             )
-        kwargs = {} if dtype is None else {"dtype": dtype}
         if remote or model_type not in CONFIG_MAPPING:
             auto = (raw.get("auto_map") or {}).get("AutoModel")
             ensure_default_rope()

@@ -126,6 +126,7 @@ class VLMAdapter(CausalLMAdapter):
 
     family = "vlm"
     has_unused_parameters = True  # the vision tower gets no gradient in steps whose prompts carry no image
+    batches_negative_condition = False  # per-row pixel inputs: the negative condition is scored separately
 
     def __init__(self, model: torch.nn.Module, processor, *, ref_model: torch.nn.Module | None = None, **generation_defaults: Any):
         if not hasattr(processor, "tokenizer") or not hasattr(processor, "image_processor"):

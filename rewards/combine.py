@@ -28,11 +28,15 @@ Slow and flaky rewards (reward models served elsewhere, `mmrl.rewards.http`): `t
 most that many times, after `retry_backoff * 2**k` seconds (capped at `MAX_BACKOFF`). A reward that still cannot score
 the batch (`RewardUnavailable`, e.g. a timeout or an unreachable server) fails every sample of the batch: under
 "raise" one error naming the reward and the samples, under "drop" every sample is dropped; it is not re-run sample by
-sample. With a timeout, the work of a call that runs out of time is stopped, not abandoned (`mmrl.rewards.isolation`):
-rewards marked `isolated` (math, Countdown, Sudoku) run in a forked child process with a memory limit, killed at the
-deadline, where math-verify's own SIGALRM timeouts stay on; other rewards run in a worker thread that is interrupted
-at the deadline (Python code stops; a call blocked in native code cannot be, and the timeout message says so). The
-HTTP reward bounds its whole request by its own `timeout`.
+sample. With a timeout, a call that runs out of time is stopped and its result is never used
+(`mmrl.rewards.isolation`): synchronous rewards run in a warm worker process (forked once, killed at the deadline,
+forked again for the next call; rewards stuck in native code stop too) unless marked `in_process` (GPU models,
+sockets: `clip_score`, `geneval`, `http`), which run in a worker thread interrupted at the deadline; async rewards
+run on an event loop in a thread of their own, so a coroutine that blocks or swallows its cancellation cannot hold
+the trainer. A reward in the worker process shares no memory with the trainer. The HTTP reward bounds its whole
+request by its own `timeout`. Every wait wakes at least every `POLL_SECONDS`, so a stop request of the trainer
+(`RewardsInterrupted`, raised from its signal handler, `mmrl.training.stop_signals`) kills the worker and ends the
+wait within that time.
 """
 from __future__ import annotations
 
@@ -44,6 +48,7 @@ import numbers
 import threading
 import time
 import warnings
+import weakref
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Callable, Mapping, NamedTuple, Sequence
@@ -51,7 +56,8 @@ from typing import Any, Callable, Mapping, NamedTuple, Sequence
 import torch
 
 from mmrl.core.registry import REWARDS
-from mmrl.rewards.isolation import DEFAULT_MEMORY_LIMIT, ChildFailed, ChildTimeout, is_isolated, run_in_child, stop_thread
+from mmrl.rewards.isolation import (DEFAULT_MEMORY_LIMIT, AsyncRunner, ChildFailed, ChildTimeout, NotPicklable, WarmWorker,
+                                    join_by, runs_in_process, stop_thread)
 from mmrl.rewards.imports import import_reward, is_import_path, reward_name
 from mmrl.rewards.reward_model import SequenceClassifierReward, is_reward_model, is_reward_model_dir
 
@@ -217,6 +223,17 @@ class RewardSet:
             else:
                 raise TypeError(f"a reward is a registered name or a callable, got {type(r).__name__}")
             self.rewards.append(_Reward(name, fn, float(w), _accepted_params(fn), _is_async(fn)))
+        # the worker process is forked on first use; killed when this RewardSet goes (or the interpreter exits)
+        self._worker = WarmWorker({r.name: r.fn for r in self.rewards if not r.is_async}, self.memory_limit)
+        self._async = AsyncRunner()
+        weakref.finalize(self, self._worker.close)
+        weakref.finalize(self, self._async.abandon)
+        self._unpicklable: set[str] = set()
+
+    def close(self) -> None:
+        """Stop the worker process and the async event loop (they start again if the set is called again)."""
+        self._worker.close()
+        self._async.abandon()
 
     @property
     def names(self) -> list[str]:
@@ -316,23 +333,41 @@ class RewardSet:
                 time.sleep(delay)
 
     def _timed_call(self, r: _Reward, prompts, completions, columns, metrics, extras):
+        if r.is_async:
+            return self._async_call(r, prompts, completions, columns, metrics, extras)
         if self.timeout is None:
             return self._call(r, prompts, completions, columns, metrics, extras)
+        if not runs_in_process(r.fn) and r.name not in self._unpicklable:
+            try:
+                return self._worker_call(r, prompts, completions, columns, metrics, extras)
+            except NotPicklable as e:
+                self._unpicklable.add(r.name)
+                warnings.warn(f"reward {r.name!r}: {e}; it runs in a thread of the trainer instead, where a call stuck "
+                              "in native code cannot be stopped at the deadline", RuntimeWarning, stacklevel=3)
+        return self._thread_call(r, prompts, completions, columns, metrics, extras)
+
+    def _worker_call(self, r: _Reward, prompts, completions, columns, metrics, extras):
+        """The call in the warm worker process, killed at the deadline (`WarmWorker`)."""
+        kwargs = self._kwargs(r, prompts, completions, columns, {}, {})
+        want_logs = "log_metric" in kwargs or "log_extra" in kwargs
+        kwargs.pop("log_metric", None)
+        kwargs.pop("log_extra", None)
+        try:
+            out, own_metrics, own_extras = self._worker.call(r.name, kwargs, want_logs, self.timeout)
+        except ChildTimeout:
+            raise RewardTimeout(f"reward {r.name!r} did not return within {self.timeout:g} s on {len(completions)} samples "
+                                "(timeout; its worker process was killed)") from None
+        except ChildFailed as e:
+            raise RewardUnavailable(f"reward {r.name!r} {e}") from None
+        metrics.update(own_metrics)
+        extras.update(own_extras)
+        return out
+
+    def _thread_call(self, r: _Reward, prompts, completions, columns, metrics, extras):
+        """The call in a worker thread of this process, interrupted at the deadline (`in_process` rewards)."""
         # the call logs into its own dicts, merged only if it finishes in time
         own_metrics: dict[str, float] = {}
         own_extras: dict[str, list] = {}
-        if is_isolated(r.fn):  # a forked child with a memory limit, killed at the deadline (`mmrl.rewards.isolation`)
-            try:
-                out, own_metrics, own_extras = run_in_child(
-                    lambda: (self._call(r, prompts, completions, columns, own_metrics, own_extras), own_metrics, own_extras),
-                    self.timeout, self.memory_limit)
-            except ChildTimeout as e:
-                raise RewardTimeout(f"reward {r.name!r} {e} on {len(completions)} samples (timeout)") from None
-            except ChildFailed as e:
-                raise RewardUnavailable(f"reward {r.name!r} {e}") from None
-            metrics.update(own_metrics)
-            extras.update(own_extras)
-            return out
         box: dict[str, Any] = {}
 
         def work():
@@ -343,7 +378,11 @@ class RewardSet:
 
         worker = threading.Thread(target=work, name=f"reward-{r.name}", daemon=True)
         worker.start()
-        worker.join(self.timeout)
+        try:
+            join_by(worker, self.timeout)
+        except BaseException:  # interrupted (Ctrl-C / SIGTERM): stop the work too
+            stop_thread(worker, _Abandoned)
+            raise
         if worker.is_alive():
             stopped = stop_thread(worker, _Abandoned)  # stops Python code; native code runs on
             raise RewardTimeout(f"reward {r.name!r} did not return within {self.timeout:g} s on {len(completions)} "
@@ -354,6 +393,24 @@ class RewardSet:
         metrics.update(own_metrics)
         extras.update(own_extras)
         return box["out"]
+
+    def _async_call(self, r: _Reward, prompts, completions, columns, metrics, extras):
+        """An async reward on the event-loop thread, waited for with the deadline (`AsyncRunner`)."""
+        outcome = _Outcome()
+        coro = r.fn(**self._kwargs(r, prompts, completions, columns, outcome.metrics, outcome.extras))
+        self._settle(r, outcome, self._async.run({r.name: _await(coro)}, self.timeout)[r.name], len(completions))
+        return outcome.unwrap(metrics, extras)
+
+    def _settle(self, r: _Reward, o: "_Outcome", result: tuple[str, Any], n: int) -> None:
+        kind, value = result
+        if kind == "ok":
+            o.value = value
+        elif kind == "timeout":
+            o.metrics, o.extras = {}, {}  # a late coroutine may still log into the old ones: never read
+            o.error = RewardTimeout(f"reward {r.name!r} did not return within {self.timeout:g} s on {n} samples (timeout; "
+                                    "the coroutine was cancelled and a late result is not used)")
+        else:
+            o.error = value
 
     def _kwargs(self, r: _Reward, prompts, completions, columns, metrics, extras) -> dict:
         kwargs = dict(columns)
@@ -366,34 +423,31 @@ class RewardSet:
 
     def _call(self, r: _Reward, prompts, completions, columns, metrics, extras):
         out = r.fn(**self._kwargs(r, prompts, completions, columns, metrics, extras))
-        if inspect.isawaitable(out):
-            out = _run_coroutine(_await(out))
+        if inspect.isawaitable(out):  # a plain function that returned a coroutine
+            result = self._async.run({r.name: _await(out)}, self.timeout)[r.name]
+            o = _Outcome()
+            self._settle(r, o, result, len(completions))
+            out = o.unwrap({}, {})
         return out
 
     def _run_async_rewards(self, prompts, completions, columns) -> dict[str, "_Outcome"]:
-        """First attempt of every async reward, all at once on one event loop (`asyncio.gather`, as TRL), each
-        bounded by `timeout`; name -> outcome. Retries and the one-sample-at-a-time search run afterwards, per
-        reward, as for synchronous rewards."""
+        """First attempt of every async reward, all at once on the event-loop thread (concurrently, as TRL's
+        `asyncio.gather`), each bounded by `timeout`; name -> outcome. Retries and the one-sample-at-a-time search
+        run afterwards, per reward, as for synchronous rewards."""
         todo = [r for r in self.rewards if r.is_async]
         if not todo:
             return {}
         outcomes = {r.name: _Outcome() for r in todo}
-
-        async def one(r: _Reward):
+        coros = {}
+        for r in todo:
             o = outcomes[r.name]
             try:
-                coro = r.fn(**self._kwargs(r, prompts, completions, columns, o.metrics, o.extras))
-                o.value = await (asyncio.wait_for(coro, self.timeout) if self.timeout is not None else coro)
-            except (asyncio.TimeoutError, TimeoutError):
-                o.error = RewardTimeout(f"reward {r.name!r} did not return within {self.timeout:g} s on "
-                                        f"{len(completions)} samples (timeout)")
-            except Exception as e:  # kept for the caller: retried or located sample by sample like a sync failure
+                coros[r.name] = _await(r.fn(**self._kwargs(r, prompts, completions, columns, o.metrics, o.extras)))
+            except Exception as e:  # raised before returning a coroutine
                 o.error = e
-
-        async def all_of_them():
-            await asyncio.gather(*(one(r) for r in todo))
-
-        _run_coroutine(all_of_them())
+        for name, result in self._async.run(coros, self.timeout).items():
+            r = next(x for x in todo if x.name == name)
+            self._settle(r, outcomes[name], result, len(completions))
         return outcomes
 
     def _run(self, r, prompts, completions, columns, metrics, extras, valid, first: "_Outcome | None" = None):
@@ -498,29 +552,6 @@ class _Outcome:
 def _is_async(fn: Callable) -> bool:
     """An `async def` function, a partial of one, or an object whose `__call__` is one (TRL `is_async_callable`)."""
     return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))
-
-
-def _run_coroutine(coro):
-    """Run a coroutine to completion from synchronous code, also when this thread already runs an event loop
-    (a notebook): then on a fresh loop in a helper thread."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coro)
-    box: dict[str, Any] = {}
-
-    def work():
-        try:
-            box["out"] = asyncio.run(coro)
-        except BaseException as e:
-            box["error"] = e
-
-    t = threading.Thread(target=work, name="mmrl-async-rewards", daemon=True)
-    t.start()
-    t.join()
-    if "error" in box:
-        raise box["error"]
-    return box["out"]
 
 
 def _resolve(r: Any) -> Any:

@@ -36,6 +36,9 @@ class GenEvalReward:
         flow_grpo_exact: the partial score exactly as Flow-GRPO's (count term unclamped, position quirk kept).
     """
 
+    in_process = True
+    """Runs in the trainer's process under `reward_timeout` (`mmrl.rewards.isolation`): it holds a model or sockets."""
+
     variant = "partial"
     flow_grpo_exact = False
 

@@ -110,6 +110,9 @@ class HttpReward:
         proxy: an http(s) proxy URL; None connects directly (environment proxy variables are ignored).
     """
 
+    in_process = True
+    """Runs in the trainer's process under `reward_timeout` (`mmrl.rewards.isolation`): it holds a model or sockets."""
+
     __name__ = "http"
 
     def __init__(self, url: str, *, timeout: float = 60.0, retries: int = 2, backoff: float = 0.5, max_backoff: float = 30.0,

@@ -29,6 +29,9 @@ class ClipScore:
         scale, clip_at_zero: the reward is `scale * (max(cos, 0) if clip_at_zero else cos)`.
     """
 
+    in_process = True
+    """Runs in the trainer's process under `reward_timeout` (`mmrl.rewards.isolation`): it holds a model or sockets."""
+
     __name__ = "clip_score"
 
     def __init__(self, model_name: str = "ViT-L-14", pretrained: str | None = None, *, device: str = "cpu",

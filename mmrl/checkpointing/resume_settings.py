@@ -89,8 +89,55 @@ def check_before_loading(cfg: TrainConfig, run_dir: str | Path) -> None:
     if path is None:
         return
     try:
-        saved = json.loads((path / "trainer_state.json").read_text()).get("config") or {}
-    except (OSError, ValueError, AttributeError):
+        state = json.loads((path / "trainer_state.json").read_text())
+        saved, step = state.get("config") or {}, int(state.get("step", 0))
+    except (OSError, ValueError, AttributeError, TypeError):
         return
     if isinstance(saved, dict):
         check_resume_settings(cfg, saved, path)
+    if cfg.max_steps is not None and 0 < cfg.max_steps < step:
+        raise ConfigError(f"resume_from={cfg.resume_from!r}: checkpoint {path.name} is at step {step}, beyond max_steps="
+                          f"{cfg.max_steps}, so there is nothing to train; raise max_steps above {step}, or resume from "
+                          "an earlier checkpoint")
+
+
+def dataset_digest(rows) -> str:
+    """SHA-256 of the training rows as the run reads them (values, not object identities: images and arrays by their
+    bytes), so a resume can tell whether the dataset's content changed."""
+    import hashlib
+
+    h = hashlib.sha256()
+
+    def encode(v: Any) -> Any:
+        if isinstance(v, (bytes, bytearray)):
+            return {"bytes": hashlib.sha256(v).hexdigest()}
+        if hasattr(v, "tobytes") and callable(v.tobytes):  # PIL images, numpy arrays, tensors
+            try:
+                return {"bytes": hashlib.sha256(v.tobytes()).hexdigest(), "shape": str(getattr(v, "size", getattr(v, "shape", "")))}
+            except Exception:
+                pass
+        return type(v).__name__  # never a repr: it may hold a memory address
+
+    for row in rows:
+        h.update(json.dumps(row, sort_keys=True, default=encode).encode())
+        h.update(b"\n")
+    return h.hexdigest()
+
+
+def check_dataset_unchanged(cfg: TrainConfig, run_dir: str | Path, digest: str) -> None:
+    """Refuse (before the model loads) to resume a checkpoint whose run trained on rows with another `digest`
+    (`dataset_digest`); checkpoints written before the digest was recorded are not checked."""
+    from mmrl.checkpointing.checkpoint import latest_checkpoint
+
+    path = latest_checkpoint(run_dir) if cfg.resume_from == "auto" else Path(cfg.resume_from)
+    if path is None:
+        return
+    try:
+        saved = json.loads((path / "trainer_state.json").read_text()).get("dataset_sha256")
+    except (OSError, ValueError, AttributeError):
+        return
+    if saved and saved != digest:
+        raise ConfigError(f"cannot resume from {path}: the training dataset's content changed since it was written "
+                          f"(rows SHA-256 {digest[:12]}..., the checkpoint's run had {saved[:12]}...); a resumed run must "
+                          "read the same rows in the same order. Restore the data, or train on the new data in a new "
+                          "output_dir")

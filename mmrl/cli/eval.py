@@ -36,6 +36,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--trust-remote-code", action="store_true", help="allow checkpoints with their own modeling code")
     parser.add_argument("--out", default=None, help="write the result (with per-sample scores) as JSON here")
+    parser.add_argument("--n-samples", type=int, default=4, help="GenEval tasks: images sampled per prompt (4, as the "
+                        "official protocol); the printout and --out give per-task accuracy and the overall mean over tasks")
 
 
 def checkpoint_family(path: Path) -> tuple[Path, str | None]:
@@ -111,8 +113,41 @@ def run(args: argparse.Namespace) -> int:
     if args.sampler:
         gen["sampler"] = args.sampler
     gen = {k: v for k, v in gen.items() if k in getattr(policy, "generation_defaults", gen)}
+    if is_geneval(rows, metric):
+        if args.n_samples < 1:
+            print(f"mmrl eval: --n-samples must be >= 1, got {args.n_samples}", file=sys.stderr)
+            return 2
+        return _geneval_eval(policy, rows, metric, task.name, args)
     result = evaluate(policy, rows, metric, task=task.name, batch_size=args.batch_size, **gen)
     print(f"{task.name}: {metric} accuracy {result.accuracy:.4f} on {result.n} rows ({result.seconds:.1f} s)")
     if args.out:
         write_result(result, args.out)
+    return 0
+
+
+def is_geneval(rows, metric: str) -> bool:
+    """Whether a task is scored the GenEval way: a geneval reward over rows that carry GenEval metadata."""
+    return metric.startswith("geneval") and bool(rows) and isinstance(rows[0].get("metadata"), dict) and "tag" in rows[0]["metadata"]
+
+
+def _geneval_eval(policy, rows, metric: str, task_name: str, args) -> int:
+    """GenEval's protocol: `--n-samples` images per prompt (sampled as the model's defaults, every image from its
+    own seed), scored by `metric`; prints and writes the official summary (per-task accuracy over images, overall =
+    the mean over tasks, `mmrl.geneval.summary`), with every image's score."""
+    from mmrl.training.evaluate import evaluate
+    from mmrl.geneval.summary import format_summary, summarize
+
+    n = int(args.n_samples)
+    repeated = [r for r in rows for _ in range(n)]
+    result = evaluate(policy, repeated, metric, task=task_name, batch_size=args.batch_size)
+    records = [{"metadata": r["metadata"], "tag": r["metadata"]["tag"], "correct": bool(s >= 1.0), "prompt": r["prompt"]}
+               for r, s in zip(repeated, result.scores)]
+    summary = summarize(records)
+    print(format_summary(summary))
+    print(f"{task_name}: GenEval overall {summary['overall']:.4f} (mean over {len(summary['tasks'])} tasks; "
+          f"{len(rows)} prompts x {n} images, {result.seconds:.1f} s)")
+    if args.out:
+        Path(args.out).write_text(json.dumps({"task": task_name, "metric": metric, "n_samples": n, "summary": summary,
+                                              "images": [{"prompt": r["prompt"], "tag": r["tag"], "score": float(s)}
+                                                         for r, s in zip(records, result.scores)]}, indent=2))
     return 0

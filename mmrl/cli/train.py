@@ -27,6 +27,8 @@ def build_parser():
     parser.add_argument("--help-config", "--help_config", action="store_true",
                         help="list every config field with its default and meaning")
     parser.add_argument("--print-config", "--print_config", action="store_true", help="print the resolved configuration and exit")
+    parser.add_argument("--debug", action="store_true", help="show the full traceback of errors that are otherwise printed as "
+                                                              "one line")
     return parser
 
 
@@ -36,7 +38,8 @@ def parse(argv: list[str]) -> tuple[str | None, dict, argparse.Namespace]:
     from mmrl.config.train_config import ConfigError, unknown_key_error
 
     path, values, left = parse_command_line(argv, build_parser())
-    own = argparse.Namespace(help_config=values.pop("help_config", False), print_config=values.pop("print_config", False))
+    own = argparse.Namespace(help_config=values.pop("help_config", False), print_config=values.pop("print_config", False),
+                             debug=values.pop("debug", False))
     for word in left:
         if word.startswith("-"):
             raise unknown_key_error(word.lstrip("-").split("=", 1)[0].replace("-", "_"))
@@ -57,7 +60,16 @@ def main(argv: list[str]) -> int:
     except ConfigError as e:
         print(f"mmrl train: {e}", file=sys.stderr)
         return 2
-    return run(argparse.Namespace(config=path, values=values, help_config=own.help_config, print_config=own.print_config))
+    return run(argparse.Namespace(config=path, values=values, help_config=own.help_config, print_config=own.print_config,
+                                  debug=own.debug))
+
+
+def _one_line(e: BaseException, debug: bool, code: int) -> int:
+    """Print `e` as `mmrl train: <message>` (re-raised with its traceback under --debug); the exit code."""
+    if debug:
+        raise e
+    print(f"mmrl train: {e}" + ("" if "\n" in str(e) else " (--debug shows the traceback)"), file=sys.stderr)
+    return code
 
 
 def run(args: argparse.Namespace) -> int:
@@ -70,34 +82,38 @@ def run(args: argparse.Namespace) -> int:
         print("TRL spellings also accepted: " + ", ".join([*(f"{k} (= {v})" for k, v in RENAMED.items()),
                                                           *(f"{k} (= mixed_precision: {v})" for k, v in PRECISION_FLAGS.items())]))
         return 0
+    debug = getattr(args, "debug", False)
     try:
         cfg = load_config(args.config, args.values)
     except ConfigError as e:
-        print(f"mmrl train: {e}", file=sys.stderr)
-        return 2
+        return _one_line(e, debug, 2)
     if args.print_config:
         print(json.dumps(cfg.to_dict(), indent=2, default=str))
         return 0
+    from mmrl.checkpointing.checkpoint import CheckpointDamaged
+    from mmrl.checkpointing.run_lock import RunLocked
     from mmrl.data.loading import DatasetError
+    from mmrl.rewards.combine import RewardError
     from mmrl.training.policy_factory import AttentionError, ModelSourceError
     from mmrl.rewards.imports import RewardImportError
     from mmrl.training.trainer import Trainer, TrainingError, TrainingStopped
     from mmrl.training.trl_api import ModelFamilyError
 
+    # errors the user can fix: one line each (the traceback under --debug); anything else keeps its traceback
+    startup = (ConfigError, DatasetError, ModelSourceError, RewardImportError, AttentionError, FileNotFoundError, RunLocked,
+               CheckpointDamaged, RewardError, TrainingError, ModelFamilyError, ValueError)
+    training = (TrainingError, ConfigError, CheckpointDamaged, RewardError, RunLocked, OSError)
     try:
         trainer = Trainer(cfg)
-    except (DatasetError, ModelSourceError, RewardImportError, AttentionError, FileNotFoundError, TrainingError,
-            ModelFamilyError) as e:  # start-up: one line, no traceback
-        print(f"mmrl train: {e}", file=sys.stderr)
-        return 2
+    except startup as e:
+        return _one_line(e, debug, 2)
     try:
         last = trainer.train()
-    except TrainingError as e:
-        print(f"mmrl train: {e}", file=sys.stderr)
-        return 1
     except TrainingStopped as e:  # SIGTERM / Ctrl-C: the checkpoint of the last step is written
         print(f"mmrl train: {e}", file=sys.stderr)
         return 128 + e.signum  # the shell's convention for "ended by signal N"
+    except training as e:
+        return _one_line(e, debug, 1)
     keys = ("reward", "loss", "grad_norm", "completions/mean_length")
     print("final step: " + ", ".join(f"{k}={last[k]:.4g}" for k in keys if k in last))
     print(f"run directory: {cfg.output_dir}")

@@ -29,6 +29,9 @@ from mmrl.config.errors import ConfigError
 NULL_WORDS = ("none", "null")
 """Words that mean None for an optional field (YAML's null, Python's None)."""
 
+BOOL_WORDS = ("yes", "true", "t", "y", "1", "no", "false", "f", "n", "0")
+"""The words transformers' `string_to_bool` reads."""
+
 
 def yaml_word(word: str) -> Any:
     """A command-line word read as a YAML value (`{enable_thinking: false}`, `[1, 2]`, `3`); not YAML: the word."""
@@ -101,9 +104,13 @@ class ConfigParser(HfArgumentParser):
         for name, field in RENAMED.items():
             self.add_argument(f"--{name}", type=word_type(hints[field]) if name != "resume_from_checkpoint" else yaml_word,
                               help=f"TRL's name of {field}")
+        self.flags: set[str] = set()
+        """Options that may stand alone (`--bf16`): booleans that take an optional word."""
         for action in self._actions:
             if not isinstance(action, argparse._HelpAction):
                 action.default = argparse.SUPPRESS
+            if action.nargs == "?" and action.const is True:
+                self.flags.update(action.option_strings)
 
     def _add_dataclass_arguments(self, dtype: Any) -> None:
         """Each public field as `HfArgumentParser` takes it (`_parse_dataclass_field`): `parser_type`'s annotation
@@ -113,7 +120,7 @@ class ConfigParser(HfArgumentParser):
         for field in dataclasses.fields(dtype):
             if field.init and not field.name.startswith("_"):
                 view = dataclasses.field(default=field.default, default_factory=field.default_factory,
-                                         metadata={"help": field.metadata.get("help", "")})
+                                         metadata={"help": field.metadata.get("help", "").replace("%", "%%")})  # argparse %-formats help
                 view.name, view.type = field.name, parser_type(hints[field.name])
                 self._parse_dataclass_field(self, view)
 
@@ -177,15 +184,18 @@ def parse_command_line(argv: list[str], parser: ConfigParser) -> tuple[str | Non
     """`mmrl train`'s arguments as (YAML path, values given, the words left over).
 
     `key=value` words are overrides as in `load_config` (the value read as YAML); the first other word without
-    `--` is the YAML preset (as `--config`); everything else is `ConfigParser`'s. Unknown options are left over.
+    `--` is the YAML preset (as `--config`); everything else is `ConfigParser`'s (a flag followed by a word that is
+    not a boolean stands alone). Unknown options are left over.
     """
     overrides, rest = {}, []
-    for word in argv:
+    for i, word in enumerate(argv):
         if re.match(r"^[A-Za-z_][\w-]*=", word):
             key, raw = word.split("=", 1)
             overrides[key.replace("-", "_")] = yaml_word(raw) if raw.strip() else ""
-        else:
-            rest.append(word)
+            continue
+        rest.append(word)
+        if word in parser.flags and i + 1 < len(argv) and argv[i + 1].lower() not in BOOL_WORDS:
+            rest.append("true")  # a flag alone before the preset's path (`--bf16 x.yaml`), not its value
     ns, left = parser.parse_known_args(rest)
     values = vars(ns)
     path = values.pop("config", None)

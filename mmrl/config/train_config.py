@@ -377,6 +377,12 @@ class _Fields:
         GCPO rank-power: fraction of top tokens ...""")
     gcpo_target_mass: float = setting(0.8, help="""
         ... that carries this fraction of the weight.""")
+    gcpo_negative_forward: str = setting("separate", choices=("separate", "batched"), help="""
+        How GCPO scores the negative condition (k3 / abs / info_gain contrasts): separate (a no-grad forward of the
+        micro-batch before the gradient forward; the fastest on compute-bound models, e.g. CPU) or batched (the
+        negative prompts stacked into the gradient forward's batch, one forward of 2n rows: fewer calls on
+        latency-bound models, but the backward runs over both halves; families that cannot stack them, e.g. the VLM,
+        score separately).""")
     kl_reweight: bool = setting(False, help="""
         Per-token weights on the KL term, as the GCPO T2I and STAGE launches (`kl_reweight True`): gcpo weights it by
         `0.5 + 0.5 clamp(2 - 2 w, 0, 1)` of its token weights w, stage by `0.5 + 0.5 clamp(c + 1, 0, 1)` of its
@@ -472,13 +478,23 @@ class _Fields:
         row per response, to `completions.jsonl` in the run directory and to TensorBoard / W&B as text / a table.""")
     log_diagnostics: bool = setting(True, help="""
         Log the `diag/` metrics every step (mmrl.core.diagnostics; README.md, "Metrics"): `diag/kl_k1`, `diag/kl_k3`
-        (KL to the reference on the rollout's responses; it needs a reference model: one exists with beta > 0, DMPO,
-        DGPO or LoRA, and otherwise a frozen copy of the policy is built when it has at most 1e9 parameters; with beta = 0
-        it costs one no-grad reference forward per rollout and mask seed, DMPO one no-grad policy forward per
-        micro-batch), `diag/pos_weight_frac`, `diag/neg_weight_frac` (signed weight mass of the loss),
-        `diag/update_ratio(_max)` (update size relative to the weights; it keeps one extra copy of the trainable weights
-        during the optimizer step of each logged step, so raise logging_steps or turn this off for a large full
-        fine-tune).""")
+        (KL to the reference on the rollout's responses, before the step's update; logged only where a reference model
+        exists: beta > 0, DMPO, DGPO, LoRA's adapter-disabled base, or `diagnostics_reference`; free where the method
+        computes reference log-probs anyway, else one no-grad reference forward per measured rollout, and DMPO's one
+        no-grad policy and reference forward per measured rollout: see `diagnostics_kl_every`), `diag/pos_weight_frac`,
+        `diag/neg_weight_frac` (signed weight mass of the loss), `diag/update_ratio(_max)` (update size relative to
+        the weights; it keeps one extra copy of the trainable weights during the optimizer step of each logged step, so
+        raise logging_steps or turn this off for a large full fine-tune). By default they cost at most 3% of a step
+        (benchmarks/diagnostics_overhead.py).""")
+    diagnostics_reference: bool = setting(False, help="""
+        Build a frozen copy of the policy only for `diag/kl_*` when the run has no reference model (beta = 0 GRPO /
+        DAPO / Dr.GRPO / GCPO / GSPO without LoRA). Off by default: it holds a second copy of the weights and costs one
+        no-grad reference forward per measured rollout (15% of a GRPO beta-0 step on the 28M benchmark, issue 29).""")
+    diagnostics_kl_every: int = setting(1, range="[1, inf)", help="""
+        Measure the `diag/kl_*` that need forwards the method would not otherwise run (the reference forward of a
+        beta-0 run with a reference, DMPO's per-token policy and reference scores) on every this many rollouts (the
+        first included); the other rollouts' steps log no `diag/kl_*`. The KL a KL term or DGPO gives for free is
+        logged every step.""")
     report_to: list[str] = setting(factory=lambda: ["jsonl", "tensorboard"], help="""
         Metric sinks: jsonl (always written) and accelerate's trackers: tensorboard, wandb, mlflow, comet_ml, aim,
         clearml, dvclive, swanlab, trackio (each when installed). TRL: none; here the JSONL record the reports read, and
@@ -911,6 +927,9 @@ MAX_ROLLOUT_RESPONSES = 65536
 """Largest rollout batch per process (per_device_train_batch_size x gradient_accumulation_steps responses)."""
 MAX_COMPLETION_LENGTH = 131072
 """Longest response in tokens (the longest context windows of current models)."""
+MAX_DIFFUSION_STEPS = 4096
+"""Most denoising steps per sample (aMUSEd uses 12, LLaDA one per token of up to 1024-token answers): 100000 steps of
+masked_image ran for hours on one batch."""
 
 
 def _beyond_machine_limits(cfg: TrainConfig) -> list[str]:
@@ -924,6 +943,10 @@ def _beyond_machine_limits(cfg: TrainConfig) -> list[str]:
                  f"process is beyond {MAX_ROLLOUT_RESPONSES}: one rollout batch would not fit in memory")
     if cfg.max_completion_length > MAX_COMPLETION_LENGTH:
         e.append(f"max_completion_length={cfg.max_completion_length} is beyond {MAX_COMPLETION_LENGTH} tokens")
+    if cfg.diffusion_steps is not None and not 1 <= cfg.diffusion_steps <= MAX_DIFFUSION_STEPS:
+        e.append(f"diffusion_steps={cfg.diffusion_steps} must be in [1, {MAX_DIFFUSION_STEPS}] (or null for the model's default)")
+    if not cfg.cfg_scale >= 0:  # checked here, before the model loads (the adapters check it again per call)
+        e.append(f"cfg_scale={cfg.cfg_scale} must be >= 0 (1 disables guidance)")
     return e
 
 

@@ -8,13 +8,17 @@ recorded as incorrect with its reason and an extra `error` key; a prompt folder 
 (`error: no_images`: its prompt counts as failed, not as absent); the rest is scored. A prompt folder whose
 `metadata.jsonl` is missing or malformed cannot be scored: it is reported in `FolderScan.skipped` and the others
 are scored. Files in `samples/` that look like images but are not named `<digits>.png` (e.g. `0000.PNG`, which the
-official script skips too) are reported in `FolderScan.ignored`.
+official script skips too) are reported in `FolderScan.ignored`. A `metadata.jsonl` nested too deeply for Python's
+JSON reader or larger than `MAX_METADATA_BYTES` skips its folder the same way (the others are scored); an entry of
+`samples/` that is not a regular file (a FIFO, a device) is an incorrect row with `error: not_a_file`, never opened
+(opening a FIFO blocks). Each prompt's metadata is serialised once and that one string shared by its rows.
 """
 from __future__ import annotations
 
 import json
 import os
 import re
+import stat
 import sys
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -30,6 +34,14 @@ IMAGE_NAME = re.compile(r"\d+\.png")
 IMAGE_LIKE = re.compile(r".*\.(png|jpe?g|webp|bmp|gif)", re.IGNORECASE)
 MAX_IMAGE_PIXELS = 4096 * 4096
 """Larger images are refused from their header (GenEval's are 512-1024 px; a 9000x9000 PNG decodes to 243 MB)."""
+
+
+MAX_METADATA_BYTES = 2**20
+"""Largest `metadata.jsonl` read (GenEval's records are a few hundred bytes; a 300 MB one was copied into every row)."""
+
+
+class NotARegularFile(ValueError):
+    """A sample path that is a FIFO, socket, device or directory (opening a FIFO would block)."""
 
 
 class ImageTooLarge(ValueError):
@@ -81,6 +93,9 @@ def score_image(
 
 def load_image(path: str | Path) -> Image.Image:
     """Open an image as GenEval does (EXIF orientation applied) and force a full decode, so corrupt files fail here."""
+    mode = os.stat(path).st_mode  # never blocks, unlike opening a FIFO
+    if not stat.S_ISREG(mode):
+        raise NotARegularFile(f"{path} is not a regular file ({stat.filemode(mode)}); not opened")
     with Image.open(path) as im:
         if im.width * im.height > MAX_IMAGE_PIXELS:
             raise ImageTooLarge(f"image of {im.width}x{im.height} px is larger than {MAX_IMAGE_PIXELS} pixels; not decoded")
@@ -102,13 +117,19 @@ def scan_folder(images_dir: str | Path) -> FolderScan:
         try:
             if not meta_path.is_file():
                 raise FileNotFoundError(f"{meta_path} is missing (each prompt folder holds its metadata record)")
+            size = meta_path.stat().st_size
+            if size > MAX_METADATA_BYTES:
+                raise ValueError(f"{meta_path} holds {size:,} bytes, more than the {MAX_METADATA_BYTES:,} a metadata record "
+                                 "may have (GenEval's are a few hundred)")
             try:
                 record = json.loads(meta_path.read_text())
+                validate_metadata(record, str(meta_path))
             except json.JSONDecodeError as e:
                 raise ValueError(f"{meta_path}: not a single JSON object ({e.msg})") from None
             except UnicodeDecodeError as e:
                 raise ValueError(f"{meta_path}: not UTF-8 text ({e.reason})") from None
-            validate_metadata(record, str(meta_path))
+            except RecursionError:
+                raise ValueError(f"{meta_path}: JSON nested too deeply to read") from None
         except (ValueError, FileNotFoundError) as e:
             scan.skipped.append((str(meta_path), str(e)))
             continue
@@ -124,9 +145,9 @@ def scan_folder(images_dir: str | Path) -> FolderScan:
     return scan
 
 
-def _row(filename: str, record: dict, **fields: Any) -> dict[str, Any]:
+def _row(filename: str, record: dict, metadata: str | None = None, **fields: Any) -> dict[str, Any]:
     row = {"filename": filename, "tag": record["tag"], "prompt": record["prompt"], "correct": False, "reason": "",
-           "metadata": json.dumps(record), "details": "{}"}
+           "metadata": json.dumps(record) if metadata is None else metadata, "details": "{}"}
     row.update(fields)
     return row
 
@@ -142,13 +163,18 @@ def evaluate_folder(
 ) -> list[dict[str, Any]]:
     """The official `results.jsonl` rows for every image under `images_dir` (see the module docstring)."""
     entries = scan_folder(images_dir)
+    texts = {id(record): json.dumps(record) for _, record, _ in entries}  # each prompt's metadata serialised once
+
+    def make_row(filename: str, record: dict, **fields: Any) -> dict[str, Any]:
+        return _row(filename, record, texts.get(id(record)), **fields)
+
     jobs: list[tuple[str, str, dict]] = []  # (filename, key relative to images_dir, record)
     empty: list[dict[str, Any]] = []
     for folder, record, names in entries:
         for n in names:
             jobs.append((os.path.join(str(images_dir), folder, "samples", n), f"{folder}/samples/{n}", record))
         if not names:  # scored as failed: dropping it would raise the score of its task
-            empty.append(_row(os.path.join(str(images_dir), folder, "samples"), record, reason="no images in the prompt folder",
+            empty.append(make_row(os.path.join(str(images_dir), folder, "samples"), record, reason="no images in the prompt folder",
                               error="no_images"))
     # Images the detections file names but the folder lacks are missing images.
     table = getattr(detector, "table", None)
@@ -178,26 +204,28 @@ def evaluate_folder(
                 images.append(load_image(filename))
                 ok.append((filename, key, record))
             except FileNotFoundError:
-                rows.append(_row(filename, record, reason="image file is missing", error="missing"))
+                rows.append(make_row(filename, record, reason="image file is missing", error="missing"))
             except ImageTooLarge as e:
-                rows.append(_row(filename, record, reason=str(e), error="too_large"))
+                rows.append(make_row(filename, record, reason=str(e), error="too_large"))
+            except NotARegularFile as e:
+                rows.append(make_row(filename, record, reason=str(e), error="not_a_file"))
             except Exception as e:  # any decoder failure: record it and go on
-                rows.append(_row(filename, record, reason=f"image could not be read: {type(e).__name__}: {e}", error="unreadable"))
+                rows.append(make_row(filename, record, reason=f"image could not be read: {type(e).__name__}: {e}", error="unreadable"))
         if images:
             results = _detect(detector, images, [k for _, k, _ in ok])
             for (filename, key, record), image, dets in zip(ok, images, results):
                 if isinstance(dets, Exception):
-                    rows.append(_row(filename, record, reason=f"the detector failed on this image: {type(dets).__name__}: {dets}",
+                    rows.append(make_row(filename, record, reason=f"the detector failed on this image: {type(dets).__name__}: {dets}",
                                      error="detector_failed"))
                     continue
                 if dets is None:
-                    rows.append(_row(filename, record, reason=f"no detections for {key!r} in the detections file", error="no_detections"))
+                    rows.append(make_row(filename, record, reason=f"no detections for {key!r} in the detections file", error="no_detections"))
                     continue
                 try:
                     scored = score_image(image, record, dets, options, classify)
                 except ValueError as e:
                     raise ValueError(f"{filename}: {e}") from None
-                rows.append(_row(filename, record, **scored))
+                rows.append(make_row(filename, record, **scored))
         bar.update(len(batch))
     bar.close()
     order = {job[0]: i for i, job in enumerate(jobs)}

@@ -20,7 +20,7 @@ from mmrl.algorithms import (
     wddo_loss,
 )
 from mmrl.algorithms.dmpo import LOSS_TIME_BASELINES, dmpo_trust_region_gate, micro_batch_mean_baseline
-from mmrl.core.diagnostics import effective_sample_size, micro_batch_sums
+from mmrl.core.diagnostics import effective_sample_size, measures_kl, micro_batch_sums
 from mmrl.methods.base import METHODS, LossOutput, Method, MicroBatch, zeros_like_tokens
 from mmrl.core.protocol import NoisedBatch
 from mmrl.core.seeds import derived_seed
@@ -53,20 +53,27 @@ class DMPO(Method):
         est = self.estimator_options(buf.mask_seeds[0], kind="elbo")
         est_kl = self._kl_estimator(buf)
         elbo_v, elbo_ref = torch.zeros(N, device=dev), torch.zeros(N, device=dev)
-        diag = cfg.log_diagnostics and policy.has_reference  # diag/kl_*: the reference's per-token terms, kept
+        # diag/kl_*: per-token scores of the behaviour policy and the reference on the measured rollouts, reusing the
+        # likelihood forwards when their estimator is the per-token one (autoregressive families)
+        diag = measures_kl(cfg, buf.rollout_index) and policy.has_reference
         ref_tok = zeros_like_tokens(buf) if diag else None  # [N, T]
+        pol_tok = zeros_like_tokens(buf)  # [N, T] behaviour per-token scores (zeros when not measured)
         for idx in micro_batches if (need_v or diag) else []:
             rows = buf.rollout.select(idx)
+            v = r = None
             if need_v:
-                elbo_v[idx] = policy.logprob(rows, **est).logp.sum(-1).to(dev)
-            r = None
+                v = policy.logprob(rows, **est).logp  # [n, T]
+                elbo_v[idx] = v.sum(-1).to(dev)
             if cfg.dmpo_target == "reference":
                 r = policy.logprob(rows, use_reference=True, **est).logp  # [n, T]
                 elbo_ref[idx] = r.sum(-1).to(dev)
             if diag:
                 if r is None or est_kl != est:
                     r = policy.logprob(rows, use_reference=True, **est_kl).logp  # [n, T]
+                if v is None or est_kl != est:
+                    v = policy.logprob(rows, **est_kl).logp  # [n, T]
                 ref_tok[idx] = r.float().to(ref_tok.device)
+                pol_tok[idx] = v.float().to(pol_tok.device)
         buf.ref_logp = [ref_tok] if diag else None
         log_ratio = elbo_ref - elbo_v if cfg.dmpo_target == "reference" else torch.zeros(N, device=dev)  # [N]
         G = cfg.num_generations
@@ -75,7 +82,7 @@ class DMPO(Method):
             buf.method_state["baseline_weights"] = dmpo_baseline(cfg.dmpo_baseline, rewards=buf.rewards, log_ref_minus_v=log_ratio, group_size=G,
                                             alpha=cfg.dmpo_alpha, coeff=cfg.dmpo_coeff)
         buf.method_state["elbo_v"] = elbo_v
-        buf.old_logp = [torch.zeros_like(buf.loss_mask, dtype=torch.float32)]  # unused by DMPO
+        buf.old_logp = [pol_tok]  # no ratio in DMPO's loss: only the diagnostics' behaviour scores
         ess = effective_sample_size(buf.method_state["weights"], G)
         buf.metrics.update({"dmpo/ess": float(ess.mean()), "dmpo/weight_max": float(buf.method_state["weights"].max())})
         if cfg.dmpo_target == "reference":
@@ -89,22 +96,21 @@ class DMPO(Method):
         kind = "mean_field" if self.cfg.logprob_estimator == "elbo" else None
         return self.estimator_options(buf.mask_seeds[0], kind=kind)
 
-    def kl_diagnostics(self, buf, rows, idx: torch.Tensor) -> dict[str, float]:
-        """`mmrl.core.diagnostics.micro_batch_sums` of the KL of the current policy (before this step's update: one no-grad
-        forward, the buffer's mask seed) to the reference terms kept at buffer time, both by `_kl_estimator`."""
-        if not buf.ref_logp:
+    def kl_diagnostics(self, buf, idx: torch.Tensor, inner: int) -> dict[str, float]:
+        """`mmrl.core.diagnostics.micro_batch_sums` of the KL of the behaviour policy (the policy before the buffer's
+        first update) to the reference, from the per-token terms `prepare` kept (`_kl_estimator`), at the buffer's
+        first inner step: no forward here (a no-grad forward per micro-batch and optimizer step would add to every
+        update)."""
+        if not buf.ref_logp or inner != 0:
             return {}
-        with torch.no_grad():
-            logp = self.policy.logprob(rows, **self._kl_estimator(buf)).logp  # [n, T]
-        return micro_batch_sums(buf.loss_mask[idx], logp=logp, ref_logp=buf.ref_logp[0][idx])
+        return micro_batch_sums(buf.loss_mask[idx], logp=buf.old_logp[0][idx], ref_logp=buf.ref_logp[0][idx])
 
     def loss(self, buf, mb: MicroBatch) -> LossOutput:
         """WDCE (eq. 11) or WDDO on R masked copies of each response (fresh masks every micro-step)."""
         cfg, policy = self.cfg, self.policy
         idx = mb.idx
         rows = buf.rollout.select(idx)
-        # diag/kl_*: before the gradient forward, so its graph is not held during this one
-        m: dict[str, float] = self.kl_diagnostics(buf, rows, idx) if cfg.log_diagnostics else {}
+        m: dict[str, float] = self.kl_diagnostics(buf, idx, mb.inner) if cfg.log_diagnostics else {}
         gen = torch.Generator(device="cpu").manual_seed(derived_seed(cfg.seed, "noise", mb.step, mb.micro, mb.rank))
         noised: NoisedBatch = policy.forward_noise(rows, cfg.dmpo_num_copies, gen, min_rate=cfg.dmpo_min_mask_rate)
         lp = policy.denoise_logprob(noised)  # [R, n, T]

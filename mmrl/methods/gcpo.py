@@ -31,11 +31,15 @@ class GCPO(PolicyGradient):
             weights = gcpo_weights_from_scores(scores.stats["kl"], mask, normalization=cfg.gcpo_normalization,
                                                top_fraction=cfg.gcpo_top_fraction, target_mass=cfg.gcpo_target_mass)
         else:
-            # the negative-condition forward runs before the positive one, so its logits are freed before the
-            # graph of the gradient forward is built (peak memory stays that of GRPO)
-            with torch.no_grad():
-                logp_neg = policy.logprob(rows, condition="negative", **est).logp  # [n, T]
-            scores = policy.logprob(rows, stats=entropy, **est)
+            if cfg.gcpo_negative_forward == "batched" and policy.batches_negative_condition:
+                # one forward over the positive and negative prompts (2n rows); the negative half is detached
+                scores, logp_neg = policy.logprob_with_negative(rows, stats=entropy, **est)  # [n, T] each
+            else:
+                # the negative-condition forward runs before the positive one, so its logits are freed before the
+                # graph of the gradient forward is built (peak memory stays that of GRPO)
+                with torch.no_grad():
+                    logp_neg = policy.logprob(rows, condition="negative", **est).logp  # [n, T]
+                scores = policy.logprob(rows, stats=entropy, **est)
             weights = gcpo_token_weights(scores.logp.detach(), logp_neg, mask, divergence=cfg.gcpo_divergence,
                                          normalization=cfg.gcpo_normalization, top_fraction=cfg.gcpo_top_fraction,
                                          target_mass=cfg.gcpo_target_mass)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from mmrl.algorithms import accumulated_loss, aggregate, high_entropy_mask, surrogate_loss
-from mmrl.core.diagnostics import micro_batch_sums
+from mmrl.core.diagnostics import measures_kl, micro_batch_sums
 from mmrl.methods.base import METHODS, LossOutput, Method, MicroBatch, first_inner_drift, micro_batch_inputs
 
 TOKEN_STATS = ("entropy", "h2")
@@ -37,10 +37,11 @@ class PolicyGradient(Method):
     def after_behaviour(self, buf, stats: dict[str, torch.Tensor]) -> None:
         """Hook after the behaviour forwards (e.g. token weights fixed at buffer time)."""
 
-    def wants_reference_logprobs(self) -> bool:
+    def wants_reference_logprobs(self, buf) -> bool:
         """Whether the buffer keeps reference log-probs: a KL term (beta > 0), or the `diag/kl_*` diagnostics when a
-        reference model exists (with beta = 0 they cost one no-grad reference forward per mask seed and rollout)."""
-        return self.cfg.beta > 0 or (self.cfg.log_diagnostics and self.policy.has_reference)
+        reference model exists (with beta = 0 they cost one no-grad reference forward per mask seed on the measured
+        rollouts, `mmrl.core.diagnostics.measures_kl`)."""
+        return self.cfg.beta > 0 or (measures_kl(self.cfg, buf.rollout_index) and self.policy.has_reference)
 
     def prepare(self, buf, micro_batches, *, current: bool) -> None:
         """Behaviour log-probs (and reference log-probs, statistics) per mask seed and micro-batch.
@@ -51,7 +52,7 @@ class PolicyGradient(Method):
         cfg, policy = self.cfg, self.policy
         N, T = buf.rollout.response_ids.shape
         dev = buf.rollout.response_ids.device
-        want_ref = self.wants_reference_logprobs()
+        want_ref = self.wants_reference_logprobs(buf)
         if current:
             if want_ref and not self.reference_from_current_forward():
                 est = self.estimator_options(buf.mask_seeds[0])

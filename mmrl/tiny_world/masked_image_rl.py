@@ -53,11 +53,11 @@ ARMS: dict[str, dict[str, Any]] = {
 """arm label -> its overrides of `MASKED_RL`."""
 
 
-def run_dmpo_vs_grpo_masked(out: str | Path = "runs/replicate", *, seeds: int = 3, smoke: bool = False,
-                            steps: int | None = None, progress: bool = True, per_task: int | None = None) -> dict[str, Any]:
+def run_dmpo_vs_grpo_masked(out: str | Path = "runs/replicate", *, seeds: int = 5, smoke: bool = False,
+                            steps: int | None = None, progress: bool = True, n_samples: int | None = None) -> dict[str, Any]:
     """Run both arms over `seeds`; returns the results dict also written to `<out>/dmpo-vs-grpo-masked/results.json`."""
     from mmrl.tiny_world.shapes_rl import run_shapes_rl
 
     return run_shapes_rl(Path(out) / "dmpo-vs-grpo-masked", list(ARMS), seeds=seeds, smoke=smoke, steps=steps,
-                         progress=progress, per_task=per_task, name="dmpo-vs-grpo-masked", base="shapes-masked",
+                         progress=progress, n_samples=n_samples, name="dmpo-vs-grpo-masked", base="shapes-masked",
                          recipe=MASKED_RL, arm_table=ARMS, eval_generation={"cfg_scale": MASKED_RL["cfg_scale"]})

@@ -19,7 +19,7 @@ import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from mmrl.checkpointing.checkpoint import verify_checkpoint, write_manifest
 
@@ -122,6 +122,13 @@ TINY_MODELS: dict[str, TinySpec] = {
                     "writes right answers when sampled: held-out 0.02 greedy, 0.07 sampled at T = 1, pass@16 0.49. "
                     "The Countdown comparisons' base (docs/RESULTS.md)",
     ),
+    "countdown3-ar-clean": TinySpec(
+        name="countdown3-ar-clean", family="causal_lm", task="countdown3",
+        arch=dict(hidden_size=128, intermediate_size=256, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=4),
+        steps=1200, gen_length=16,
+        description="countdown3-ar-lazy's model and compute (1200 steps, same seed) on right answers only: the clean "
+                    "SFT reference of the Countdown comparisons (\"share of the gap closed\")",
+    ),
     "shapes": TinySpec(
         name="shapes", family="janus", task="shapes",
         arch=dict(codec="slots", hidden_size=128, num_layers=3, num_heads=4, init_std=0.08, image_positions_2d=True),
@@ -130,6 +137,14 @@ TINY_MODELS: dict[str, TinySpec] = {
                     "22-patch codebook: empty or one shape in one colour, mmrl.tiny_world.shape_slots) with 2-D image "
                     "positions; 1000 steps on scenes whose captions are wrong 30% of the time: 0.53-0.55 held-out "
                     "GenEval (T = 1, CFG 1; counting, position and colour attribution below 0.4), about 150 s on one core",
+    ),
+    "shapes-clean": TinySpec(
+        name="shapes-clean", family="janus", task="shapes",
+        arch=dict(codec="slots", hidden_size=128, num_layers=3, num_heads=4, init_std=0.08, image_positions_2d=True),
+        steps=1000, lr=2e-3, gen_length=16, data={"balance_tasks": True},
+        description="the `shapes` base pre-trained at the same compute (1000 steps of 64 scenes, same seed) on "
+                    "correct captions only: the reference an RL run from the noisy base must be compared with "
+                    "(\"share of the gap closed\"); also a base to run RL from",
     ),
     "shapes-masked": TinySpec(
         name="shapes-masked", family="masked_image", task="shapes",
@@ -297,13 +312,16 @@ def _training_pairs(spec: TinySpec) -> tuple[list, list]:
     raise ValueError(f"no pre-training data for task {spec.task!r}")
 
 
-def pretrain(spec: TinySpec, *, progress: bool = True):
-    """Build and pre-train the model of `spec`; returns (policy, history)."""
+def pretrain(spec: TinySpec, *, progress: bool = True, curve: Callable | None = None, curve_every: int = 0):
+    """Build and pre-train the model of `spec`; returns (policy, history). `curve(policy) -> eval_fn` adds an
+    evaluation every `curve_every` steps to the history (the masked-diffusion and causal loops; learning curves)."""
     from mmrl.tiny_world import pretrain as pt
 
     policy = build_untrained(spec)
     prompts, targets = _training_pairs(spec)
     kw = dict(steps=spec.steps, batch_size=spec.batch_size, lr=spec.lr, seed=spec.seed, progress=progress, desc=f"pretrain {spec.name}")
+    if curve is not None and spec.family in ("masked_diffusion", "causal_lm"):
+        kw.update(eval_fn=curve(policy), eval_every=int(curve_every))
     if spec.family == "masked_diffusion":
         history = pt.masked_diffusion_sft(policy, prompts, targets, gen_length=spec.gen_length, **kw, **spec.recipe)
     elif spec.family == "causal_lm":
@@ -338,7 +356,9 @@ def _shapes_data(spec: TinySpec, policy) -> dict:
     noise = float(spec.data.get("caption_noise", 0.0))
     if noise:
         out["caption_noise"] = noise
-        out["corrupt"] = partial(caption_noise.corrupt, classnames=SHAPE_NAMES, colors=COLORS, max_count=4)
+        from mmrl.tiny_world.tasks import SHAPES_COUNTS
+
+        out["corrupt"] = partial(caption_noise.corrupt, classnames=SHAPE_NAMES, colors=COLORS, max_count=max(SHAPES_COUNTS))
     return out
 
 
@@ -354,11 +374,13 @@ def _vqa_data(spec: TinySpec) -> dict:
     return {"label_noise": noise, "corrupt": lambda i, rng: wrong_answer(rows[i]["answer"], rows[i]["qtype"], rng)}
 
 
-def ensure_built(name: str, *, force: bool = False, progress: bool = True, steps: int | None = None) -> Path:
+def ensure_built(name: str, *, force: bool = False, progress: bool = True, steps: int | None = None,
+                 curve: Callable | None = None, curve_every: int = 0) -> Path:
     """The cache directory of model `name`, pre-training it first if it is missing (or `force`); `steps` builds
     the smoke variant (`smoke_spec`). A cached model is checked against its manifest (size and SHA-256 of every
     file, `mmrl.checkpointing.checkpoint.write_manifest`) before it is used; a damaged one is rebuilt, with a warning naming the
-    file. A cache written before manifests existed is checked by loading it, then given a manifest."""
+    file. A cache written before manifests existed is checked by loading it, then given a manifest. `curve`,
+    `curve_every`: `pretrain`'s learning-curve hook; the evaluations land in `tiny_spec.json` ("curve")."""
     spec = _spec(name, steps)
     final = model_dir(name, steps)
     if final.is_dir() and (final / "tiny_spec.json").is_file() and not force:
@@ -369,9 +391,13 @@ def ensure_built(name: str, *, force: bool = False, progress: bool = True, steps
     tmp = final.parent / f".tmp-{final.name}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     t0 = time.perf_counter()
-    policy, history = pretrain(spec, progress=progress)
+    cpu0 = time.process_time()
+    policy, history = pretrain(spec, progress=progress, curve=curve, curve_every=curve_every)
     policy.save_pretrained(tmp)
-    info = {"spec": asdict(spec), "seconds": time.perf_counter() - t0, "final_loss": history[-1]["loss"] if history else None}
+    info = {"spec": asdict(spec), "seconds": time.perf_counter() - t0, "cpu_seconds": time.process_time() - cpu0,
+            "final_loss": history[-1]["loss"] if history else None}
+    if curve is not None:
+        info["curve"] = [{"step": h["step"], "seconds": h["seconds"], "eval": h["eval"]} for h in history if "eval" in h]
     (tmp / "tiny_spec.json").write_text(json.dumps(info, indent=2, default=str))
     write_manifest(tmp)
     if final.exists():

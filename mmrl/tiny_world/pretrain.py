@@ -62,7 +62,7 @@ def diffusion_time_weights(t: torch.Tensor, kind: str) -> torch.Tensor:
 
 
 def mgdm_token_weights(ce: torch.Tensor, alpha: float, gamma: float) -> torch.Tensor:
-    """MGDM's token reweighting (Ye et al. 2025, "Beyond Autoregression", arXiv 2410.14157, section 4.2): a masked
+    """MGDM's token reweighting (Ye et al. 2025, "Beyond Autoregression", arXiv 2410.14157): a masked
     token's cross-entropy u becomes `alpha * (1 - exp(-u))**gamma * u`, so hard tokens (large u) weigh more than easy
     ones (the focal-loss form; the weight is differentiated through, as in focal loss). ce: [...] -> same shape."""
     if alpha <= 0 or gamma < 0:

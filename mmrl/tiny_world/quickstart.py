@@ -53,10 +53,17 @@ SMOKE = {"max_steps": 2, "eval_steps": 1, "eval_limit": 32, "gradient_accumulati
 
 
 def evaluate_base(policy, rows, metric: str) -> float:
+    return evaluate_items(policy, rows, metric)[0]
+
+
+def evaluate_items(policy, rows, metric: str) -> tuple[float, list[float]]:
+    """(accuracy, per-row scores) under greedy low-confidence decoding with steps = length (Sudoku: the accuracy
+    weighs puzzles by their blank cells, the per-row score is the puzzle's fraction of blanks filled correctly)."""
     from mmrl.training.evaluate import dmpo_generation, evaluate
 
     gen = dmpo_generation("masked_diffusion", 16, 16)  # steps = length
-    return evaluate(policy, rows, metric, batch_size=128, progress=False, **gen).accuracy
+    res = evaluate(policy, rows, metric, batch_size=128, progress=False, **gen)
+    return res.accuracy, [float(x) for x in res.scores]
 
 
 def run_quickstart(out: str | Path = "runs/quickstart", *, seeds: int = 1, smoke: bool = False, steps: int | None = None,
@@ -170,12 +177,16 @@ def run_shapes_quickstart(out: str | Path = "runs/quickstart", *, seeds: int = 1
     out = Path(out)
     res = run_shapes_rl(out, ["GCPO"], seeds=seeds, smoke=smoke, steps=steps, progress=progress, name="quickstart")
     md = ["# mmrl quickstart: GCPO on the tiny shapes world (text-to-image)\n",
-          "Held-out GenEval accuracy (prompts never seen in training; images sampled at temperature 1, scored by the "
-          "GenEval rules through the exact shapes detector), the base model against the model after GCPO:\n",
+          "Test GenEval accuracy on held-out compositions (colour-shape pairings, count-shape pairs and shape pairs that "
+          "no training prompt names, under any wording; images sampled at temperature 1, "
+          f"{res['n_samples']} per prompt, scored by the GenEval rules through the exact shapes detector), the base model "
+          "against the model after GCPO, with paired-bootstrap 95% intervals over the test prompts "
+          "(and seeds, with more than one):\n",
           res["table"], "",
-          f"Total time {res['seconds']:.0f} s (base model build {res['build_seconds']:.0f} s, cached afterwards).", "",
-          "![held-out accuracy](accuracy.png)", "![training reward](reward.png)", "",
-          "The same held-out prompts and random seeds, base model (top row) and after GCPO (bottom row):", "",
+          f"Total time {res['seconds']:.0f} s (base model build {res['build_seconds']:.0f} s, cached afterwards). "
+          "The training curves are on the validation prompts; the test prompts are scored once, at the end.", "",
+          "![validation accuracy](accuracy.png)", "![training reward](reward.png)", "",
+          "The same test prompts and random seeds, base model (top row) and after GCPO (bottom row):", "",
           "![images before and after](grid.png)", ""]
     if (out / "credit.png").is_file():
         md += ["GCPO's token credit (advantage x token weight) laid over each image's 4 x 4 slot grid:", "",

@@ -109,6 +109,22 @@ DMPO_ARM = {"method": "dmpo", "dmpo_target": "behaviour", "dmpo_baseline": "grou
 """DMPO as it learns here: the proximal target (App. B.2, weights softmax(r / alpha) within the group, no ELBO
 noise), the paper's group baseline 1/G, one optimizer step per rollout batch."""
 
+COUNTDOWN_MD_RL: dict[str, Any] = {
+    **COUNTDOWN_RL,
+    # the masked-diffusion family on the same task: the AR-to-diffusion base that reads its prompt (docs/RESULTS.md,
+    # "dLLM"); rollouts decode one token per step, low-confidence order, one block, as the evaluation's sampler
+    "family": "masked_diffusion",
+    "model_name_or_path": "tiny-world:countdown3-md",
+    "per_device_train_batch_size": 128,  # 16 problems x 8 answers: a masked-diffusion rollout costs 16 forwards
+    "num_generations": 8,
+    "block_length": 16,
+    "diffusion_steps": 16,
+    "sampler": "low_confidence",
+    "log_completions": False,
+    "eval_generation": sampled_generation("masked_diffusion", 16),
+}
+"""The masked-diffusion Countdown comparisons' shared settings (`COUNTDOWN_RL` on the `countdown3-md` base)."""
+
 COMPARISONS: dict[str, dict[str, Any]] = {
     "dgpo-vs-grpo": {"recipe": COUNTDOWN_RL, "rollouts": 120, "arms": {
         "GRPO": {"method": "grpo"},
@@ -129,6 +145,15 @@ COMPARISONS: dict[str, dict[str, Any]] = {
         "DMPO F=24": {**DMPO_ARM, "num_iterations": 24},
         "DMPO F=8, negative_scale 0": {**DMPO_ARM, "num_iterations": 8, "dmpo_negative_scale": 0.0},
     }},
+    # the masked-diffusion family (issue 24): same rollouts per arm; DMPO with the reference target (the paper's
+    # anchor to the base) beside the proximal one (no anchor), and reuse F = 8 with and without the trust region
+    "dllm-countdown3": {"recipe": COUNTDOWN_MD_RL, "rollouts": 30, "arms": {
+        "diffu-GRPO": {"method": "diffu_grpo", "num_iterations": 1},
+        "DMPO": DMPO_ARM,
+        "DMPO, reference target": {**DMPO_ARM, "dmpo_target": "reference"},
+        "DMPO F=8": {**DMPO_ARM, "num_iterations": 8},
+        "DMPO F=8, trust region 0.05": {**DMPO_ARM, "num_iterations": 8, "dmpo_trust_region": 0.05},
+    }},
 }
 """comparison -> shared recipe, rollout batches per arm, arm label -> overrides."""
 
@@ -141,6 +166,27 @@ SMOKE_BASE_STEPS = 20
 FINAL_ROWS = 256
 """Held-out rows of the before / after figures (x `FINAL_SAMPLES` sampled answers each)."""
 FINAL_SAMPLES = 4
+
+
+def paired_intervals(before_items: dict[str, list[float]], arm_items: dict[str, list[dict[str, list[float]]]]) -> dict:
+    """Paired-bootstrap 95% intervals (`mmrl.tiny_world.stats`) of every arm's gain over the base and of every pair
+    of arms' difference, for the greedy and the sampled scores: {"gain": {arm: {score: Interval dict}},
+    "difference": {"a - b": {score: ...}}, "lines": printable summaries}."""
+    from mmrl.tiny_world.stats import difference_interval, gain_interval
+
+    out: dict[str, Any] = {"gain": {}, "difference": {}, "lines": []}
+    names = list(arm_items)
+    for score in ("greedy", "sampled"):
+        for a in names:
+            iv = gain_interval([r[score] for r in arm_items[a]], before_items[score])
+            out["gain"].setdefault(a, {})[score] = iv.to_dict()
+            out["lines"].append(f"{a}: {score} gain {iv.fmt(signed=True)} ({iv.n_seeds} seeds, {iv.n_items} items)")
+        for i, a in enumerate(names):
+            for b in names[i + 1:]:
+                iv = difference_interval([r[score] for r in arm_items[a]], [r[score] for r in arm_items[b]])
+                out["difference"].setdefault(f"{a} - {b}", {})[score] = iv.to_dict()
+                out["lines"].append(f"{a} - {b}: {score} {iv.fmt(signed=True)}")
+    return out
 
 
 def arm_config(name: str, arm: str, *, seed: int, out: Path, rollouts: int | None = None, smoke: bool = False,
@@ -161,11 +207,23 @@ def arm_config(name: str, arm: str, *, seed: int, out: Path, rollouts: int | Non
     return cfg
 
 
-def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int = 3, smoke: bool = False,
+RFT_ARM = "RFT"
+"""The rejection-sampling fine-tuning row (`mmrl.tiny_world.rft`) at the first arm's rollouts."""
+
+CLEAN_REFERENCES = {"countdown3-ar-lazy": "countdown3-ar-clean"}
+"""base -> the same model pre-trained on right answers only at the same compute (the clean SFT reference row)."""
+
+
+def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int = 5, smoke: bool = False,
                              rollouts: int | None = None, progress: bool = True, arms: list[str] | None = None,
-                             base: str | None = None) -> dict[str, Any]:
+                             base: str | None = None, baselines: bool = True) -> dict[str, Any]:
     """Run every arm of `COMPARISONS[name]` (or those named in `arms`) over `seeds` from the cached base (the
-    recipe's, or the tiny model `base`); report into `<out>/<name>`."""
+    recipe's, or the tiny model `base`); report into `<out>/<name>`.
+
+    The protocol: curves on `task.validation`, the test rows scored once per run at the end, per-row scores in
+    results.json and paired-bootstrap 95% intervals over rows and seeds (`mmrl.tiny_world.stats`). With `baselines`:
+    the clean SFT reference at the same compute (`CLEAN_REFERENCES`, with each arm's share of the base-to-clean
+    gap) and rejection-sampling fine-tuning at the same rollouts (`RFT_ARM`, same seeds)."""
     import json
     import re
     import shutil
@@ -177,6 +235,8 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
     from mmrl.tiny_world import register
     from mmrl.tiny_world.models import TINY_MODELS, load_base_policy
     from mmrl.tiny_world.report import curve, fmt, markdown_table, mean_std, plot_curves
+    from mmrl.tiny_world.rft import rejection_sampling_ft
+    from mmrl.tiny_world.stats import difference_interval, gap_closed_interval, mean_interval
     from mmrl.training.trainer import Trainer
 
     if name not in COMPARISONS:
@@ -204,8 +264,14 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
     L = recipe["max_completion_length"]
     t_all = time.perf_counter()
     base_steps = SMOKE_BASE_STEPS if smoke else None
-    before = held_out(load_base_policy(base_name, progress=progress, steps=base_steps), rows, task.metric, recipe["family"], L, k)
+    before, before_items = held_out_items(load_base_policy(base_name, progress=progress, steps=base_steps), rows, task.metric,
+                                          recipe["family"], L, k)
     say(f"[{name}] base: " + "  ".join(f"{a} {v:.3f}" for a, v in before.items()))
+    ref, ref_items = None, None
+    if baselines and base_name in CLEAN_REFERENCES:
+        ref, ref_items = held_out_items(load_base_policy(CLEAN_REFERENCES[base_name], progress=progress, steps=base_steps), rows,
+                                        task.metric, recipe["family"], L, k)
+        say(f"[{name}] clean SFT reference: " + "  ".join(f"{a} {v:.3f}" for a, v in ref.items()))
     selected = arms or list(COMPARISONS[name]["arms"])
     arms: dict[str, list[dict]] = {}
     for arm in selected:
@@ -218,32 +284,75 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
             Trainer(cfg, policy=policy, dataset=task.train, reward_funcs=cfg.reward_funcs, eval_dataset=val_rows,
                     eval_metric=task.metric).train()
             secs = time.perf_counter() - t0
-            after = held_out(policy, rows, task.metric, recipe["family"], L, k)
-            arms.setdefault(arm, []).append({"seed": seed, "after": after, "seconds": secs, "records": read_metrics(run_dir),
+            after, items = held_out_items(policy, rows, task.metric, recipe["family"], L, k)
+            arms.setdefault(arm, []).append({"seed": seed, "after": after, "items": items, "seconds": secs,
+                                             "records": read_metrics(run_dir),
                                              "shortcut": shortcut_share(run_dir, op)})
             say(f"[{name}] {arm}, seed {seed}: {cfg.max_steps} steps, {secs:.0f} s: "
                 + "  ".join(f"{a} {v:.3f}" for a, v in after.items()))
+    if baselines and recipe["family"] == "causal_lm":  # rejection-sampling FT at the first arm's rollouts, same seeds
+        # (causal LMs only: exact sequence likelihoods; a masked-diffusion RFT would fit an ELBO, not done here)
+        for seed in range(seeds):
+            cfg = load_config(None, arm_config(name, selected[0], seed=seed, out=root / "runs" / f"rft-seed{seed}",
+                                                  rollouts=rollouts, smoke=smoke, base=base))
+            policy = load_base_policy(base_name, progress=False, steps=base_steps)
+            t0 = time.perf_counter()
+            rft = rejection_sampling_ft(policy, task.train, task.metric, rollouts=cfg.max_steps // cfg.num_iterations,
+                                        prompts_per_rollout=cfg.prompts_per_rollout, group_size=cfg.num_generations,
+                                        lr=cfg.learning_rate, seed=seed, generation=sampled_generation(recipe["family"], L))
+            secs = time.perf_counter() - t0
+            after, items = held_out_items(policy, rows, task.metric, recipe["family"], L, k)
+            arms.setdefault(RFT_ARM, []).append({"seed": seed, "after": after, "items": items, "seconds": secs, "records": [],
+                                                 "shortcut": [], "rft_accepted": sum(rft["accepted"])})
+            say(f"[{name}] {RFT_ARM}, seed {seed}: {sum(rft['accepted'])} of {rft['sampled']} samples kept, {secs:.0f} s: "
+                + "  ".join(f"{a} {v:.3f}" for a, v in after.items()))
     pk = f"pass@{k}"
-    head = ["arm", f"sampled acc. (T=1, {k} per row)", "gain (points)", "greedy acc.", "greedy gain", pk,
+    base_m = {m: [before_items[m]] for m in ("sampled", "greedy")}
+    ref_m = {m: [ref_items[m]] for m in ("sampled", "greedy")} if ref_items else None
+    head = ["model", f"sampled acc. (T=1, {k} per row) [95% CI]", "gain (points) [95% CI]", "greedy acc.",
+            "greedy gain [95% CI]", pk, "share of the gap to clean SFT closed (sampled) [95% CI]",
             "train reward, first / last 5 steps", "shortcut answers, first / last 5 steps", "KL to base (last step)", "s per run"]
-    table_rows = [["base model", fmt(before["sampled"]), "-", fmt(before["greedy"]), "-", fmt(before[pk]), "-", "-", "-", "-"]]
+    table_rows = [["base model", mean_interval(base_m["sampled"]).fmt(), "-", fmt(before["greedy"]), "-", fmt(before[pk]),
+                   "-", "-", "-", "-", "-"]]
+    if ref is not None:
+        table_rows.append([f"clean SFT at the same compute (`{CLEAN_REFERENCES[base_name]}`)", mean_interval(ref_m["sampled"]).fmt(),
+                           difference_interval(ref_m["sampled"], base_m["sampled"]).fmt(signed=True), fmt(ref["greedy"]),
+                           difference_interval(ref_m["greedy"], base_m["greedy"]).fmt(signed=True), fmt(ref[pk]), "1 (by definition)",
+                           "-", "-", "-", "-"])
+    intervals: dict[str, dict] = {}
     for arm, runs in arms.items():
-        def ms(key):
-            return mean_std([r["after"][key] for r in runs])
-
-        def gain(key):
-            m, s = mean_std([r["after"][key] - before[key] for r in runs])
-            return f"{100 * m:+.1f} ± {100 * s:.1f}"
-
-        first = mean_std([mean_std([y for _, y in curve(r["records"], "reward")][:5])[0] for r in runs])[0]
-        last = mean_std([mean_std([y for _, y in curve(r["records"], "reward")][-5:])[0] for r in runs])[0]
+        samp = [r["items"]["sampled"] for r in runs]
+        greedy = [r["items"]["greedy"] for r in runs]
+        ivs = {"sampled": mean_interval(samp), "gain": difference_interval(samp, base_m["sampled"]),
+               "greedy_gain": difference_interval(greedy, base_m["greedy"])}
+        if ref_m is not None and ref["sampled"] != before["sampled"]:
+            ivs["gap_closed"] = gap_closed_interval(samp, base_m["sampled"], ref_m["sampled"])
+            ivs["vs_clean_sft"] = difference_interval(samp, ref_m["sampled"])
+        intervals[arm] = ivs
+        rewards = [[y for _, y in curve(r["records"], "reward")] or [float("nan")] for r in runs]
+        first = mean_std([mean_std(y[:5])[0] for y in rewards])[0]
+        last = mean_std([mean_std(y[-5:])[0] for y in rewards])[0]
         kl = mean_std([([y for _, y in curve(r["records"], "diag/kl_k3")] or [float("nan")])[-1] for r in runs])[0]
         sc = [[y for _, y in r["shortcut"]] or [float("nan")] for r in runs]
         short = f"{100 * mean_std([mean_std(y[:5])[0] for y in sc])[0]:.1f} / {100 * mean_std([mean_std(y[-5:])[0] for y in sc])[0]:.1f}"
-        table_rows.append([arm, fmt(*ms("sampled")), gain("sampled"), fmt(*ms("greedy")), gain("greedy"), fmt(*ms(pk)),
+        table_rows.append([f"{arm} ({len(runs)} seeds)", ivs["sampled"].fmt(), ivs["gain"].fmt(signed=True),
+                           fmt(*mean_std([r["after"]["greedy"] for r in runs])), ivs["greedy_gain"].fmt(signed=True),
+                           fmt(*mean_std([r["after"][pk] for r in runs])),
+                           ivs["gap_closed"].fmt(scale=1.0, digits=2) if "gap_closed" in ivs else "-",
                            f"{100 * first:.1f} / {100 * last:.1f}", short, f"{kl:.3f}", f"{mean_std([r['seconds'] for r in runs])[0]:.0f}"])
     table = markdown_table(head, table_rows)
-    plot_curves({a: [curve(r["records"], "eval/accuracy") for r in runs] for a, runs in arms.items()}, root / "accuracy.png",
+    labels = [a for a in arms if a != RFT_ARM]
+    diffs = {}
+    for i, a in enumerate(labels):
+        for b in labels[i + 1 :] + ([RFT_ARM] if RFT_ARM in arms else []):
+            diffs[f"{a} - {b}"] = difference_interval([r["items"]["sampled"] for r in arms[a]], [r["items"]["sampled"] for r in arms[b]])
+        if ref_m is not None:
+            diffs[f"{a} - clean SFT"] = intervals[a].get("vs_clean_sft") or difference_interval(
+                [r["items"]["sampled"] for r in arms[a]], ref_m["sampled"])
+    if diffs:
+        table += "\n\n" + markdown_table(["difference, sampled accuracy (points)", "estimate [95% CI]", "claimed (interval excludes 0)"],
+                                          [[k_, v.fmt(signed=True), "yes" if v.excludes_zero else "no"] for k_, v in diffs.items()])
+    plot_curves({a: [curve(r["records"], "eval/accuracy") for r in runs] for a, runs in arms.items() if a != RFT_ARM}, root / "accuracy.png",
                 title=f"{name}: validation accuracy (one sampled answer per row, T = 1)", ylabel="accuracy")
     plot_curves({a: [curve(r["records"], "reward", smooth=5) for r in runs] for a, runs in arms.items()}, root / "reward.png",
                 title=f"{name}: training reward", ylabel="reward")
@@ -252,10 +361,22 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
     plot_curves({a: [curve(r["records"], "diag/kl_k3") for r in runs] for a, runs in arms.items()}, root / "kl.png",
                 title=f"{name}: KL to the base (k3, per token)", ylabel="KL")
     total = time.perf_counter() - t_all
-    results = {"name": name, "base": base_name, "before": before, "seeds": seeds, "seconds": total, "smoke": smoke, "table": table,
+    paired = paired_intervals(before_items, {a: [r["items"] for r in runs] for a, runs in arms.items()})
+    for line in paired.get("lines", []):
+        say(f"[{name}] {line}")
+    results = {"name": name, "base": base_name, "before": before, "before_items": before_items, "seeds": seeds, "seconds": total,
+               "smoke": smoke, "table": table, "protocol": "curves on validation, test once per run; paired bootstrap 95% CI "
+                                                          "over test rows and seeds",
+               "test_prompts": [r["prompt"] for r in rows],
+               "reference": None if ref is None else {"model": CLEAN_REFERENCES[base_name], "after": ref, "items": ref_items},
+               "intervals": paired,
+               "arm_intervals": {a: {x: v.to_dict() for x, v in ivs.items()} for a, ivs in intervals.items()},
+               "differences": {x: v.to_dict() for x, v in diffs.items()},
                "arms": {a: [{x: v for x, v in r.items() if x not in ("records", "shortcut")} for r in runs] for a, runs in arms.items()},
-               "configs": {a: arm_config(name, a, seed=0, out=Path("."), rollouts=rollouts, smoke=smoke, base=base) for a in arms}}
+               "configs": {a: arm_config(name, a, seed=0, out=Path("."), rollouts=rollouts, smoke=smoke, base=base)
+                           for a in arms if a != RFT_ARM}}
     (root / "results.json").write_text(json.dumps(results, indent=2, default=str))
-    (root / "table.md").write_text(table + f"\n\nBase `{base_name}`, {seeds} seeds per arm, {len(rows)} held-out rows, {total:.0f} s in all.\n")
+    (root / "table.md").write_text(table + f"\n\nBase `{base_name}`, {seeds} seeds per arm, {len(rows)} test rows (multisets never "
+                                   f"seen in training), {total:.0f} s in all.\n")
     logger.info("\n" + table + f"\n\n{root}  ({total:.0f} s)")
     return results

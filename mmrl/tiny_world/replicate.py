@@ -85,14 +85,15 @@ def arm_config(name: str, arm: str, *, seed: int, rollouts: int, out: Path, smok
     return cfg
 
 
-def run_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int = 3, rollouts: int | None = None,
+def run_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int = 5, rollouts: int | None = None,
                    smoke: bool = False, progress: bool = True) -> dict[str, Any]:
     from mmrl.config.train_config import load_config
     from mmrl.data.tasks import load_task
     from mmrl.tiny_world import register
     from mmrl.reporting.metrics_log import read_metrics
     from mmrl.tiny_world.models import load_base_policy
-    from mmrl.tiny_world.quickstart import evaluate_base
+    from mmrl.tiny_world.quickstart import evaluate_items
+    from mmrl.tiny_world.stats import difference_interval
     from mmrl.tiny_world.report import curve, fmt, markdown_table, mean_std, plot_curves
     from mmrl.training.trainer import Trainer
 
@@ -107,7 +108,7 @@ def run_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int 
     task = load_task("sudoku4")
     test = task.test[: 16 if smoke else QUICKSTART_RECIPE["eval_limit"]]  # once per run, at the end
     val = task.validation[: len(test)]  # the curves
-    base = evaluate_base(load_base_policy("sudoku4", progress=progress), test, task.metric)
+    base, base_items = evaluate_items(load_base_policy("sudoku4", progress=progress), test, task.metric)
     t_all = time.perf_counter()
     arms: dict[str, list[dict]] = {}
     for arm in COMPARISONS[name]:
@@ -120,24 +121,30 @@ def run_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int 
             t0 = time.perf_counter()
             Trainer(cfg, policy=policy, dataset=task.train, reward_funcs=task.reward_funcs, eval_dataset=val,
                     eval_metric=task.metric).train()
-            acc = evaluate_base(policy, test, task.metric)
+            acc, items = evaluate_items(policy, test, task.metric)  # the test rows, once per run
             records = read_metrics(run_dir)
-            arms.setdefault(arm, []).append({"seed": seed, "accuracy": acc, "seconds": time.perf_counter() - t0, "records": records})
+            arms.setdefault(arm, []).append({"seed": seed, "accuracy": acc, "items": items, "seconds": time.perf_counter() - t0,
+                                             "records": records})
             if progress:
                 logger.info(f"      held-out cell accuracy {100 * acc:.1f}% (base {100 * base:.1f}%)")
-    rows = [["base model", fmt(base), "-", "-"]]
+    rows = [["base model", fmt(base), "-", "-", "-"]]
+    gains = {}
     for arm, runs in arms.items():
         m, s = mean_std([r["accuracy"] for r in runs])
         g = mean_std([r["accuracy"] - base for r in runs])
         rew = mean_std([mean_std([y for _, y in curve(r["records"], "reward")][-5:])[0] for r in runs])
-        rows.append([arm, fmt(m, s), f"{100 * g[0]:+.1f} ± {100 * g[1]:.1f}", fmt(*rew)])
-    table = markdown_table(["arm", "held-out cell accuracy (%)", "gain (points)", "train reward, last 5 steps (%)"], rows)
+        gains[arm] = difference_interval([r["items"] for r in runs], [base_items])
+        rows.append([arm, fmt(m, s), f"{100 * g[0]:+.1f} ± {100 * g[1]:.1f}", gains[arm].fmt(signed=True), fmt(*rew)])
+    table = markdown_table(["arm", "test cell accuracy (%)", "gain (points, mean ± std)",
+                            "gain, per-puzzle mean [95% CI]", "train reward, last 5 steps (%)"], rows)
     plot_curves({a: [curve(r["records"], "eval/accuracy") for r in runs] for a, runs in arms.items()}, root / "accuracy.png",
                 title=f"{name}: validation Sudoku cell accuracy", ylabel="cell accuracy")
     plot_curves({a: [curve(r["records"], "reward", smooth=5) for r in runs] for a, runs in arms.items()}, root / "reward.png",
                 title=f"{name}: training reward", ylabel="reward")
     total = time.perf_counter() - t_all
-    results = {"name": name, "base": base, "seeds": seeds, "rollouts": rollouts, "seconds": total, "smoke": smoke,
+    results = {"name": name, "base": base, "base_items": base_items, "test_puzzles": [r["puzzle"] for r in test],
+               "gains": {a: iv.to_dict() for a, iv in gains.items()},
+               "seeds": seeds, "rollouts": rollouts, "seconds": total, "smoke": smoke,
                "arms": {a: [{k: v for k, v in r.items() if k != "records"} for r in runs] for a, runs in arms.items()},
                "configs": {a: arm_config(name, a, seed=0, rollouts=rollouts, out=Path("."), smoke=smoke) for a in arms}}
     (root / "results.json").write_text(json.dumps(results, indent=2, default=str))
@@ -158,22 +165,36 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
     parser.add_argument("name", choices=sorted(COMPARISONS) + sorted(RUNNERS) + sorted(REASONING), help="the comparison to run")
     parser.add_argument("--out", default="runs/replicate", help="results go to OUT/NAME (replaced if it exists)")
-    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--seeds", type=int, default=5, help="training seeds per arm (the intervals resample them)")
+    parser.add_argument("--n-samples", type=int, default=None, help="gcpo-vs-grpo: test images per prompt (default 4)")
+    parser.add_argument("--no-baselines", action="store_true", help="gcpo-vs-grpo and the Countdown comparisons: "
+                        "skip the clean-data base, best-of-n and rejection-sampling rows")
     parser.add_argument("--rollouts", type=int, default=None, help="rollout batches per arm (default: the comparison's)")
     parser.add_argument("--steps", type=int, default=None, help="optimizer steps per run (the shapes comparisons; default: the recipe's)")
     parser.add_argument("--base", default=None, help="the Countdown comparisons: another tiny causal Countdown base "
-                        "(default: the recipe's; e.g. countdown3-ar, the base trained on right answers only)")
+                        "(default: the recipe's; e.g. countdown3-ar, the base trained on right answers only); "
+                        "gcpo-vs-grpo: shapes (default, noisy captions) or shapes-clean")
     parser.add_argument("--smoke", action="store_true", help="2 rollouts per arm, 16 test puzzles (plumbing check)")
 
 
 def run(args: argparse.Namespace) -> int:
     from mmrl.tiny_world.reasoning_rl import COMPARISONS as REASONING, run_reasoning_comparison
 
-    if args.base is not None and args.name not in REASONING:
-        raise SystemExit(f"--base applies to the Countdown comparisons {sorted(REASONING)}, not {args.name!r}")
+    if args.base is not None and args.name not in REASONING and args.name != "gcpo-vs-grpo":
+        raise SystemExit(f"--base applies to gcpo-vs-grpo and the Countdown comparisons {sorted(REASONING)}, not {args.name!r}")
+    if args.seeds < 1:
+        raise SystemExit(f"--seeds must be >= 1, got {args.seeds}")
+    if args.name == "gcpo-vs-grpo":
+        from mmrl.tiny_world.shapes_rl import run_gcpo_vs_grpo
+
+        if args.base not in (None, "shapes", "shapes-clean"):
+            raise SystemExit(f"gcpo-vs-grpo --base must be shapes or shapes-clean, got {args.base!r}")
+        run_gcpo_vs_grpo(args.out, seeds=args.seeds, smoke=args.smoke, steps=args.steps, n_samples=args.n_samples,
+                         base=args.base or "shapes", baselines=not args.no_baselines)
+        return 0
     if args.name in REASONING:
         run_reasoning_comparison(args.name, args.out, seeds=args.seeds, smoke=args.smoke, rollouts=args.rollouts,
-                                 base=args.base)
+                                 base=args.base, baselines=not args.no_baselines)
         return 0
     if args.name in RUNNERS:
         import importlib

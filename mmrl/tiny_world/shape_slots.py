@@ -3,7 +3,7 @@
 The canvas is `SLOTS` x `SLOTS` slots of `PITCH` x `PITCH` cells (a 16 x 16 cell grid); a slot is empty or holds one
 shape pattern (3 x 3 cells, top-left corner of the slot, one cell of background to its right and below, so shapes
 never touch). One image token is one slot: code 0 is the empty slot, code 1 + s * C + c is shape `SHAPE_NAMES[s]` in
-colour `COLORS[c]` (22 codes for 3 shapes x 7 colours). The codebook's entries are pixel patches, like a VQ
+colour `COLORS[c]` (201 codes for 20 shapes x 10 colours). The codebook's entries are pixel patches, like a VQ
 codebook whose codes happen to be whole objects, so an image decoded from codes is an ordinary picture: it is
 scored by the pixel-level `shapes` detector (`mmrl.tiny_world.shapes.detect` with `grid=SLOT_GRID`) under the GenEval rules,
 and the detector and rules stay the real ones.

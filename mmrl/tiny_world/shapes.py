@@ -1,4 +1,4 @@
-"""The shapes world: text-to-image over coloured squares, circles and triangles drawn on a cell grid.
+"""The shapes world: text-to-image over 20 coloured shapes (squares, circles, triangles, rings, ...) on a cell grid.
 
 A scene is a `grid` x `grid` array of palette indices (`PALETTE[0]` is the grey background); every cell is one
 flat colour, drawn as a `cell_px` x `cell_px` block of pixels. Each shape is a fixed 3 x 3 cell pattern in one
@@ -7,7 +7,7 @@ same-colour cells whose pattern is one of `SHAPES`. Prompts and scores use the G
 names (`mmrl geneval prompts --vocabulary shapes`), so the GenEval rules apply unchanged (docs/geneval.md).
 
 A tiny Janus model's image tokens are exactly these cells: `PALETTE` lists (name, RGB) with index 0 = background and
-its RGB values are the first eight colours of `mmrl.models.image_codecs.DEFAULT_PALETTE`, so
+its RGB values are the first eleven colours of `mmrl.models.image_codecs.DEFAULT_PALETTE`, so
 `PaletteCodec.default(len(PALETTE), grid=(GRID, GRID), cell_px=...)` encodes and decodes these images exactly.
 """
 from __future__ import annotations
@@ -28,23 +28,54 @@ PALETTE: list[tuple[str, tuple[int, int, int]]] = [
     ("purple", (150, 60, 190)),
     ("orange", (245, 140, 30)),
     ("white", (255, 255, 255)),
+    ("black", (20, 20, 20)),
+    ("pink", (240, 130, 190)),
+    ("brown", (130, 80, 40)),
 ]
 """(GenEval colour name, RGB) per palette index; index 0 is the background."""
 BACKGROUND = 0
 COLORS: tuple[str, ...] = tuple(name for name, _ in PALETTE[1:])
 """The colour vocabulary of the world (GenEval colour names)."""
+CLASSIC_COLORS: tuple[str, ...] = COLORS[:7]
+"""The world's original seven colours (the question-answering world keeps them)."""
 GRID = 12
 """Default cells per side."""
 CELL_PX = 8
 """Default pixels per cell side (images are GRID * CELL_PX = 96 px square)."""
 
+def _pattern(rows: str) -> np.ndarray:
+    return np.array([[ch == "#" for ch in row] for row in rows.split("/")], dtype=bool)
+
+
 SHAPES: dict[str, np.ndarray] = {
-    "square": np.array([[1, 1, 1], [1, 1, 1], [1, 1, 1]], dtype=bool),
-    "circle": np.array([[0, 1, 0], [1, 1, 1], [0, 1, 0]], dtype=bool),
-    "triangle": np.array([[1, 0, 0], [1, 1, 0], [1, 1, 1]], dtype=bool),
+    # the first three are the world's original shapes; the others widen the vocabulary so that every GenEval task
+    # has enough held-out compositions for a test set (mmrl.tiny_world.shapes_split)
+    "square": _pattern("###/###/###"),
+    "circle": _pattern(".#./###/.#."),
+    "triangle": _pattern("#../##./###"),
+    "ring": _pattern("###/#.#/###"),
+    "tee": _pattern("###/.#./.#."),
+    "ell": _pattern("#../#../###"),
+    "arch": _pattern("###/#.#/#.#"),
+    "cup": _pattern("#.#/#.#/###"),
+    "zigzag": _pattern("##./.#./.##"),
+    "stair": _pattern("#../##./.##"),
+    "hook": _pattern("###/..#/.##"),
+    "fork": _pattern(".#./###/#.#"),
+    "wedge": _pattern("..#/.##/###"),
+    "heart": _pattern("#.#/###/.#."),
+    "bracket": _pattern("###/#../###"),
+    "anchor": _pattern(".#./###/###"),
+    "crown": _pattern("#.#/###/###"),
+    "kite": _pattern(".#./##./###"),
+    "flag": _pattern("###/##./#.."),
+    "key": _pattern(".##/###/##."),
 }
-"""Shape name -> its 3 x 3 cell pattern (True = painted)."""
+"""Shape name -> its 3 x 3 cell pattern (True = painted): 20 distinct 4-connected patterns that fill their 3 x 3 box
+(a test checks both), so the detector's components map to exactly one shape."""
 SHAPE_NAMES: tuple[str, ...] = tuple(SHAPES)
+CLASSIC_SHAPES: tuple[str, ...] = SHAPE_NAMES[:3]
+"""The world's original three shapes, which the question-answering world (`mmrl.tiny_world.shapes_vqa`) keeps."""
 PATTERN = 3
 """Side of every shape pattern, in cells."""
 GAP = 1

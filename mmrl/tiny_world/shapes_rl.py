@@ -56,10 +56,6 @@ SMOKE = {"max_steps": 2, "eval_steps": 1, "gradient_accumulation_steps": 1, "per
          "save_steps": 2, "credit_steps": 1}
 """`--smoke`: two small steps per arm (CI plumbing check)."""
 
-FINAL_PER_TASK = 256
-"""Held-out images per GenEval task for the before / after figures (1,536 images: the overall figure's standard
-error is about 1 point; the curves use `shapes_eval.PER_TASK`)."""
-
 GRID_PROMPTS = 12
 """Held-out prompts shown in the before/after image grid (two per GenEval task)."""
 
@@ -94,43 +90,71 @@ def _images(policy, rows: list[dict], generation: dict[str, Any] | None = None) 
     return list(policy.sample([r["prompt"] for r in rows], 1, seeds=list(range(len(rows))), **gen).completions)
 
 
-def run_gcpo_vs_grpo(out: str | Path = "runs/replicate", *, seeds: int = 3, smoke: bool = False, steps: int | None = None,
-                     progress: bool = True, per_task: int | None = None) -> dict[str, Any]:
-    """Run both arms over `seeds`; returns the results dict also written to `<out>/gcpo-vs-grpo/results.json`."""
-    return run_shapes_rl(Path(out) / "gcpo-vs-grpo", list(ARMS), seeds=seeds, smoke=smoke, steps=steps,
-                         progress=progress, per_task=per_task, name="gcpo-vs-grpo")
+def run_gcpo_vs_grpo(out: str | Path = "runs/replicate", *, seeds: int = 5, smoke: bool = False, steps: int | None = None,
+                     progress: bool = True, n_samples: int | None = None, base: str = "shapes",
+                     baselines: bool = True) -> dict[str, Any]:
+    """Run both arms over `seeds` from `base`, beside the baselines; returns the results dict also written to
+    `<out>/gcpo-vs-grpo[-<base>]/results.json`."""
+    name = "gcpo-vs-grpo" if base == "shapes" else f"gcpo-vs-grpo-{base}"
+    return run_shapes_rl(Path(out) / name, list(ARMS), seeds=seeds, smoke=smoke, steps=steps, progress=progress,
+                         n_samples=n_samples, name=name, base=base, baselines=baselines)
 
 
 BASE_SMOKE_STEPS = 20
 """Pre-training steps of the base model under `smoke` (a separately cached, untrained-looking model)."""
 
+CLEAN_REFERENCE = "shapes-clean"
+"""The base pre-trained on correct captions at the same compute: the reference of "share of the gap closed"."""
 
-def run_shapes_rl(root: str | Path, arms: list[str], *, seeds: int = 3, smoke: bool = False, steps: int | None = None,
-                  progress: bool = True, per_task: int | None = None, name: str = "shapes-rl", base: str = "shapes",
+RFT_ARM = "RFT"
+"""The rejection-sampling fine-tuning baseline (`mmrl.tiny_world.rft`) at the RL arms' rollouts."""
+
+
+def _rft(policy, cfg, rows: list[dict]) -> dict[str, Any]:
+    """RFT with an RL arm's budget: its rollout batches (prompts x images), sampler, learning rate and seed."""
+    from mmrl.tiny_world.rft import rejection_sampling_ft
+
+    per_rollout = cfg.per_device_train_batch_size * cfg.gradient_accumulation_steps
+    return rejection_sampling_ft(policy, rows, "geneval", rollouts=cfg.max_steps, prompts_per_rollout=per_rollout // cfg.num_generations,
+                                 group_size=cfg.num_generations, lr=cfg.learning_rate, seed=cfg.seed,
+                                 generation={"cfg_scale": cfg.cfg_scale, "temperature": cfg.temperature})
+
+
+def run_shapes_rl(root: str | Path, arms: list[str], *, seeds: int = 5, smoke: bool = False, steps: int | None = None,
+                  progress: bool = True, n_samples: int | None = None, name: str = "shapes-rl", base: str = "shapes",
                   recipe: dict[str, Any] | None = None, arm_table: dict[str, dict[str, Any]] | None = None,
-                  eval_generation: dict[str, Any] | None = None) -> dict[str, Any]:
+                  eval_generation: dict[str, Any] | None = None, baselines: bool = False) -> dict[str, Any]:
     """Train each arm of `arm_table` (default `ARMS`) named in `arms` over `seeds` from the tiny-world base `base`
-    with `recipe` (default `SHAPES_RL`) and report into `root` (replaced if it exists): per-task held-out GenEval
-    before and after (sampled with `shapes_eval.EVAL_GENERATION` updated by `eval_generation`), curves, the image
-    grid and GCPO's credit picture (when a GCPO arm ran)."""
+    with `recipe` (default `SHAPES_RL`) and report into `root` (replaced if it exists).
+
+    The protocol: training curves on the validation prompts (`task.validation`), the test prompts evaluated once per
+    run at the end (`shapes_eval.geneval_items`: `n_samples` images per prompt, per-prompt scores in results.json),
+    paired-bootstrap 95% intervals over prompts and seeds (`mmrl.tiny_world.stats`, prompts grouped by GenEval
+    task) for every gain over the base and for the difference between the first two arms. With `baselines`, the
+    table also has the base pre-trained on clean captions at the same compute (`CLEAN_REFERENCE`, and each arm's
+    share of the base-to-clean gap), best-of-n from the base (n = `n_samples`, the GenEval verifier picking) and
+    rejection-sampling fine-tuning at the arms' rollouts (`RFT_ARM`, over the same seeds)."""
     from mmrl.config.train_config import load_config
     from mmrl.data.tasks import load_task
     from mmrl.geneval.rules import TASKS
     from mmrl.reporting.metrics_log import read_metrics
     from mmrl.tiny_world import register
     from mmrl.tiny_world.models import ensure_built, load_base_policy
-    from mmrl.tiny_world.report import curve, fmt, image_grid, markdown_table, mean_std, plot_curves
-    from mmrl.tiny_world.shapes_eval import PER_TASK, balanced_rows, geneval_accuracy
+    from mmrl.tiny_world.report import curve, image_grid, markdown_table, plot_curves
+    from mmrl.tiny_world.shapes_eval import N_SAMPLES, PER_TASK, balanced_rows, best_of_n, geneval_items
+    from mmrl.tiny_world.stats import difference_interval, gap_closed_interval, mean_interval
     from mmrl.training.trainer import Trainer
 
     arm_table = arm_table or ARMS
     unknown = sorted(set(arms) - set(arm_table))
     if unknown or not arms:
         raise ValueError(f"unknown arms {unknown or arms}; valid: {list(arm_table)}")
+    if int(seeds) < 1:
+        raise ValueError(f"seeds must be >= 1, got {seeds}")
     arm_kw = {"recipe": recipe, "arm_table": arm_table}
     say = print if progress else (lambda *a, **k: None)
-    per_task = per_task or (4 if smoke else FINAL_PER_TASK)  # before / after figures
-    curve_per_task = 4 if smoke else PER_TASK  # the trainer's evaluations during training (curves)
+    n_samples = n_samples or (1 if smoke else N_SAMPLES)
+    curve_per_task = 4 if smoke else PER_TASK // 4  # the trainer's evaluations during training (validation curves)
     root = Path(root)
     if root.exists():
         shutil.rmtree(root)
@@ -142,49 +166,117 @@ def run_shapes_rl(root: str | Path, arms: list[str], *, seeds: int = 3, smoke: b
     base_dir = ensure_built(base, progress=progress, steps=base_steps)
     build_s = time.perf_counter() - t0
     task = load_task("shapes")
-    eval_rows = balanced_rows(task.test, curve_per_task)
-    base_policy = load_base_policy(base, progress=False, steps=base_steps)
+    test = task.test[:: max(1, len(task.test) // 24)] if smoke else task.test  # once per run, at the end
+    val_rows = balanced_rows(task.validation, curve_per_task)  # the curves and every choice
     eval_gen = dict(eval_generation or {})
-    before, _ = geneval_accuracy(base_policy, task.test, per_task=per_task, **eval_gen)
-    say("base model, held-out GenEval: " + "  ".join(f"{k} {v:.3f}" for k, v in before.items()))
-    grid_rows = _grid_rows(task.test)
+
+    def test_items(policy) -> dict[str, Any]:
+        return geneval_items(policy, test, n_samples=n_samples, **eval_gen)
+
+    base_policy = load_base_policy(base, progress=False, steps=base_steps)
+    before = test_items(base_policy)
+    say("base model, test GenEval: " + "  ".join(f"{k} {v:.3f}" for k, v in before["per_task"].items()))
+    reference = None
+    if baselines:
+        ensure_built(CLEAN_REFERENCE, progress=progress, steps=base_steps)
+        reference = test_items(load_base_policy(CLEAN_REFERENCE, progress=False, steps=base_steps))
+        say("clean-caption base, test GenEval: " + "  ".join(f"{k} {v:.3f}" for k, v in reference["per_task"].items()))
+    grid_rows = _grid_rows(test)
     grid_images = {"base": _images(base_policy, grid_rows, eval_gen)}
     by_arm: dict[str, list[dict]] = {}
-    for arm in arms:
+    labels = list(arms) + ([RFT_ARM] if baselines else [])
+    for arm in labels:
         for seed in range(seeds):
             run_dir = root / "runs" / f"{re.sub(r'[^a-z0-9]+', '_', arm.lower())}-seed{seed}"
-            cfg = load_config(None, arm_config(arm, seed=seed, out=run_dir, smoke=smoke, steps=steps, **arm_kw))
-            say(f"[{name}] {arm}, seed {seed + 1}/{seeds}: {cfg.max_steps} steps of "
+            cfg_arm = arm if arm != RFT_ARM else arms[0]  # RFT takes the first RL arm's budget and sampler
+            cfg = load_config(None, arm_config(cfg_arm, seed=seed, out=run_dir, smoke=smoke, steps=steps, **arm_kw))
+            say(f"[{name}] {arm}, seed {seed + 1}/{seeds}: {cfg.max_steps} rollout batches of "
                 f"{cfg.prompts_per_rollout} prompts x {cfg.num_generations} images")
             policy = load_base_policy(base, progress=False, steps=base_steps)
             t0 = time.perf_counter()
-            Trainer(cfg, policy=policy, dataset=task.train, eval_dataset=eval_rows, eval_metric="geneval").train()
+            extra: dict[str, Any] = {}
+            if arm == RFT_ARM:
+                extra["rft"] = _rft(policy, cfg, task.train)
+                records: list[dict] = []
+            else:
+                Trainer(cfg, policy=policy, dataset=task.train, eval_dataset=val_rows, eval_metric="geneval").train()
+                records = read_metrics(run_dir)
             train_s = time.perf_counter() - t0
-            after, _ = geneval_accuracy(policy, task.test, per_task=per_task, **eval_gen)
-            by_arm.setdefault(arm, []).append({"seed": seed, "after": after, "train_seconds": train_s,
-                                             "records": read_metrics(run_dir)})
+            after = test_items(policy)
+            val_curve = curve(records, "eval/accuracy")
+            by_arm.setdefault(arm, []).append({"seed": seed, "after": after["per_task"], "items": after["scores"],
+                                             "validation_last": val_curve[-1][1] if val_curve else None,
+                                             "train_seconds": train_s, "records": records, **extra})
             if seed == 0:
                 grid_images[arm] = _images(policy, grid_rows, eval_gen)
-            say(f"      held-out overall {after['overall']:.3f} (base {before['overall']:.3f}), {train_s:.0f} s")
+            say(f"      test overall {after['per_task']['overall']:.3f} (base {before['per_task']['overall']:.3f}), {train_s:.0f} s")
+    # ---- intervals (paired over prompts, grouped by GenEval task; seeds resampled per arm)
+    groups = before["tags"]
+    base_m = [before["scores"]]
+    iv = lambda f, *a: f(*a, groups=groups)  # noqa: E731
+    rows_out: dict[str, dict[str, Any]] = {"base": {"per_task": before["per_task"], "overall": iv(mean_interval, base_m)}}
+    if baselines:
+        bon = best_of_n(before)
+        rows_out[f"best-of-{n_samples} (base)"] = {"per_task": bon["per_task"], "overall": iv(mean_interval, [bon["scores"]]),
+                                                   "gain": iv(difference_interval, [bon["scores"]], base_m)}
+        rows_out["clean-caption base (same compute)"] = {"per_task": reference["per_task"],
+                                                         "overall": iv(mean_interval, [reference["scores"]]),
+                                                         "gain": iv(difference_interval, [reference["scores"]], base_m)}
+    for arm, runs in by_arm.items():
+        m = [r["items"] for r in runs]
+        per_task = {k: sum(r["after"][k] for r in runs) / len(runs) for k in runs[0]["after"]}
+        row = {"per_task": per_task, "overall": iv(mean_interval, m), "gain": iv(difference_interval, m, base_m)}
+        if baselines:
+            ref = [reference["scores"]]
+            row["vs clean base"] = iv(difference_interval, m, ref)
+            if reference["per_task"]["overall"] != before["per_task"]["overall"]:
+                row["gap closed"] = iv(gap_closed_interval, m, base_m, ref)
+        rows_out[arm] = row
+    # per task, and over the five compositional tasks (single_object names one shape: nothing is held out there)
+    def restrict(m, keep):
+        return [[row[i] for i in keep] for row in m]
+
+    task_gains: dict[str, dict[str, Any]] = {}
+    comp = [i for i, t in enumerate(groups) if t != "single_object"]
+    for arm, runs in by_arm.items():
+        m = [r["items"] for r in runs]
+        gains = {t: difference_interval(restrict(m, k), restrict(base_m, k))
+                 for t in TASKS if (k := [i for i, g in enumerate(groups) if g == t])}
+        if comp:
+            gains["compositional (5 tasks)"] = difference_interval(restrict(m, comp), restrict(base_m, comp),
+                                                                   groups=[groups[i] for i in comp])
+        task_gains[arm] = gains
+    differences = {}
+    rl = [a for a in by_arm if a != RFT_ARM]
+    pairs = [(rl[1], rl[0])] if len(rl) > 1 else []
+    if baselines:
+        pairs += [(a, RFT_ARM) for a in rl]
+    for a, b in pairs:
+        differences[f"{a} - {b}"] = iv(difference_interval, [r["items"] for r in by_arm[a]], [r["items"] for r in by_arm[b]])
     # ---- report
-    header = ["GenEval task", "base"] + [f"{a} ({seeds} seed{'s' if seeds > 1 else ''})" for a in by_arm]
-    rows = []
-    for key in list(TASKS) + ["overall"]:
-        row = [key, fmt(before[key])]
-        for runs in by_arm.values():
-            m, sd = mean_std([r["after"][key] for r in runs])
-            row.append(fmt(m, sd) if seeds > 1 else fmt(m))
-        rows.append(row)
-    gains = {a: mean_std([r["after"]["overall"] - before["overall"] for r in runs]) for a, runs in by_arm.items()}
-    rows.append(["gain, overall (points)", "-"] + [f"{100 * m:+.1f}" + (f" ± {100 * s:.1f}" if seeds > 1 else "")
-                                                   for m, s in gains.values()])
-    secs = {a: mean_std([r["train_seconds"] for r in runs])[0] for a, runs in by_arm.items()}
-    rows.append(["seconds per run", "-"] + [f"{s:.0f}" for s in secs.values()])
-    table = markdown_table(header, rows)
-    plot_curves({a: [curve(r["records"], "eval/accuracy") for r in runs] for a, runs in by_arm.items()}, root / "accuracy.png",
-                title="held-out GenEval (shapes), mean over the six tasks", ylabel="accuracy", baseline=before["overall"])
-    plot_curves({a: [curve(r["records"], "reward", smooth=5) for r in runs] for a, runs in by_arm.items()}, root / "reward.png",
-                title="training reward (GenEval strict)", ylabel="reward")
+    head = ["model"] + list(TASKS) + ["overall [95% CI]", "gain vs base (points) [95% CI]"]
+    if baselines:
+        head += ["vs clean-caption base [95% CI]", "share of the gap closed [95% CI]"]
+    table_rows = []
+    for label, row in rows_out.items():
+        shown = label if label in ("base",) or label.startswith(("best-of", "clean")) else f"{label} ({seeds} seed{'s' if seeds > 1 else ''})"
+        cells = [shown] + [f"{100 * row['per_task'].get(t, float('nan')):.1f}" for t in TASKS] + [row["overall"].fmt()]
+        cells.append(row["gain"].fmt(signed=True) if "gain" in row else "-")
+        if baselines:
+            cells.append(row["vs clean base"].fmt(signed=True) if "vs clean base" in row else "-")
+            cells.append(row["gap closed"].fmt(scale=1.0, digits=2) if "gap closed" in row else "-")
+        table_rows.append(cells)
+    table = markdown_table(head, table_rows)
+    if differences:
+        table += "\n\n" + markdown_table(["difference (points)", "estimate [95% CI]", "claimed (interval excludes 0)"],
+                                          [[k, v.fmt(signed=True), "yes" if v.excludes_zero else "no"] for k, v in differences.items()])
+    gain_keys = list(next(iter(task_gains.values())))
+    table += "\n\n" + markdown_table(["gain vs base by task (points) [95% CI]"] + gain_keys,
+                                      [[a] + [g[k].fmt(signed=True) for k in gain_keys] for a, g in task_gains.items()])
+    plot_curves({a: [curve(r["records"], "eval/accuracy") for r in runs] for a, runs in by_arm.items() if a != RFT_ARM},
+                root / "accuracy.png", title="validation GenEval (shapes), mean over the six tasks", ylabel="accuracy")
+    plot_curves({a: [curve(r["records"], "reward", smooth=5) for r in runs] for a, runs in by_arm.items() if a != RFT_ARM},
+                root / "reward.png", title="training reward (GenEval strict)", ylabel="reward")
     titles, images = [], []
     for label, ims in grid_images.items():
         images += ims
@@ -194,14 +286,22 @@ def run_shapes_rl(root: str | Path, arms: list[str], *, seeds: int = 3, smoke: b
     if credit:
         shutil.copy(credit[-1], root / "credit.png")
     total = time.perf_counter() - t_all
-    results = {"name": name, "before": before, "seeds": seeds, "seconds": total, "smoke": smoke,
-               "build_seconds": build_s, "model": str(base_dir), "per_task_images": per_task, "table": table,
-               "eval_generation": eval_gen,
+    results = {"name": name, "protocol": "curves on validation, test once per run; paired bootstrap 95% CI over prompts "
+                                         "(grouped by GenEval task) and seeds",
+               "base": base, "seeds": seeds, "seconds": total, "smoke": smoke, "build_seconds": build_s, "model": str(base_dir),
+               "n_samples": n_samples, "table": table, "eval_generation": eval_gen,
+               "test_prompts": before["prompts"], "test_tags": groups,
+               "before": before["per_task"], "before_items": before["scores"], "before_samples": before["samples"],
+               "reference": None if reference is None else {"model": CLEAN_REFERENCE, "per_task": reference["per_task"],
+                                                            "items": reference["scores"]},
+               "rows": {k: {x: (v.to_dict() if hasattr(v, "to_dict") else v) for x, v in row.items()} for k, row in rows_out.items()},
+               "differences": {k: v.to_dict() for k, v in differences.items()},
+               "task_gains": {a: {k: v.to_dict() for k, v in g.items()} for a, g in task_gains.items()},
                "arms": {a: [{k: v for k, v in r.items() if k != "records"} for r in runs] for a, runs in by_arm.items()},
                "configs": {a: arm_config(a, seed=0, out=Path("."), smoke=smoke, steps=steps, **arm_kw) for a in arms},
                "grid_prompts": [r["prompt"] for r in grid_rows]}
     (root / "results.json").write_text(json.dumps(results, indent=2, default=str))
-    (root / "table.md").write_text(table + f"\n\n{seeds} seeds per arm, {per_task} held-out images per GenEval task, "
-                                   f"{total:.0f} s in all.\n")
+    (root / "table.md").write_text(table + f"\n\nBase `{base}`, {seeds} seeds per arm, {len(test)} test prompts x "
+                                   f"{n_samples} images, {total:.0f} s in all.\n")
     logger.info("\n" + table + f"\n\n{root}  ({total:.0f} s)")
     return results

@@ -32,7 +32,8 @@ from functools import lru_cache
 import numpy as np
 
 from mmrl.algorithms.registry import REWARDS
-from mmrl.tiny_world.shapes import COLORS, GAP, GRID, PATTERN, SHAPE_NAMES, Scene, SceneObject
+from mmrl.tiny_world.shapes import CLASSIC_COLORS as COLORS, CLASSIC_SHAPES as SHAPE_NAMES  # its original vocabulary
+from mmrl.tiny_world.shapes import GAP, GRID, PATTERN, Scene, SceneObject
 from mmrl.data.tasks import TASKS, Task
 from mmrl.rewards.completions import completion_text
 
@@ -50,6 +51,8 @@ TRAIN_SCENES, TEST_SCENES = 3000, 200
 """Scenes per split (about 3 rows per scene)."""
 TRAIN_SEED, TEST_SEED = 101, 202
 """Seeds of the two scene streams (disjoint `random.Random` streams; duplicates are removed on top)."""
+VALIDATION_SCENES, VALIDATION_SEED = 100, 303
+"""Validation scenes (curves and choices) and their stream; none of them is a test or training scene."""
 ANSWER_WORDS: tuple[str, ...] = tuple(str(k) for k in range(MAX_SHAPES + 1)) + COLORS + SHAPE_NAMES + ("left", "right")
 """Every answer the task can have."""
 
@@ -121,14 +124,18 @@ def cells_key(scene: Scene) -> bytes:
 def _shapes_vqa_task() -> Task:
     test_scenes = _scenes(TEST_SCENES, TEST_SEED)
     held = {cells_key(s) for s in test_scenes}
+    val_scenes = [s for s in _scenes(VALIDATION_SCENES, VALIDATION_SEED) if cells_key(s) not in held]
+    held |= {cells_key(s) for s in val_scenes}
     train_all = _scenes(TRAIN_SCENES, TRAIN_SEED)
     train_scenes = [s for s in train_all if cells_key(s) not in held]
     rng = random.Random(7)
     train = [r for i, s in enumerate(train_scenes) for r in scene_rows(s, rng, f"train-{i}")]
     test = [r for i, s in enumerate(test_scenes) for r in scene_rows(s, rng, f"test-{i}")]
-    info = {"train_scenes": len(train_scenes), "test_scenes": len(test_scenes), "dropped_duplicates": len(train_all) - len(train_scenes),
-            "train_rows": len(train), "test_rows": len(test), "image_px": IMAGE_PX}
-    return Task("shapes_vqa", train, test, ["shapes_vqa"], "shapes_vqa", family="vlm", info=info)
+    validation = [r for i, s in enumerate(val_scenes) for r in scene_rows(s, random.Random(8 + i), f"validation-{i}")]
+    info = {"train_scenes": len(train_scenes), "validation_scenes": len(val_scenes), "test_scenes": len(test_scenes),
+            "dropped_duplicates": len(train_all) - len(train_scenes), "train_rows": len(train), "test_rows": len(test),
+            "validation_rows": len(validation), "image_px": IMAGE_PX}
+    return Task("shapes_vqa", train, test, ["shapes_vqa"], "shapes_vqa", family="vlm", info=info, validation=validation)
 
 
 @TASKS.register("shapes_vqa")

@@ -82,7 +82,7 @@ SPLITS = ("train", "validation", "test")
 """The three splits of every tiny-world task: train (RL and pre-training rows), validation (training curves and
 every choice of recipe, step count or base) and test (evaluated once per reported run, never for a choice)."""
 
-TASK_VERSIONS: dict[str, int] = {"sudoku4": 2, "countdown3": 2, "shapes": 2}
+TASK_VERSIONS: dict[str, int] = {"sudoku4": 2, "countdown3": 2, "shapes": 2, "shapes_vqa": 2}
 """Version of each task's generated data and split; part of a tiny base model's cache key (`TinySpec.key`), so a
 base pre-trained on an older split is rebuilt instead of silently reused. 2: train / validation / test (Countdown
 by number multiset, Sudoku by grid, shapes by held-out composition)."""
@@ -293,25 +293,89 @@ def _countdown3_d1(dataset_path: str | None, seed: int) -> Task:
 # ------------------------------------------------------------------------------------------------------ shapes
 
 
-@TASKS.register("shapes")
-def _shapes(dataset_path: str | None, seed: int) -> Task:
-    from mmrl.tiny_world.shapes import COLORS, SHAPE_NAMES
-    from mmrl.geneval.prompts import generate_suite
+SHAPES_COUNTS = (2, 3, 4, 5, 6)
+"""The counts of the `counting` prompts (GenEval's counting task, widened from 2..4 so that (count, shape) pairs can
+be held out)."""
+SHAPES_HELD_OUT_PER_TASK = 40
+"""At most this many validation / test prompts per GenEval task (one prompt per held-out composition)."""
+SHAPES_TRAIN_COLOR_ATTR = 2000
+"""Training colour-attribution prompts (drawn from the combinations of training pairings)."""
 
-    suite = generate_suite(seed=43, n=400, classnames=SHAPE_NAMES, colors=COLORS, max_count=4)
-    by_prompt = {m["prompt"]: m for m in suite}
-    prompts = sorted(by_prompt)
-    random.Random(5).shuffle(prompts)
-    # a stratified held-out set: 20% of the distinct prompts of every task
-    test, train = [], []
+
+def shapes_prompt(tag: str, *parts) -> str:
+    """A GenEval-template prompt over the shapes vocabulary (the templates of `mmrl.geneval.prompts.generate_suite`)."""
+    from mmrl.geneval.prompts import NUMBERS, make_plural, with_article
+
+    if tag == "single_object":
+        return f"a photo of {with_article(parts[0])}"
+    if tag == "two_object":
+        return f"a photo of {with_article(parts[0])} and {with_article(parts[1])}"
+    if tag == "counting":
+        return f"a photo of {NUMBERS[parts[0]]} {make_plural(parts[1])}"
+    if tag == "colors":
+        return f"a photo of {with_article(parts[0])} {parts[1]}"
+    if tag == "position":  # (moved, relation, reference)
+        return f"a photo of {with_article(parts[0])} {parts[1]} {with_article(parts[2])}"
+    if tag == "color_attr":  # (colour a, shape a, colour b, shape b)
+        return f"a photo of {with_article(parts[0])} {parts[1]} and {with_article(parts[2])} {parts[3]}"
+    raise ValueError(f"unknown GenEval tag {tag!r}")
+
+
+def shapes_split_prompts(split: str, units: set, rng: random.Random, cap: int | None) -> list[str]:
+    """The prompts of one split of the compositional `shapes` task, task by task: every single_object prompt; one
+    prompt per held composition for two_object, counting and colors, one random layout (written in a random one of
+    its two mirrored wordings) per shape pair for position, and colour-attribution prompts over pairs of the split's
+    pairings; held-out splits keep at most `cap` prompts per task (None: all)."""
+    from mmrl.tiny_world.shapes import SHAPE_NAMES
+
+    pairs = sorted((tuple(sorted(u[1])) for u in units if u[0] == "pair"))
+    counts = sorted((u[1], u[2]) for u in units if u[0] == "count")
+    pairings = sorted((u[1], u[2]) for u in units if u[0] == "pairing")
+    by_tag: dict[str, list[str]] = {"single_object": [shapes_prompt("single_object", s) for s in SHAPE_NAMES]}
+    two, pos = [], []
+    for a, b in pairs:
+        orders = [(a, b), (b, a)] if split == "train" else [tuple(rng.sample([a, b], 2))]
+        two += [shapes_prompt("two_object", x, y) for x, y in orders]
+        layouts = [(a, "left of", b), (b, "left of", a), (a, "above", b), (b, "above", a)]
+        for moved, rel, ref in (layouts if split == "train" else [rng.choice(layouts)]):
+            mirrored = {"left of": "right of", "above": "below"}[rel]
+            wordings = [(moved, rel, ref), (ref, mirrored, moved)]
+            for w in (wordings if split == "train" else [rng.choice(wordings)]):
+                pos.append(shapes_prompt("position", *w))
+    by_tag["two_object"], by_tag["position"] = two, pos
+    by_tag["counting"] = [shapes_prompt("counting", n, s) for n, s in counts]
+    by_tag["colors"] = [shapes_prompt("colors", c, s) for c, s in pairings]
+    combos = [(p, q) for p, q in itertools.combinations(pairings, 2) if p[0] != q[0] and p[1] != q[1]]
+    want = SHAPES_TRAIN_COLOR_ATTR if split == "train" else (cap or len(combos))
+    picked = rng.sample(combos, min(want, len(combos)))
+    by_tag["color_attr"] = [shapes_prompt("color_attr", *(p + q) if rng.random() < 0.5 else (q + p)) for p, q in picked]
+    out = []
     for tag in ("single_object", "two_object", "counting", "colors", "position", "color_attr"):
-        ps = [p for p in prompts if by_prompt[p]["tag"] == tag]
-        k = max(1, len(ps) // 5)
-        test += ps[:k]
-        train += ps[k:]
-    row = lambda p: {"prompt": p, "metadata": by_prompt[p]}  # noqa: E731
-    return Task("shapes", [row(p) for p in train], [row(p) for p in test], ["geneval"], "geneval", family="janus",
-                info={"train_prompts": len(train), "test_prompts": len(test)})
+        ps = by_tag[tag]
+        if cap is not None and split != "train" and len(ps) > cap:
+            ps = rng.sample(ps, cap)
+        out += ps
+    return out
+
+
+@TASKS.register("shapes")
+@lru_cache(maxsize=2)
+def _shapes(dataset_path: str | None, seed: int) -> Task:
+    """GenEval prompts over the shapes world split by held-out composition (`mmrl.tiny_world.shapes_split`)."""
+    from mmrl.tiny_world.shapes import COLORS, SHAPE_NAMES
+    from mmrl.geneval.prompts import parse_prompt
+    from mmrl.tiny_world.shapes_split import composition_split
+
+    units = composition_split(SHAPE_NAMES, COLORS, SHAPES_COUNTS, seed=0)  # part of the task, not of a run's seed
+    rng = random.Random(5)
+    parts = {}
+    for split in SPLITS:
+        prompts = shapes_split_prompts(split, units[split], rng, None if split == "train" else SHAPES_HELD_OUT_PER_TASK)
+        parts[split] = [{"prompt": p, "metadata": parse_prompt(p, SHAPE_NAMES, COLORS)} for p in prompts]
+    info = {f"{k}_prompts": len(v) for k, v in parts.items()}
+    info["held_out"] = "compositions: (colour, shape) pairings, (count, shape) pairs, shape pairs"
+    return Task("shapes", parts["train"], parts["test"], ["geneval"], "geneval", family="janus",
+                validation=parts["validation"], info=info)
 
 
 from mmrl.tiny_world import shapes_vqa as _shapes_vqa  # noqa: E402,F401  registers the `shapes_vqa` task and reward

@@ -99,10 +99,15 @@ def per_type_accuracy(rows: Sequence[dict], scores: Sequence[float]) -> dict[str
 
 def vqa_accuracy(policy, rows: Sequence[dict], *, batch_size: int = 128) -> dict[str, float]:
     """Greedy held-out accuracy of `policy` on `rows`, per question type and overall."""
+    return vqa_items(policy, rows, batch_size=batch_size)[0]
+
+
+def vqa_items(policy, rows: Sequence[dict], *, batch_size: int = 128) -> tuple[dict[str, float], list[float]]:
+    """(`vqa_accuracy`, the per-question 0 / 1 scores behind it)."""
     from mmrl.training.evaluate import evaluate
 
     res = evaluate(policy, rows, "shapes_vqa", batch_size=batch_size, progress=False, **EVAL_GENERATION)
-    return per_type_accuracy(rows, res.scores)
+    return per_type_accuracy(rows, res.scores), [float(x) for x in res.scores]
 
 
 @torch.no_grad()
@@ -125,7 +130,7 @@ def pass_at_k(policy, rows: Sequence[dict], k: int = PASS_K, *, seed: int = 0, b
     return {"pass@1": per_type_accuracy(rows, mean), f"pass@{k}": per_type_accuracy(rows, best)}
 
 
-def run_gcpo_vs_grpo_vqa(out: str | Path = "runs/replicate", seeds: int = 3, smoke: bool = False, steps: int | None = None,
+def run_gcpo_vs_grpo_vqa(out: str | Path = "runs/replicate", seeds: int = 5, smoke: bool = False, steps: int | None = None,
                          progress: bool = True) -> dict[str, Any]:
     """Run both arms over `seeds`; returns the results dict also written to `<out>/gcpo-vs-grpo-vqa/results.json`."""
     from mmrl.config.train_config import load_config
@@ -152,9 +157,9 @@ def run_gcpo_vs_grpo_vqa(out: str | Path = "runs/replicate", seeds: int = 3, smo
     register()  # the tiny world's tasks and rewards
     task = load_task("shapes_vqa")
     test = balanced_rows(task.test, 2) if smoke else task.test
-    curve_rows = balanced_rows(task.test, 1 if smoke else CURVE_PER_TYPE)
+    curve_rows = balanced_rows(task.validation, 1 if smoke else CURVE_PER_TYPE)  # curves on validation; test once per run
     base_policy = load_base_policy(BASE, progress=False)
-    before = vqa_accuracy(base_policy, test)
+    before, before_items = vqa_items(base_policy, test)
     base_pass = pass_at_k(base_policy, test)
     curve_base = vqa_accuracy(base_policy, curve_rows)["overall"]  # the curves' step-0 level
     say("base model, held-out accuracy: " + "  ".join(f"{k} {v:.3f}" for k, v in before.items()))
@@ -170,8 +175,9 @@ def run_gcpo_vs_grpo_vqa(out: str | Path = "runs/replicate", seeds: int = 3, smo
             t0 = time.perf_counter()
             Trainer(cfg, policy=policy, dataset=task.train, eval_dataset=curve_rows, eval_metric="shapes_vqa").train()
             train_s = time.perf_counter() - t0
-            after = vqa_accuracy(policy, test)
-            arms.setdefault(arm, []).append({"seed": seed, "after": after, "train_seconds": train_s, "records": read_metrics(run_dir)})
+            after, items = vqa_items(policy, test)
+            arms.setdefault(arm, []).append({"seed": seed, "after": after, "items": items, "train_seconds": train_s,
+                                             "records": read_metrics(run_dir)})
             say(f"      held-out overall {after['overall']:.3f} (base {before['overall']:.3f}), {train_s:.0f} s")
     # ---- report
     header = ["question type", "base (greedy)", f"base pass@1 / pass@{PASS_K} (T=1)"] + [
@@ -181,18 +187,25 @@ def run_gcpo_vs_grpo_vqa(out: str | Path = "runs/replicate", seeds: int = 3, smo
         row = [key, fmt(before[key]), f"{fmt(base_pass['pass@1'][key])} / {fmt(base_pass[f'pass@{PASS_K}'][key])}"]
         row += [fmt(*mean_std([r["after"][key] for r in runs])) for runs in arms.values()]
         rows.append(row)
-    gains = {a: mean_std([r["after"]["overall"] - before["overall"] for r in runs]) for a, runs in arms.items()}
-    rows.append(["gain, overall (points)", "-", "-"] + [f"{100 * m:+.1f} ± {100 * s:.1f}" for m, s in gains.values()])
+    from mmrl.tiny_world.stats import difference_interval
+
+    gain_ivs = {a: difference_interval([r["items"] for r in runs], [before_items]) for a, runs in arms.items()}
+    rows.append(["gain, per-question mean (points) [95% CI]", "-", "-"] + [iv.fmt(signed=True) for iv in gain_ivs.values()])
+    if len(arms) > 1:
+        (a1, r1), (a2, r2) = list(arms.items())[:2]
+        diff = difference_interval([r["items"] for r in r2], [r["items"] for r in r1])
+        rows.append([f"{a2} - {a1} (points) [95% CI]", "-", "-", "-", diff.fmt(signed=True)][: len(header)])
     secs = {a: mean_std([r["train_seconds"] for r in runs])[0] for a, runs in arms.items()}
     rows.append(["seconds per run", "-", "-"] + [f"{s:.0f}" for s in secs.values()])
     table = markdown_table(header, rows)
     plot_curves({a: [curve(r["records"], "eval/accuracy") for r in runs] for a, runs in arms.items()}, root / "accuracy.png",
-                title=f"held-out shapes VQA accuracy (greedy, {len(curve_rows)} questions)", ylabel="accuracy",
+                title=f"validation shapes VQA accuracy (greedy, {len(curve_rows)} questions)", ylabel="accuracy",
                 baseline=curve_base)
     plot_curves({a: [curve(r["records"], "reward", smooth=5) for r in runs] for a, runs in arms.items()}, root / "reward.png",
                 title="training reward (exact match, sampled at T=1)", ylabel="reward")
     total = time.perf_counter() - t_all
-    results = {"name": NAME, "base": BASE, "before": before, "base_pass_at_k": base_pass, "seeds": seeds, "seconds": total,
+    results = {"name": NAME, "base": BASE, "before": before, "before_items": before_items, "base_pass_at_k": base_pass,
+               "gains": {a: iv.to_dict() for a, iv in gain_ivs.items()}, "seeds": seeds, "seconds": total,
                "smoke": smoke, "test_rows": len(test), "task_info": task.info,
                "arms": {a: [{k: v for k, v in r.items() if k != "records"} for r in runs] for a, runs in arms.items()},
                "configs": {a: arm_config(a, seed=0, out=Path("."), smoke=smoke, steps=steps) for a in ARMS}}

@@ -18,6 +18,7 @@ resumed run continues exactly like an uninterrupted one. accelerate owns devices
 from __future__ import annotations
 
 import datetime
+import functools
 import math
 import os
 import signal
@@ -52,9 +53,9 @@ from mmrl.training.prompt_stream import PromptStream
 from mmrl.core.protocol import Rollout
 from mmrl.training.reward_inputs import build_eval_rewards, build_rewards, make_trainer_state, reward_arguments
 from mmrl.core.seeds import derived_seed
-from mmrl.training.stop_signals import StopRequests
+from mmrl.training.stop_signals import RewardsInterrupted, StopRequests
 from mmrl.checkpointing.checkpoint import load_model_weights
-from mmrl.checkpointing.resume_settings import apply_resume_settings, check_before_loading
+from mmrl.checkpointing.resume_settings import apply_resume_settings, check_before_loading, check_dataset_unchanged, dataset_digest
 from mmrl.checkpointing.run_lock import RunLock
 from mmrl.checkpointing.resume import resume_run, save_model_dir
 from mmrl.checkpointing.sharded_save import gather_full_state_dict
@@ -70,6 +71,22 @@ class TrainingStopped(KeyboardInterrupt):
     def __init__(self, message: str, signum: int, checkpoint: Path | None):
         super().__init__(message)
         self.signum, self.checkpoint = signum, checkpoint
+
+
+def _release_lock_on_failure(init):
+    """`Trainer.__init__` that gives the output_dir lock back when it raises (a failed start leaves no lock held)."""
+
+    @functools.wraps(init)
+    def wrapper(self, *args, **kwargs):
+        try:
+            init(self, *args, **kwargs)
+        except BaseException:
+            lock = getattr(self, "_lock", None)
+            if lock is not None:
+                lock.release()
+            raise
+
+    return wrapper
 
 
 class Trainer:
@@ -91,6 +108,7 @@ class Trainer:
             the task's test split and metric).
     """
 
+    @_release_lock_on_failure
     def __init__(self, cfg: TrainConfig | Any = None, reward_funcs: Sequence[str | Callable] | str | Callable | None = None, *,
                  policy=None, dataset: Sequence[dict] | None = None, eval_dataset: Sequence[dict] | None = None,
                  eval_metric: str | None = None, model=None, args: TrainConfig | dict | None = None, train_dataset=None,
@@ -129,7 +147,9 @@ class Trainer:
             check_before_loading(cfg, self.run_dir)  # settings that cannot change on resume, before the model loads
         self._lock = RunLock(self.run_dir)
         if self.is_main:
-            self._lock.acquire().release()  # another live trainer here fails fast; held from the end of __init__
+            # held from here: of two trainers started together on one output_dir, the second stops before either loads
+            # a model (released if __init__ fails, `_release_lock_on_failure`)
+            self._lock.acquire()
             self.run_dir.mkdir(parents=True, exist_ok=True)
         # data and rewards before the model: a bad model path, task, dataset or reward fails fast
         own_rewards = bool(reward_funcs or cfg.reward_funcs)  # the user's rewards, not the task's defaults
@@ -148,6 +168,9 @@ class Trainer:
         elif not explicit_metric and (own_rewards or not self.eval_metric):
             self.eval_rewards = self.rewards
         self.dataset = list(dataset)
+        self._dataset_sha256 = dataset_digest(self.dataset)
+        if cfg.resume_from:
+            check_dataset_unchanged(cfg, self.run_dir, self._dataset_sha256)  # before the model loads
         check_reward_columns(cfg, self.rewards, self.dataset)  # a reward reads a column the data lacks: now, not at step 1
         cfg.max_steps = resolve_max_steps(cfg, len(self.dataset), self.accelerator.num_processes)  # TRL's num_train_epochs
         self.eval_every = eval_interval(cfg, len(self.dataset), self.accelerator.num_processes)  # eval_steps / eval_strategy
@@ -181,8 +204,6 @@ class Trainer:
         self.buffer: Buffer | None = None
         self.stream = PromptStream(self.dataset, cfg.seed, self.rank, self.world)
         self._stop = StopRequests()
-        if self.is_main:
-            self._lock.acquire()  # last: nothing after it can fail and leave the lock held
 
     # ================================================================================================ the loop
 
@@ -208,7 +229,7 @@ class Trainer:
             while self.step < cfg.max_steps:
                 t_step = time.perf_counter()
                 if self.buffer is None or self.step % cfg.steps_per_rollout == 0:
-                    self.buffer = self._collect()  # steps 1-5
+                    self.buffer = self._collect_or_stop(logger)  # steps 1-5
                     self.rollout_index += 1
                 # TRL's order: each pass (num_iterations) goes through the steps_per_generation slices in turn
                 inner, part = divmod(self.step % cfg.steps_per_rollout, cfg.steps_per_pass)
@@ -260,6 +281,23 @@ class Trainer:
             logger.close()
             self._lock.release()
         return last
+
+    def _collect_or_stop(self, logger: MetricLogger) -> Buffer:
+        """`_collect`; if SIGTERM / Ctrl-C stops the rewards (`RewardsInterrupted`), the prompts drawn for this batch
+        are given back, the checkpoint of the last finished step is written and the run stops (`TrainingStopped`)."""
+        position = self.stream.position
+        try:
+            return self._collect()
+        except RewardsInterrupted as e:
+            self.stream.position = position  # a resumed run draws this batch again, as an uninterrupted one did
+            name = signal.Signals(e.signum).name
+            if self.step == 0:
+                raise TrainingStopped(f"stopped by {name} during the rewards of step 1; no step had finished, so there "
+                                      "is no checkpoint", e.signum, None) from None
+            logger.sync()
+            path = self.save()
+            raise TrainingStopped(f"stopped by {name} during the rewards of step {self.step + 1}; checkpoint of step "
+                                  f"{self.step} written to {path}; resume with resume_from=auto", e.signum, path) from None
 
     def _evaluate_or_save(self, metrics: dict, logger: MetricLogger) -> None:
         """The evaluation of this step into `metrics`; if it fails, the step's work is kept first (its metrics logged,
@@ -322,7 +360,8 @@ class Trainer:
             ts = time.perf_counter()
             state = make_trainer_state(self.step, cfg.max_steps, self.stream.position * self.world / len(self.dataset))
             r_prompts, r_completions, r_columns = reward_arguments(rollout, rows, G, trainer_state=state)  # TRL's arguments
-            out = self.rewards(r_prompts, r_completions, **r_columns)
+            with self._stop.interrupting(self.world == 1):  # one process: a stop signal stops a slow reward at once
+                out = self.rewards(r_prompts, r_completions, **r_columns)
             stats["reward_time"] += time.perf_counter() - ts
             add_failures(failures, out.failures)
             total = out.total.to(torch.float32)  # [N]
@@ -516,7 +555,7 @@ class Trainer:
             positions = [self.stream.position]
             state = {"step": self.step, "rollout_index": self.rollout_index, "positions": positions,
                      "nonfinite_in_a_row": self.nonfinite_in_a_row, "config": self.cfg.to_dict(), "world": self.world,
-                     "num_tokens": self.num_tokens}
+                     "num_tokens": self.num_tokens, "dataset_sha256": self._dataset_sha256}
             path = save_checkpoint(
                 self.run_dir, self.step, save_model=self._save_model, optimizer=self.optimizer, scheduler=self.scheduler,
                 buffer=self.buffer.to_state() if self.buffer is not None else None, state=state, keep=self.cfg.save_total_limit)

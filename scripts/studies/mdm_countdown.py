@@ -116,7 +116,7 @@ records = []
 
 def cb():
     acc, comp, p = eval_fn()
-    records.append({"acc": acc, "comp": comp, "probe_true": p[0], "probe_rolled": p[1]})
+    records.append({"acc": acc, "comp": comp, "probe_true": p[0], "probe_rolled": p[1], "cpu_s": round(time.process_time(), 1)})
     return acc
 
 
@@ -131,7 +131,7 @@ if o.get("ar_init"):  # Dream / DiffuLLaMA-style: causal next-token pre-training
     ah = pt.causal_sft(shim, [policy._prompt_text(x) for x in prompts], targets, steps=o["ar_init"], batch_size=o["batch"],
                        lr=o["lr"], seed=o["seed"], progress=False)
     cfg.is_causal = False
-    print(json.dumps({"ar_init_steps": o["ar_init"], "ar_loss": ah[-1]["loss"], "seconds": ah[-1]["seconds"], "acc_after_ar": ev()[0]}), flush=True)
+    print(json.dumps({"ar_init_steps": o["ar_init"], "ar_loss": ah[-1]["loss"], "seconds": ah[-1]["seconds"], "cpu_s": round(time.process_time(), 1), "acc_after_ar": ev()[0]}), flush=True)
 if o.get("causal_only"):  # the causal reference curve on the same model class (no masked-diffusion phase)
     from types import SimpleNamespace
     from mmrl.models.dllm_backbone import base_model

@@ -15,7 +15,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from _common import PeakMemory, paired_ratio, summarize, wide_tokenizer  # noqa: E402
 
 NAMES = ["method_costs", "trl_comparison", "dllm_samplers", "dllm_samplers_single", "janus_sampling", "quickstart_time",
-         "causal_lm_sampling", "hellinger_memory", "amused_sampling"]
+         "causal_lm_sampling", "hellinger_memory", "amused_sampling", "diagnostics_overhead"]
 SUMMARY_KEYS = {"median", "p25", "p75", "min", "max", "n", "values"}
 
 
@@ -51,7 +51,7 @@ def test_run_all_summary(results):
 def test_method_costs_json(results):
     d = read(results, "method_costs")
     assert d["smoke"] is True and set(d["families"]) == {"causal_lm", "masked_diffusion"}
-    expected = {"causal_lm": {"grpo_beta0", "grpo_beta0.04", "gcpo", "dgpo", "dmpo"},
+    expected = {"causal_lm": {"grpo_beta0", "grpo_beta0.04", "gcpo", "gcpo_batched", "dgpo", "dmpo"},
                 "masked_diffusion": {"grpo_beta0", "diffu_grpo", "dmpo"}}
     for family, f in d["families"].items():
         assert set(f["methods"]) == expected[family]
@@ -73,6 +73,18 @@ def test_method_costs_json(results):
     for pair in (("gcpo", "grpo_beta0"), ("dgpo", "grpo_beta0.04"), ("dgpo", "grpo_beta0")):
         assert pair in pairs
     assert set(pairs[("dgpo", "grpo_beta0.04")]["goal_met"]) == {"step_time", "peak_memory"}
+
+
+def test_diagnostics_overhead_json(results):
+    d = read(results, "diagnostics_overhead")
+    assert d["smoke"] is True and set(d["configs"]) == {"grpo_beta0", "dllm_dmpo"}
+    for name, c in d["configs"].items():
+        for k in ("on", "off", "wall_on", "wall_off"):
+            check_summary(c[k], d["repeats"])
+        assert {"ratio", "round_min", "round_max"} <= set(c["ratio"]) and c["goal"] == 1.03
+    # no frozen copy of the policy is built for the diagnostics alone (beta 0); DMPO and a KL term have a reference
+    assert not d["configs"]["grpo_beta0"]["reference_built"]
+    assert d["configs"]["dllm_dmpo"]["reference_built"]
 
 
 def test_trl_comparison_json(results):

@@ -65,6 +65,8 @@ def test_cli_spellings_are_parsed():
     cfg = load_config(None, words)
     assert (cfg.progress_bar, cfg.max_prompt_length, cfg.reward_weights, cfg.eval_split) == (False, None, [1.0, 2.0], 3.0)
     assert parse(["x.yaml", "max_steps=2"])[:2] == ("x.yaml", {"max_steps": 2})
+    assert parse(["--bf16", "x.yaml", "--use_peft", "--seed", "1"])[:2] == ("x.yaml", {"bf16": True, "use_peft": True, "seed": 1})
+    assert parse(["--bf16", "false", "x.yaml"])[:2] == ("x.yaml", {"bf16": False})
     with pytest.raises(ConfigError, match=r"argument --max_steps/--max-steps: invalid int value: 'x'"):
         parse(["--max_steps", "x"])
     with pytest.raises(ConfigError, match="unexpected argument 'b.yaml'"):

@@ -317,3 +317,51 @@ def test_readme_lists_every_trl_grpo_config_field():
                  "sync_ref_model", "top_entropy_quantile", "run_name", "push_to_hub", "hub_model_id",
                  "eval_strategy", "disable_tqdm"):
         assert dict((n, s) for n, s, _ in rows)[name] in ("accepted", "renamed"), name
+
+
+def test_a_trl_grpo_config_style_yaml_runs_unchanged(tmp_path):
+    """A YAML as a TRL user writes it for `trl grpo --config` (GRPOConfig / TrainingArguments names)."""
+    data = tmp_path / "train.jsonl"
+    data.write_text("".join(f'{{"prompt": [{{"role": "user", "content": "say a {i}"}}]}}\n' for i in range(16)))
+    (tmp_path / "grpo.yaml").write_text(f"""
+output_dir: {tmp_path / 'run'}
+run_name: trl-style
+dtype: float32
+learning_rate: 1.0e-3
+lr_scheduler_type: cosine_with_min_lr
+lr_scheduler_kwargs: {{min_lr: 1.0e-5}}
+warmup_steps: 0.25
+optim: adamw_torch_fused
+max_steps: 4
+per_device_train_batch_size: 4
+gradient_accumulation_steps: 1
+steps_per_generation: 2
+num_generations: 4
+max_completion_length: 6
+beta: 0.04
+sync_ref_model: true
+ref_model_sync_steps: 2
+top_entropy_quantile: 0.5
+loss_type: dapo
+scale_rewards: group
+logging_steps: 1
+save_steps: 0
+report_to: [jsonl]
+disable_tqdm: true
+seed: 42
+task: jsonl
+dataset_path: {data}
+reward_funcs: [trl.rewards.think_format_reward]
+""")
+    pytest.importorskip("trl")
+    r = subprocess.run([sys.executable, "-m", "mmrl.cli", "train", "--config", str(tmp_path / "grpo.yaml")],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    from mmrl.reporting.metrics_log import read_metrics
+
+    rec = read_metrics(tmp_path / "run")
+    assert [x["step"] for x in rec] == [1, 2, 3, 4]
+    # the learning rate after each step (as transformers logs it): one warm-up step (ceil(0.25 x 4)) from 0 to 1e-3,
+    # then cosine towards min_lr over the remaining 3; without the warm-up step 1 would log 0.854e-3
+    assert rec[0]["learning_rate"] == pytest.approx(1e-3) and 1e-5 < rec[1]["learning_rate"] < 1e-3
+    assert (tmp_path / "run" / "model.safetensors").is_file() and (tmp_path / "run" / "README.md").is_file()

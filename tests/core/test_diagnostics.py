@@ -143,20 +143,75 @@ def _run(tmp_path, method="grpo", family="causal_lm", zero_lr=False, **extra):
     return [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
 
 
+KL_KEYS = KEYS[:4]
+
+
+def _has_reference(method: str, family: str) -> bool:
+    """Whether the run has a reference model without `diagnostics_reference`: a KL term (diffu-GRPO's beta 0.04),
+    DGPO's deviation, DMPO's target."""
+    return method in ("diffu_grpo", "dgpo", "dmpo")
+
+
 @pytest.mark.parametrize("method", METHODS)
 def test_every_method_logs_the_diagnostics(method, tmp_path):
     runs_on = [f for m, f in CELLS if m == method]  # diffu_grpo on masked diffusion, a method's own family if it has one
     family = "masked_diffusion" if method == "diffu_grpo" else "causal_lm" if "causal_lm" in runs_on else runs_on[0]
     records = _run(tmp_path, method, family, num_iterations=2)
     assert [r["step"] for r in records] == [1, 2]
-    for r in records:
+    for i, r in enumerate(records):
+        # DMPO measures the behaviour policy's KL at the first inner step of a buffer (no forward of its own)
+        kl_expected = _has_reference(method, family) and not (method == "dmpo" and i > 0)
         for key in KEYS:
+            if key in KL_KEYS and not kl_expected:
+                assert key not in r, (key, r.get(key))
+                continue
             assert key in r and math.isfinite(r[key]), (key, r.get(key))
         assert r["diag/pos_weight_frac"] + r["diag/neg_weight_frac"] in (pytest.approx(1.0), 0.0)
-        assert r["diag/kl_k3"] >= 0 and r["diag/update_ratio"] > 0
+        assert r["diag/kl_k3"] >= 0 if kl_expected else True
+        assert r["diag/update_ratio"] > 0
         assert not [k for k in r if k.startswith("diag/_")]
     if method == "dmpo":
         assert 0 < records[0]["dmpo/ess"] <= 1
+
+
+def test_beta_zero_builds_no_reference_for_the_diagnostics(tmp_path, monkeypatch):
+    """GRPO at beta 0 (TRL's default) keeps one copy of the weights and runs no reference forward by default; the
+    KL to the base then appears only when asked (`diagnostics_reference`)."""
+    from mmrl.config import load_config as load
+    from mmrl.training.policy_factory import build_policy
+
+    cfg = load(None, dict(method="grpo", beta=0.0))
+    assert cfg.log_diagnostics and not cfg.diagnostics_reference
+    assert build_policy(cfg).ref_model is None
+    assert build_policy(load(None, dict(method="grpo", beta=0.0, diagnostics_reference=True))).ref_model is not None
+    cls = adapter_class("causal_lm")
+    calls = []
+    original = cls.logprob
+
+    def spy(self, rows, **kw):
+        calls.append(bool(kw.get("use_reference")))
+        return original(self, rows, **kw)
+
+    monkeypatch.setattr(cls, "logprob", spy)
+    records = _run(tmp_path / "default", beta=0.0, num_iterations=2)
+    assert True not in calls  # no reference forward at all
+    for r in records:
+        assert not [k for k in KL_KEYS if k in r]
+        assert "diag/update_ratio" in r and "diag/pos_weight_frac" in r
+    calls.clear()
+    asked = _run(tmp_path / "asked", beta=0.0, num_iterations=2, diagnostics_reference=True)
+    assert True in calls
+    assert all(k in r and math.isfinite(r[k]) for r in asked for k in KL_KEYS)
+    assert asked[0]["diag/kl_k3"] == pytest.approx(0.0, abs=1e-6)  # the policy before the first update is the base
+
+
+def test_kl_every_k_rollouts(tmp_path):
+    """`diagnostics_kl_every = 2`: the reference forward of a beta-0 run with a reference runs on rollouts 0, 2, ...
+    only, so steps 1-2 (rollout 0) and 5-6 (rollout 2) log the KL and steps 3-4 do not."""
+    records = _run(tmp_path, beta=0.0, num_iterations=2, max_steps=6, diagnostics_reference=True, diagnostics_kl_every=2)
+    assert [r["step"] for r in records] == [1, 2, 3, 4, 5, 6]
+    assert ["diag/kl_k3" in r for r in records] == [True, True, False, False, True, True]
+    assert all("diag/update_ratio" in r for r in records)
 
 
 def test_update_ratio_is_zero_without_a_learning_rate(tmp_path):
@@ -168,7 +223,8 @@ def test_update_ratio_is_zero_without_a_learning_rate(tmp_path):
 
 def test_kl_to_the_base_is_zero_first_and_grows(tmp_path):
     # one optimizer step per rollout: the KL is measured before the update, so the first step's policy is the base
-    records = _run(tmp_path, learning_rate=0.05, max_steps=4, num_iterations=1, max_grad_norm=0.0)
+    records = _run(tmp_path, learning_rate=0.05, max_steps=4, num_iterations=1, max_grad_norm=0.0,
+                   diagnostics_reference=True)
     assert records[0]["diag/kl_k3"] == pytest.approx(0.0, abs=1e-6)
     assert records[0]["diag/kl_k1"] == pytest.approx(0.0, abs=1e-6)
     assert records[-1]["diag/kl_k3"] > 1e-4
@@ -205,3 +261,25 @@ def test_dmpo_kl_scores_tokens_with_a_per_token_estimator(family, tmp_path, monk
     assert {ref for _, ref in calls} == {True, False}  # the reference at buffer time, the policy before each update
     assert records[0]["diag/kl_k3"] == pytest.approx(0.0, abs=1e-6)
     assert all(0 <= r["diag/kl_k3"] < 5 and math.isfinite(r["diag/kl_k3_seq"]) for r in records)
+
+
+def test_dmpo_kl_costs_no_forward_in_the_updates(tmp_path, monkeypatch):
+    """DMPO's diag/kl_* come from the per-token scores `prepare` keeps for the measured rollout (the behaviour policy
+    and the reference, one no-grad forward each per micro-batch); the updates run no extra forward, and with two
+    inner steps only the first (where the policy is still the behaviour policy) logs the KL."""
+    cls = adapter_class("masked_diffusion")
+    calls = []
+    original = cls.logprob
+
+    def spy(self, rows, **kw):
+        calls.append((kw.get("estimator"), bool(kw.get("use_reference")), torch.is_grad_enabled()))
+        return original(self, rows, **kw)
+
+    monkeypatch.setattr(cls, "logprob", spy)
+    records = _run(tmp_path, "dmpo", "masked_diffusion", max_steps=2, num_iterations=2, learning_rate=0.05)
+    micro_batches = 2  # 8 responses, micro-batches of 4
+    per_token = [c for c in calls if c[0] == "mean_field"]
+    assert sorted(per_token) == sorted([("mean_field", True, False), ("mean_field", False, False)] * micro_batches)
+    assert not [c for c in calls if c[2]]  # no scoring forward inside the gradient steps
+    assert "diag/kl_k3" in records[0] and records[0]["diag/kl_k3"] == pytest.approx(0.0, abs=1e-6)
+    assert "diag/kl_k3" not in records[1] and "diag/pos_weight_frac" in records[1]

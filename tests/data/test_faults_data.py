@@ -89,3 +89,28 @@ def test_a_huge_prompt_row_is_named(tmp_path):
     chat = [{"prompt": [{"role": "user", "content": "y" * (MAX_PROMPT_CHARS + 1)}]}]
     with pytest.raises(DataError, match=r"row 0: the prompt holds"):
         read_rows(write_jsonl(tmp_path / "chat.jsonl", chat))
+
+
+def test_resume_refuses_a_dataset_whose_content_changed(tmp_path, monkeypatch):
+    import mmrl.training.trainer as trainer_mod
+    from mmrl.config.train_config import ConfigError, load_config
+    from mmrl.models import adapter_class
+    from mmrl.training.trainer import Trainer
+    from tiny_world_fixtures import dataset_for, vowel_reward
+
+    values = dict(method="grpo", family="causal_lm", num_generations=4, per_device_train_batch_size=8,
+                  max_completion_length=8, progress_bar=False, report_to=["jsonl"], save_steps=1,
+                  output_dir=str(tmp_path / "run"), model_name_or_path="tiny")
+    rows = [dict(r) for r in dataset_for("causal_lm")]
+    Trainer(load_config(None, {**values, "max_steps": 1}), policy=adapter_class("causal_lm").tiny(seed=0), dataset=rows,
+            reward_funcs=[vowel_reward]).train()
+    changed = [dict(r) for r in rows]
+    changed[3]["prompt"] = changed[3]["prompt"] + " (edited)"
+    monkeypatch.setattr(trainer_mod, "build_policy", lambda *a, **k: pytest.fail("the model was loaded"))
+    resume = load_config(None, {**values, "max_steps": 2, "resume_from": "auto"})
+    with pytest.raises(ConfigError, match=r"the training dataset's content changed since it was written"):
+        Trainer(resume, dataset=changed, reward_funcs=[vowel_reward])
+    monkeypatch.undo()
+    t = Trainer(resume, policy=adapter_class("causal_lm").tiny(seed=0), dataset=[dict(r) for r in rows], reward_funcs=[vowel_reward])
+    t.train()  # the same rows resume
+    assert t.step == 2

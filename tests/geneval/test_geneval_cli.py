@@ -216,7 +216,10 @@ def test_prompts_command(tmp_path):
     assert (tmp_path / "coco/evaluation_metadata.jsonl").read_text() == OFFICIAL_METADATA.read_text()
     out = mmrl("geneval", "prompts", "-o", tmp_path / "shapes", "--vocabulary", "shapes", "-n", "20", "--seed", "1").stdout
     recs = [json.loads(x) for x in (tmp_path / "shapes/evaluation_metadata.jsonl").read_text().splitlines()]
-    assert {c["class"] for r in recs for c in r["include"]} <= {"square", "circle", "triangle"}
+    from mmrl.tiny_world.shapes import SHAPE_NAMES
+
+    assert {c["class"] for r in recs for c in r["include"]} <= set(SHAPE_NAMES)
+    assert {"square", "circle", "triangle"} <= set(SHAPE_NAMES)
     assert {r["tag"] for r in recs} == set(TASKS) and f"wrote {len(recs)} records" in out
 
 

@@ -34,9 +34,11 @@ def one_step(method, family, out, policy=None, **extra):
     return trainer, initial
 
 
-def test_gcpo_weights_come_from_positive_then_negative(tmp_path):
+@pytest.mark.parametrize("negative_forward", ["separate", "batched"])
+def test_gcpo_weights_come_from_positive_then_negative(tmp_path, negative_forward):
     # info gain (logp_pos - logp_neg) is antisymmetric: a swap reverses the token ranks the weights are made of
-    trainer, initial = one_step("gcpo", "causal_lm", tmp_path, gcpo_divergence="info_gain")
+    trainer, initial = one_step("gcpo", "causal_lm", tmp_path, gcpo_divergence="info_gain",
+                                gcpo_negative_forward=negative_forward)
     buf, cfg = trainer.buffer, trainer.cfg
     with torch.no_grad():
         pos = initial.logprob(buf.rollout).logp  # [N, T]

@@ -510,3 +510,32 @@ def test_bfloat16_model_samples_and_scores_deterministically():
     assert torch.isfinite(first.stats["entropy"]).all()
     # bf16 KV-cache decoding and a full bf16 forward agree to bf16 precision
     assert (first.logp - r.old_logp).abs().max() < 0.05
+
+
+def test_logprob_with_negative_equals_the_two_separate_forwards():
+    """GCPO's batched scoring (positive and negative prompts stacked, re-padded to one width) gives the log-probs,
+    entropies and parameter gradients of the two separate forwards (`logprob` positive with the gradient,
+    `logprob(condition="negative")` without)."""
+    from mmrl.models.causal_lm import CausalLMAdapter
+
+    adapter = CausalLMAdapter.tiny(seed=0)
+    torch.manual_seed(0)
+    rollout = adapter.sample(["say a", "a much longer prompt for the model"], 3, seeds=list(range(6)), max_new_tokens=6)
+    assert rollout.neg_prompt_ids.shape[1] != rollout.prompt_ids.shape[1]  # the re-padding is exercised
+    params = [p for p in adapter.model.parameters() if p.requires_grad]
+    weights = torch.randn(rollout.response_ids.shape, generator=torch.Generator().manual_seed(1))
+
+    pos = adapter.logprob(rollout, stats=("entropy",))
+    with torch.no_grad():
+        neg = adapter.logprob(rollout, condition="negative").logp
+    grads = torch.autograd.grad((pos.logp * weights * rollout.response_mask).sum(), params)
+    both, neg_b = adapter.logprob_with_negative(rollout, stats=("entropy",))
+    grads_b = torch.autograd.grad((both.logp * weights * rollout.response_mask).sum(), params)
+
+    assert not neg_b.requires_grad
+    assert not torch.allclose(pos.logp, neg, atol=1e-3), "the conditions must differ for the test to mean anything"
+    torch.testing.assert_close(both.logp, pos.logp, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(neg_b, neg, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(both.stats["entropy"], pos.stats["entropy"], rtol=1e-5, atol=1e-5)
+    for g, gb in zip(grads, grads_b):
+        torch.testing.assert_close(gb, g, rtol=1e-4, atol=1e-6)

@@ -187,6 +187,28 @@ def test_prefix_cache_suffix_equals_full_forward_on_unchanged_input(shift):
     assert fn.tokens_fed == 3 * x.shape[1] * 3 + 2 * 3 * (x.shape[1] - s + int(shift)) + 3 * 2
 
 
+@pytest.mark.parametrize("shift", [False, True])
+@pytest.mark.parametrize("start_offset", [0, 2])
+def test_block_only_logits_equal_the_window_slice(shift, start_offset):
+    """`window` / `prefill` / `suffix` with an `end` run the LM head on the block only (`logits_to_keep` positions,
+    Dream's shift included, also at position 0) and give exactly the block's slice of the full window."""
+    a = MDA.tiny(seed=1, initializer_range=0.3, shift_logits=shift)
+    pid, pm = prompt_batch(a, PROMPTS)
+    fn = a.backbone_logits(pm, 6)
+    x = torch.cat([pid, torch.full((3, 6), MASK)], dim=1)
+    x[:, pid.shape[1] : pid.shape[1] + 2] = torch.tensor([[10, 11], [12, 13], [14, 15]])
+    s = 0 if start_offset == 0 else pid.shape[1] + start_offset
+    e = s + 3
+    with torch.no_grad():
+        full = fn.window(x, s)[:, : e - s]
+        only = fn.window(x, s, e)
+        first = fn.prefill(x, s, e)
+        again = fn.suffix(x, s, e)
+    assert only.shape == (3, 3, full.shape[-1])
+    for out in (only, first, again):
+        torch.testing.assert_close(out, full, rtol=0, atol=1e-5)
+
+
 # ------------------------------------------------------------------------------------------ samplers vs references
 def test_num_transfer_tokens_spreads_evenly():
     out = num_transfer_tokens(torch.tensor([7, 8, 0, 3]), 4)
@@ -780,3 +802,37 @@ def test_default_rope_for_remote_code_matches_transformers_own():
     assert inv.shape == (8,) and float(inv[1]) == pytest.approx(1e6 ** (-2 / 16))
     kw, _ = ROPE_INIT_FUNCTIONS["default"](None, "cpu", base=10000.0, dim=4)
     assert torch.allclose(kw, torch.tensor([1.0, 0.01]))
+
+
+def test_transformers_4_tied_names_and_generation_config_validate(tmp_path):
+    """Dream's modelling code lists tied weights as transformers 4 did (`["lm_head.weight"]`) and defines
+    `validate(self, is_init=False)` on its generation config: transformers 5 cannot save the first and passes
+    `user_set_attributes` to the second; the compatibility shim makes both work."""
+    import sys
+    import types
+
+    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
+
+    from mmrl.models.masked_diffusion import transformers5_compatible
+
+    mod = types.ModuleType("fake_dream_module")
+
+    class OldGenerationConfig(GenerationConfig):
+        def validate(self, is_init=False):
+            return super().validate()
+
+    class OldTied(LlamaForCausalLM):
+        _tied_weights_keys = ["lm_head.weight"]
+
+    for c in (OldGenerationConfig, OldTied):
+        c.__module__ = mod.__name__
+        setattr(mod, c.__name__, c)
+    sys.modules[mod.__name__] = mod
+    transformers5_compatible(OldTied)
+    model = OldTied(LlamaConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                num_attention_heads=2, tie_word_embeddings=False))
+    assert model._tied_weights_keys == {"lm_head.weight": "model.embed_tokens.weight"}
+    model.save_pretrained(tmp_path / "m")  # transformers 5 fails here on the list
+    assert (tmp_path / "m" / "model.safetensors").is_file()
+    OldGenerationConfig().save_pretrained(tmp_path / "g")
+    assert isinstance(OldGenerationConfig.from_pretrained(tmp_path / "g", do_sample=False), OldGenerationConfig)

@@ -112,7 +112,8 @@ TEXT_RANGES = {  # reward -> allowed values
 
 
 def _in_range(value: float, allowed) -> bool:
-    return value in allowed if isinstance(allowed, set) else allowed[0] <= value <= allowed[1]
+    # per-reward values are float32 (0.1 reads back as 0.10000000149...)
+    return any(abs(value - a) <= 1e-6 for a in allowed) if isinstance(allowed, set) else allowed[0] <= value <= allowed[1]
 
 
 @FUZZ

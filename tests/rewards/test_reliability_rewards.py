@@ -15,7 +15,7 @@ from mmrl.models import adapter_class
 from mmrl.rewards import RewardError, RewardSet, RewardUnavailable
 from mmrl.rewards.countdown import countdown_score, last_answer
 from mmrl.rewards.http import HttpReward
-from mmrl.rewards.isolation import isolated
+from mmrl.rewards.isolation import in_process, isolated
 from mmrl.rewards.sudoku import sudoku_digits, sudoku_score
 from mmrl.training.trainer import Trainer, TrainingError
 from tiny_world_fixtures import dataset_for, vowel_reward
@@ -52,7 +52,7 @@ def test_isolated_reward_that_hangs_is_killed_at_the_deadline(tmp_path):
             pass
 
     t0 = time.perf_counter()
-    with pytest.raises(RewardError, match=r"reward 'spins'.*did not return within 0\.5 s \(its worker process was killed\)"):
+    with pytest.raises(RewardError, match=r"reward 'spins'.*did not return within 0\.5 s on 1 samples \(timeout; its worker process was killed\)"):
         RewardSet([spins], timeout=0.5)(["p"], ["a"])
     assert time.perf_counter() - t0 < 3
     pid = int(pid_file.read_text())
@@ -85,8 +85,10 @@ def test_isolated_reward_results_and_logged_metrics_come_back():
     assert out.metrics["custom/pid_differs"] == 1.0
 
 
-def test_a_timed_out_reward_thread_is_stopped_not_abandoned():
-    """A plain callable (not isolated) runs in a thread; at the deadline the thread is interrupted."""
+@pytest.mark.parametrize("where", ["worker_process", "in_process_thread"])
+def test_a_timed_out_reward_is_stopped_not_abandoned(where):
+    """A plain callable runs in the warm worker process, killed at the deadline; one marked `in_process` runs in a
+    thread, interrupted at the deadline."""
     baseline = threading.active_count()
 
     def busy(prompts, completions, **kw):
@@ -94,7 +96,9 @@ def test_a_timed_out_reward_thread_is_stopped_not_abandoned():
         while True:
             x += 1
 
-    with pytest.raises(RewardError, match=r"reward .busy. did not return within 0\.3 s on 1 samples \(timeout\)"):
+    if where == "in_process_thread":
+        busy = in_process(busy)
+    with pytest.raises(RewardError, match=r"reward .busy. did not return within 0\.3 s on 1 samples \(timeout"):
         RewardSet([busy], timeout=0.3)(["p"], ["a"])
     assert wait_for_threads(baseline) == baseline
 

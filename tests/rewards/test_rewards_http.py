@@ -201,22 +201,19 @@ def test_unreachable_server_and_bad_configuration():
 
 # ------------------------------------------------------------------ timeouts and retries of any reward (RewardSet)
 
-def test_any_reward_times_out_and_is_retried():
-    calls = {"n": 0}
-    gate = threading.Event()
+def test_any_reward_times_out_and_is_retried(tmp_path):
+    calls = tmp_path / "calls"  # the reward runs in a worker process: it counts its calls in a file, not in memory
 
     def sometimes_hangs(prompts, completions, **kw):
-        calls["n"] += 1
-        if calls["n"] == 1:
-            gate.wait(10)  # the first call hangs
+        with open(calls, "a") as f:
+            f.write("x")
+        if calls.read_text() == "x":
+            time.sleep(10)  # the first call hangs
         return [1.0] * len(completions)
 
-    try:
-        with pytest.warns(RuntimeWarning, match=r"reward 'sometimes_hangs' failed \(RewardTimeout.*retry 1 of 1"):
-            out = RewardSet([sometimes_hangs], timeout=0.2, retries=1, retry_backoff=0.0)(["p"] * 2, ["a", "b"])
-        assert out.per_reward["sometimes_hangs"].tolist() == [1.0, 1.0] and calls["n"] == 2
-    finally:
-        gate.set()
+    with pytest.warns(RuntimeWarning, match=r"reward 'sometimes_hangs' failed \(RewardTimeout.*retry 1 of 1"):
+        out = RewardSet([sometimes_hangs], timeout=0.2, retries=1, retry_backoff=0.0)(["p"] * 2, ["a", "b"])
+    assert out.per_reward["sometimes_hangs"].tolist() == [1.0, 1.0] and calls.read_text() == "xx"
 
 
 def test_reward_timeout_without_retries_fails_the_batch():

@@ -51,6 +51,9 @@ def test_replicate_smoke_same_rollout_budget(tmp_path, monkeypatch):
     res = json.loads((root / "results.json").read_text())
     assert set(res["arms"]) == set(COMPARISONS["dmpo-small-batch"])
     assert all(len(runs) == 1 and 0 <= runs[0]["accuracy"] <= 1 for runs in res["arms"].values())
+    n = len(res["test_puzzles"])
+    assert len(res["base_items"]) == n and all(len(runs[0]["items"]) == n for runs in res["arms"].values())
+    assert set(res["gains"]) == set(COMPARISONS["dmpo-small-batch"])
     table = (root / "table.md").read_text()
     assert all(arm in table for arm in COMPARISONS["dmpo-small-batch"]) and "base model" in table
     assert (root / "accuracy.png").read_bytes()[:4] == b"\x89PNG"
@@ -65,13 +68,22 @@ def test_shapes_quickstart_smoke_writes_report(tmp_path, monkeypatch):
     assert main(["quickstart", "--smoke", "--out", str(out)]) == 0
     res = json.loads((out / "results.json").read_text())
     assert res["smoke"] and set(res["arms"]) == {"GCPO"} and len(res["arms"]["GCPO"]) == 1
-    after = res["arms"]["GCPO"][0]["after"]
+    run = res["arms"]["GCPO"][0]
+    after = run["after"]
     assert set(after) == set(TASKS) | {"overall"}
     assert abs(after["overall"] - sum(after[t] for t in TASKS) / len(TASKS)) < 1e-9
+    # per-prompt test scores: each task's figure is the mean over its prompts, overall the mean over tasks
+    tags, items = res["test_tags"], run["items"]
+    assert len(items) == len(tags) == len(res["test_prompts"]) == len(res["before_items"])
+    for t in TASKS:
+        mine = [x for x, tag in zip(items, tags) if tag == t]
+        assert abs(after[t] - sum(mine) / len(mine)) < 1e-9
+    gain = res["rows"]["GCPO"]["gain"]
+    assert gain["low"] <= gain["estimate"] <= gain["high"] and gain["n_seeds"] == 1
     for name in ("README.md", "accuracy.png", "reward.png", "grid.png", "credit.png"):
         assert (out / name).stat().st_size > 0, name
     text = (out / "README.md").read_text()
-    assert "| GenEval task |" in text and "GCPO (1 seed)" in text and "grid.png" in text
+    assert "| model |" in text and "GCPO (1 seed)" in text and "grid.png" in text and "[95% CI]" in text
     assert (out / "grid.png").read_bytes()[:4] == b"\x89PNG"
 
 
@@ -80,9 +92,15 @@ def test_gcpo_vs_grpo_smoke(tmp_path, monkeypatch):
     assert main(["replicate", "gcpo-vs-grpo", "--smoke", "--seeds", "1", "--out", str(tmp_path / "rep")]) == 0
     root = tmp_path / "rep" / "gcpo-vs-grpo"
     res = json.loads((root / "results.json").read_text())
-    assert set(res["arms"]) == {"GRPO", "GCPO"}
+    assert set(res["arms"]) == {"GRPO", "GCPO", "RFT"}
     # same prompts, batch, learning rate and KL: the arms differ only in the method
     a, b = res["configs"]["GRPO"], res["configs"]["GCPO"]
     assert {k for k in a if a[k] != b.get(k)} == {"method"}
+    # the baselines: the clean-caption base, best-of-n from the base, rejection sampling at the same rollouts
+    assert res["reference"]["model"] == "shapes-clean" and len(res["reference"]["items"]) == len(res["test_prompts"])
+    assert {"base", "clean-caption base (same compute)", "best-of-1 (base)", "RFT"} <= set(res["rows"])
+    rft = res["arms"]["RFT"][0]["rft"]
+    assert rft["sampled"] == 2 * 16 and len(rft["accepted"]) == 2  # 2 rollout batches of 2 prompts x 8 images (smoke)
+    assert {"GCPO - GRPO", "GRPO - RFT", "GCPO - RFT"} == set(res["differences"])
     table = (root / "table.md").read_text()
-    assert "GRPO (1 seed)" in table and "GCPO (1 seed)" in table and "gain, overall" in table
+    assert "GRPO (1 seed)" in table and "GCPO (1 seed)" in table and "gain vs base" in table and "share of the gap" in table

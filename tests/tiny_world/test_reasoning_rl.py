@@ -70,6 +70,11 @@ def test_held_out_greedy_sampled_pass_at_k():
     res = reasoning_rl.held_out(pol, rows, "_first_char_is_a", "causal_lm", 3, k=6)
     assert set(res) == {"greedy", "sampled", "pass@6"}
     assert 0 <= res["sampled"] <= res["pass@6"] <= 1 and res["greedy"] in (0.0, 0.5, 1.0)
+    summary, items = reasoning_rl.held_out_items(pol, rows, "_first_char_is_a", "causal_lm", 3, k=6)
+    assert summary == res  # same seeds, same figures
+    assert len(items["sampled"]) == len(items["greedy"]) == len(items["pass"]) == 2
+    assert sum(items["sampled"]) / 2 == pytest.approx(res["sampled"]) and sum(items["pass"]) / 2 == pytest.approx(res["pass@6"])
+    assert all(p >= s for p, s in zip(items["pass"], items["sampled"]))
 
 
 def test_reasoning_comparison_smoke(tmp_path, monkeypatch):
@@ -77,10 +82,20 @@ def test_reasoning_comparison_smoke(tmp_path, monkeypatch):
     assert main(["replicate", "dgpo-vs-grpo", "--smoke", "--seeds", "1", "--out", str(tmp_path / "rep")]) == 0
     root = tmp_path / "rep" / "dgpo-vs-grpo"
     res = json.loads((root / "results.json").read_text())
-    assert set(res["arms"]) == {"GRPO", "DAPO", "DGPO"}
+    assert set(res["arms"]) == {"GRPO", "DAPO", "DGPO", "RFT"}  # RFT: rejection sampling at the same rollouts
+    n = len(res["test_prompts"])
+    assert len(res["before_items"]["sampled"]) == n and len(res["reference"]["items"]["greedy"]) == n
     for runs in res["arms"].values():
         assert {"greedy", "sampled", "pass@2"} <= set(runs[0]["after"])
-    assert "base model" in (root / "table.md").read_text() and "shortcut answers" in (root / "table.md").read_text()
+        assert len(runs[0]["items"]["sampled"]) == n  # per-problem scores, per seed
+        # the summary is the mean of the per-problem scores
+        assert sum(runs[0]["items"]["sampled"]) / n == pytest.approx(runs[0]["after"]["sampled"])
+    gain = res["arm_intervals"]["GRPO"]["gain"]
+    assert gain["low"] <= gain["estimate"] <= gain["high"] and gain["n_items"] == n
+    assert {"GRPO - DAPO", "GRPO - RFT", "GRPO - clean SFT"} <= set(res["differences"])
+    table = (root / "table.md").read_text()
+    assert "base model" in table and "shortcut answers" in table and "[95% CI]" in table and "clean SFT" in table
+    assert "GRPO (1 seeds)" in table or "GRPO (1 seed" in table
     lines = (root / "runs" / "grpo-seed0" / "completions.jsonl").read_text().splitlines()
     assert len(lines) == 2 * 32 and "=" in json.loads(lines[0])["prompt"]  # 2 rollouts x 8 prompts x 4 answers
     for png in ("accuracy.png", "reward.png", "kl.png", "shortcut.png"):
@@ -163,3 +178,17 @@ def test_shortcut_share_counts_the_shortcut_per_step(tmp_path):
                                                         for s, p, c in rows))
     assert reasoning_rl.shortcut_share(tmp_path, "*") == [(1, 2 / 3), (2, 1.0)]
     assert reasoning_rl.shortcut_share(tmp_path / "missing") == []
+
+
+def test_dllm_comparison_smoke_with_the_trust_region(tmp_path, monkeypatch):
+    """The masked-diffusion Countdown comparison end to end at smoke size: DMPO with reuse F = 8 under the trust
+    region on the `countdown3-md` base; per-item scores and paired intervals land in results.json."""
+    monkeypatch.setenv("MMRL_CACHE", str(tmp_path / "cache"))
+    res = reasoning_rl.run_reasoning_comparison("dllm-countdown3", tmp_path / "rep", seeds=1, smoke=True, progress=False,
+                                                arms=["DMPO F=8, trust region 0.05"])
+    run = res["arms"]["DMPO F=8, trust region 0.05"][0]
+    assert len(run["items"]["greedy"]) == len(res["before_items"]["greedy"]) == 16
+    gain = res["intervals"]["gain"]["DMPO F=8, trust region 0.05"]["greedy"]
+    assert gain["low"] <= gain["estimate"] <= gain["high"] and gain["n_items"] == 16
+    records = (tmp_path / "rep" / "dllm-countdown3" / "runs" / "dmpo_f_8_trust_region_0_05-seed0" / "metrics.jsonl").read_text()
+    assert "dmpo/trust_region_clipped" in records

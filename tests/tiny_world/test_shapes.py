@@ -116,7 +116,7 @@ def test_unrecognised_blobs_are_not_detected():
     assert got == [SceneObject("square", PALETTE[1][0], 0, 0)]
     # an off-palette colour: the cell is unknown, so a square with one such cell is no square
     img = np.asarray(cells_to_image(np.clip(cells, 0, None), 8)).copy()
-    img[0:8, 0:8] = (0, 0, 0)  # black is not in the palette's reach
+    img[0:8, 0:8] = (0, 255, 255)  # cyan is not in the palette's reach
     assert image_to_cells(Image.fromarray(img))[0, 0] == shapes.UNKNOWN
     assert [o.shape for o in detect_cells(image_to_cells(Image.fromarray(img)))] == []
 
@@ -148,7 +148,7 @@ def test_scene_errors_name_the_problem():
     with pytest.raises(ValueError, match="not a shape"):
         scene_for_metadata({"tag": "single_object", "prompt": "", "include": [{"class": "dog", "count": 1}]}, 0)
     with pytest.raises(ValueError, match="palette"):
-        scene_for_metadata({"tag": "colors", "prompt": "", "include": [{"class": "square", "count": 1, "color": "brown"}]}, 0)
+        scene_for_metadata({"tag": "colors", "prompt": "", "include": [{"class": "square", "count": 1, "color": "cyan"}]}, 0)
     with pytest.raises(ValueError, match="do not fit"):
         scene_for_metadata({"tag": "counting", "prompt": "", "include": [{"class": "square", "count": 10}]}, 0)
     with pytest.raises(ValueError, match="count"):
@@ -188,3 +188,18 @@ def torch_tensor(a):
     import torch
 
     return torch.as_tensor(a, dtype=torch.long)
+
+
+def test_every_shape_is_a_distinct_connected_pattern_filling_its_box():
+    import numpy as np
+
+    from mmrl.tiny_world.shapes import PATTERN, SHAPES, detect_cells
+
+    patterns = list(SHAPES.values())
+    assert len(SHAPES) == 20 and len({p.tobytes() for p in patterns}) == len(patterns)
+    for name, p in SHAPES.items():
+        assert p.shape == (PATTERN, PATTERN) and p.any(0).all() and p.any(1).all(), name
+        cells = np.zeros((5, 5), dtype=np.int64)
+        cells[1:4, 1:4][p] = 1  # one colour on the background: the detector must find exactly this shape
+        found = detect_cells(cells)
+        assert [(o.shape, o.row, o.col) for o in found] == [(name, 1, 1)], name

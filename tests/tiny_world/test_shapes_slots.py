@@ -32,21 +32,21 @@ def _judge(scene: Scene, record: dict) -> bool:
 
 
 def test_codes_enumerate_every_shape_and_colour_once():
-    assert shape_slots.NUM_CODES == 1 + 3 * 7 == 22
+    assert shape_slots.NUM_CODES == 1 + 20 * 10 == 201
     pairs = [shape_slots.decode_code(c) for c in range(1, shape_slots.NUM_CODES)]
-    assert len(set(pairs)) == 21 and shape_slots.decode_code(0) is None
-    assert shape_slots.code_of("square", "red") == 1 and shape_slots.code_of("triangle", "white") == 21
+    assert len(set(pairs)) == 200 and shape_slots.decode_code(0) is None
+    assert shape_slots.code_of("square", "red") == 1 and shape_slots.code_of("triangle", "white") == 1 + 2 * 10 + 6
     assert all(shape_slots.code_of(*p) == c for c, p in enumerate(pairs, 1))
     with pytest.raises(ValueError, match="valid"):
         shape_slots.code_of("hexagon", "red")
-    with pytest.raises(ValueError, match=r"\[0, 22\)"):
-        shape_slots.decode_code(22)
+    with pytest.raises(ValueError, match=r"\[0, 201\)"):
+        shape_slots.decode_code(201)
 
 
 def test_patch_codec_round_trips_and_decodes_to_detectable_scenes():
     codec = _codec()
-    assert codec.image_size == (96, 96) and codec.codebook_size == 22
-    ids = torch.randint(0, 22, (6, 16), generator=torch.Generator().manual_seed(0))
+    assert codec.image_size == (96, 96) and codec.codebook_size == 201
+    ids = torch.randint(0, 201, (6, 16), generator=torch.Generator().manual_seed(0))
     images = codec.decode(ids)
     assert torch.equal(codec.encode(images), ids)
     for row, img in zip(ids, images):
@@ -65,8 +65,8 @@ def test_patch_codec_rejects_bad_patches():
         PatchCodec(np.zeros((3, 4, 4, 3), dtype=np.uint8))
     with pytest.raises(ValueError, match=r"\[K, p, p, 3\]"):
         PatchCodec(np.zeros((3, 4, 5, 3), dtype=np.uint8))
-    with pytest.raises(ValueError, match=r"\[0, 22\)"):
-        _codec().decode(torch.full((1, 16), 22))
+    with pytest.raises(ValueError, match=r"\[0, 201\)"):
+        _codec().decode(torch.full((1, 16), 201))
 
 
 def test_slot_scenes_satisfy_their_records_and_sit_on_slot_corners():

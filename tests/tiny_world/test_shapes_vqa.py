@@ -12,7 +12,7 @@ import pytest
 import torch
 import yaml
 
-from mmrl.tiny_world.shapes import COLORS, SHAPE_NAMES, Scene, SceneObject, detect
+from mmrl.tiny_world.shapes import CLASSIC_COLORS as COLORS, CLASSIC_SHAPES as SHAPE_NAMES, Scene, SceneObject, detect
 from mmrl.data.tasks import load_task
 from mmrl.tiny_world import shapes_vqa as sv
 
@@ -35,7 +35,9 @@ def test_split_is_leak_free_and_covers_every_question_type(task):
     train_images = {image_bytes(r) for r in task.train}
     test_images = {image_bytes(r) for r in task.test}
     assert not train_images & test_images  # no test image is seen in training, under any question
-    for split in (task.train, task.test):
+    val_images = {image_bytes(r) for r in task.validation}
+    assert val_images and not val_images & (train_images | test_images)  # validation: its own scenes
+    for split in (task.train, task.test, task.validation):
         assert {r["qtype"] for r in split} == set(sv.QUESTION_TYPES)
         assert all(r["answer"] in sv.ANSWER_WORDS for r in split)
     assert task.family == "vlm" and task.metric == "shapes_vqa" and task.reward_funcs == ["shapes_vqa"]

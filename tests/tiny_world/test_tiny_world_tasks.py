@@ -76,13 +76,52 @@ def test_countdown3_split_is_by_number_multiset():
     assert countdown3(None, ["1+2"], [17], [[3, 4, 5]]) == [0.1]
 
 
-def test_shapes_prompts_split_by_prompt():
+def test_shapes_split_holds_out_compositions_under_the_geneval_rules():
+    from mmrl.tiny_world.shapes import COLORS, SHAPE_NAMES
+    from mmrl.geneval.prompts import parse_prompt
+    from mmrl.tiny_world.shapes_split import canonical, compositions
+
     task = load_task("shapes")
-    train = {r["prompt"] for r in task.train}
-    test = {r["prompt"] for r in task.test}
-    assert not train & test
-    tags = {r["metadata"]["tag"] for r in task.test}
-    assert tags == {"single_object", "two_object", "counting", "colors", "position", "color_attr"}
+    splits = {"train": task.train, "validation": task.validation, "test": task.test}
+    tags = ("single_object", "two_object", "counting", "colors", "position", "color_attr")
+    for tag in tags:  # a real test: at least 20 test prompts in every GenEval task
+        assert sum(r["metadata"]["tag"] == tag for r in task.test) >= 20, tag
+    # every row's metadata is what the GenEval parser reads from its prompt
+    for rows in splits.values():
+        for r in rows[::7]:
+            assert parse_prompt(r["prompt"], SHAPE_NAMES, COLORS) == r["metadata"]
+    units = {k: set().union(*(compositions(r["metadata"]) for r in rows)) for k, rows in splits.items()}
+    meanings = {k: {canonical(r["metadata"]) for r in rows} for k, rows in splits.items()}
+    for held in ("validation", "test"):
+        # no held-out composition (pairing, count pair, shape pair) is named by any training prompt ...
+        assert not units[held] & units["train"]
+        # ... so no held-out meaning is a training meaning, apart from single_object (nothing to hold out)
+        shared = meanings[held] & meanings["train"]
+        assert shared and all(m[0] == "single_object" for m in shared)
+        # distinct meanings: no held-out prompt is a paraphrase of another
+        rows = [r for r in splits[held] if r["metadata"]["tag"] != "single_object"]
+        assert len({canonical(r["metadata"]) for r in rows}) == len(rows)
+    assert not units["validation"] & units["test"]
+    # every shape, colour and count still appears in training
+    train_units = units["train"]
+    assert {u[2] for u in train_units if u[0] == "pairing"} == set(SHAPE_NAMES)
+    assert {u[1] for u in train_units if u[0] == "pairing"} == set(COLORS)
+    assert {u[1] for u in train_units if u[0] == "count"} == {2, 3, 4, 5, 6}
+
+
+def test_canonical_meaning_identifies_paraphrases_and_mirrored_relations():
+    from mmrl.tiny_world.shapes import COLORS, SHAPE_NAMES
+    from mmrl.geneval.prompts import parse_prompt
+    from mmrl.tiny_world.shapes_split import canonical
+
+    c = lambda p: canonical(parse_prompt(p, SHAPE_NAMES, COLORS))  # noqa: E731
+    assert c("a photo of a circle and a square") == c("a photo of a square and a circle")
+    assert c("a photo of a circle right of a square") == c("a photo of a square left of a circle")
+    assert c("a photo of a ring below a tee") == c("a photo of a tee above a ring")
+    assert c("a photo of a ring below a tee") != c("a photo of a ring above a tee")
+    assert c("a photo of a red tee and a blue ring") == c("a photo of a blue ring and a red tee")
+    assert c("a photo of a red tee and a blue ring") != c("a photo of a blue tee and a red ring")
+    assert c("a photo of three tees") != c("a photo of four tees")
 
 
 def test_d1_test_files_load_in_tiny_format():
