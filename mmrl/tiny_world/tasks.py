@@ -82,7 +82,7 @@ SPLITS = ("train", "validation", "test")
 """The three splits of every tiny-world task: train (RL and pre-training rows), validation (training curves and
 every choice of recipe, step count or base) and test (evaluated once per reported run, never for a choice)."""
 
-TASK_VERSIONS: dict[str, int] = {"sudoku4": 2, "countdown3": 2, "shapes": 2, "shapes_vqa": 2}
+TASK_VERSIONS: dict[str, int] = {"sudoku4": 2, "countdown3": 2, "shapes": 2, "shapes_vqa": 2, "countdown4_steps": 1}
 """Version of each task's generated data and split; part of a tiny base model's cache key (`TinySpec.key`), so a
 base pre-trained on an older split is rebuilt instead of silently reused. 2: train / validation / test (Countdown
 by number multiset, Sudoku by grid, shapes by held-out composition)."""
@@ -379,6 +379,7 @@ def _shapes(dataset_path: str | None, seed: int) -> Task:
 
 
 from mmrl.tiny_world import shapes_vqa as _shapes_vqa  # noqa: E402,F401  registers the `shapes_vqa` task and reward
+from mmrl.tiny_world import countdown_steps as _countdown_steps  # noqa: E402,F401  registers `countdown4_steps`
 
 for _loader in (_sudoku4, _sudoku4_d1, _countdown3, _countdown3_d1, _shapes, _shapes_vqa._shapes_vqa):
     _loader.generates_data = True  # load_task refuses a dataset_path for these instead of ignoring it
