@@ -8,7 +8,7 @@ from the block's start to the end of the sequence), and the process CPU time of 
 block only against the head on the whole window (interleaved A, B, B, A; CPU time because the wall time of a shared
 machine is mostly other jobs' time).
 
-    python benchmarks/dllm_rollout_profile.py --threads 1 --out benchmarks/results/dllm_rollout_profile.json
+    python benchmarks/dllm_rollout_profile.py --threads 1 --out dllm_rollout_profile.json  (then into benchmarks/results/)
 """
 from __future__ import annotations
 

@@ -1,6 +1,10 @@
 """mmrl: reinforcement learning for generative models (Janus-Pro, Qwen2.5-VL, LLaDA/Dream, causal LMs).
 
 Methods: GCPO, DGPO, DMPO beside GRPO, DAPO, Dr.GRPO and diffu-GRPO, all through one adapter protocol.
+
+    from mmrl import Trainer, TrainConfig      # mmrl.training.trainer.Trainer, mmrl.config.train_config.TrainConfig
+
+The entry points load on first use, so `import mmrl` stays light (no torch).
 """
 import os as _os
 import sys as _sys
@@ -12,12 +16,12 @@ if "torch" not in _sys.modules:
 
 __version__ = "0.1.0"
 
-_EXPORTS = {"Trainer": "mmrl.training.trainer", "TrainConfig": "mmrl.config.train_config", "load_config": "mmrl.config.train_config",
-            "RewardSet": "mmrl.rewards"}
+_EXPORTS = {"Trainer": "mmrl.training.trainer", "train": "mmrl.training.trainer", "TrainConfig": "mmrl.config.train_config",
+            "load_config": "mmrl.config.train_config", "RewardSet": "mmrl.rewards"}
 """`from mmrl import Trainer, TrainConfig` (TRL's `from trl import GRPOTrainer, GRPOConfig`), imported on first use so
 that `import mmrl` stays light."""
 
-__all__ = ["Trainer", "TrainConfig", "load_config", "RewardSet", "__version__"]
+__all__ = ["Trainer", "TrainConfig", "load_config", "RewardSet", "train", "__version__"]
 
 
 def __getattr__(name: str):

@@ -26,6 +26,17 @@ def adapter_class(family: str) -> type:
     return getattr(importlib.import_module(module), cls)
 
 
+def tiny_factory(family: str):
+    """The tiny random model factory of a family (`mmrl.models.tiny_configs`, imported on first use)."""
+    adapter_class(family)  # an unknown family: the same error
+    return importlib.import_module("mmrl.models.tiny_configs").FACTORIES[family]
+
+
+def tiny_policy(family: str, **options):
+    """A tiny random model of `family` as a policy (tests, `model_name_or_path: tiny`); options as `Adapter.tiny`."""
+    return tiny_factory(family)(None, **options)
+
+
 def load_policy(family: str, model_path: str, **options):
     """`adapter_class(family).from_pretrained(model_path, **options)`: a local checkpoint as a policy."""
     return adapter_class(family).from_pretrained(model_path, **options)

@@ -39,11 +39,41 @@ class BaseAdapter:
     """Whether responses vary in length (length-based reward shaping such as DAPO's overlong penalty applies)."""
     response_unit: str = "tokens"
     """What throughput is counted in: `tokens` (perf/tokens_per_s) or `images` (perf/images_per_s)."""
+    records_reveal_steps: bool = False
+    """Whether the sampler records each token's reveal step (the `per_step` log-prob estimator needs it)."""
     batches_negative_condition: bool = False
     """Whether the adapter has `logprob_with_negative`: GCPO's positive and negative scorings in one forward."""
     generation_option_names: tuple[str, ...] = ()
     """The `sample()` options the family knows: `generation_kwargs` keys outside it are refused at start-up
     (`TrainConfig.validate`); empty means the family does not say (no check)."""
+
+    @classmethod
+    def config_errors(cls, cfg) -> list[str]:
+        """One-line errors of `cfg` for this family (`TrainConfig.validate`, before any model loads): sampling needs
+        a positive temperature, the per-step estimator needs recorded reveal steps (`masked_image`). Families
+        override it for their own rules."""
+        e = []
+        if cfg.logprob_estimator == "per_step" and not cls.records_reveal_steps:
+            e.append(f"logprob_estimator='per_step' (the MaskGIT sampler's recorded reveal steps) needs family='masked_image', "
+                     f"got family={cfg.family!r}")
+        if not cfg.temperature > 0:
+            e.append(f"temperature={cfg.temperature} must be > 0 for the {cfg.family} family (sampling needs a positive temperature)")
+        return e
+
+    @classmethod
+    def greedy_generation(cls, gen_length: int, block_length: int, steps: int) -> dict[str, Any]:
+        """The `sample()` options of greedy evaluation decoding (d1's and DMPO's protocols, `mmrl.training.evaluate`):
+        `gen_length` new tokens, masked diffusion's `block_length` and `steps`; none by default (the family's
+        sampling defaults)."""
+        return {}
+
+    @classmethod
+    def tiny(cls, **options):
+        """A tiny random model of this family, for tests and `model_name_or_path: tiny`; the factories and their
+        options live outside the adapters, in `mmrl.models.tiny_configs`."""
+        from mmrl.models import tiny_factory
+
+        return tiny_factory(cls.family)(cls, **options)
 
     @classmethod
     def generation_options(cls, cfg) -> dict[str, Any]:

@@ -193,6 +193,11 @@ class CausalLMAdapter(BaseAdapter):
     generation_option_names = tuple(GENERATION_DEFAULTS)
 
     @classmethod
+    def greedy_generation(cls, gen_length: int, block_length: int, steps: int) -> dict[str, Any]:
+        """Greedy decoding: top-k 1 at temperature 1 for `gen_length` tokens (VLMs too)."""
+        return {"max_new_tokens": gen_length, "temperature": 1.0, "top_k": 1}
+
+    @classmethod
     def generation_options(cls, cfg) -> dict[str, Any]:
         return {"max_new_tokens": cfg.max_completion_length, "temperature": cfg.temperature, "top_p": cfg.top_p,
                 "top_k": cfg.top_k, "negative_instruction": cfg.negative_instruction, "max_prompt_length": cfg.max_prompt_length}
@@ -678,38 +683,3 @@ class CausalLMAdapter(BaseAdapter):
             if ref is not None:
                 ref.to(device)
         return cls(model, processor, ref_model=ref, **{**saved, **generation_defaults})
-
-    @classmethod
-    def tiny(cls, *, seed: int = 0, **overrides: Any) -> "CausalLMAdapter":
-        """A tiny randomly initialised `Qwen2ForCausalLM` (hidden 32, 2 layers, ~25k parameters) over the offline
-        char tokenizer (`models.tokenizers.char_tokenizer`), seeded without touching the global RNG.
-
-        `overrides`: generation options (see `GENERATION_DEFAULTS`; `max_new_tokens` defaults to 16 here),
-        `ref_model=True` for an identical frozen reference copy, anything else is a `Qwen2Config` field.
-        """
-        from transformers import Qwen2Config, Qwen2ForCausalLM
-
-        from mmrl.models.tokenizers import char_tokenizer
-
-        tok = char_tokenizer()
-        gen = {k: overrides.pop(k) for k in list(overrides) if k in GENERATION_DEFAULTS}
-        gen.setdefault("max_new_tokens", 16)
-        with_ref = bool(overrides.pop("ref_model", False))
-        cfg = dict(
-            vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-            num_key_value_heads=2, max_position_embeddings=1024, tie_word_embeddings=True,
-            pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
-        )
-        cfg.update(overrides)
-        config = Qwen2Config(**cfg)
-
-        def build() -> torch.nn.Module:
-            with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(seed)
-                m = Qwen2ForCausalLM(config)
-            m.generation_config.eos_token_id = tok.eos_token_id
-            m.generation_config.pad_token_id = tok.pad_token_id
-            m.generation_config.bos_token_id = tok.bos_token_id
-            return m.eval()
-
-        return cls(build(), tok, ref_model=build() if with_ref else None, **gen)

@@ -97,6 +97,8 @@ from mmrl.models.prompts import check_max_prompt_length, render_chat, truncate_l
 from mmrl.core.protocol import DEFAULT_NEGATIVE_INSTRUCTION, NoisedBatch, Rollout, TokenScores
 
 SAMPLERS = ("low_confidence", "random", *DREAM_ORDERS, "threshold", "threshold_cache", "random_order")
+STOCHASTIC_AT_ZERO_TEMPERATURE = ("random", "random_order")
+"""Samplers whose unmasking order is random, so that greedy tokens still give different responses."""
 ESTIMATORS = ("mean_field", "elbo", "exact")
 PADDING_MODES = ("fold", "drop")
 GENERATION_KEYS = (
@@ -239,6 +241,36 @@ class MaskedDiffusionAdapter(BaseAdapter):
 
     family = "masked_diffusion"
     generation_option_names = GENERATION_KEYS
+
+    @classmethod
+    def config_errors(cls, cfg) -> list[str]:
+        """Temperature 0 is greedy here (allowed only with a sampler that stays random), and the blocks must tile
+        the completion (`block_length` divides `max_completion_length`, `diffusion_steps` a multiple of the blocks)."""
+        e = [m for m in super().config_errors(cfg) if not m.startswith(f"temperature={cfg.temperature} must be > 0")]
+        if cfg.temperature < 0:
+            e.append(f"temperature={cfg.temperature} must be >= 0 (0 = greedy) for masked diffusion")
+        if cfg.temperature == 0:
+            sampler = cfg.sampler or cfg.generation_kwargs.get("sampler") or "low_confidence"
+            if sampler not in STOCHASTIC_AT_ZERO_TEMPERATURE:
+                e.append(f"temperature=0 with the {sampler!r} sampler is greedy and deterministic: the num_generations "
+                         f"responses of a prompt would be identical (all advantages 0); use temperature > 0, or a sampler "
+                         f"that stays random at temperature 0: {list(STOCHASTIC_AT_ZERO_TEMPERATURE)}")
+        if cfg.max_completion_length >= 1 and cfg.block_length >= 1:
+            if cfg.max_completion_length % cfg.block_length:
+                e.append(f"block_length={cfg.block_length} does not divide max_completion_length={cfg.max_completion_length}; "
+                         f"choose a divisor of {cfg.max_completion_length}")
+            elif cfg.diffusion_steps is not None:
+                blocks = cfg.max_completion_length // cfg.block_length
+                if cfg.diffusion_steps < 1 or cfg.diffusion_steps % blocks:
+                    e.append(f"diffusion_steps={cfg.diffusion_steps} must be a positive multiple of the number of blocks "
+                             f"({blocks} = max_completion_length / block_length)")
+        return e
+
+    @classmethod
+    def greedy_generation(cls, gen_length: int, block_length: int, steps: int) -> dict[str, Any]:
+        """Greedy decoding: temperature 0 with low-confidence remasking, `steps` over blocks of `block_length`."""
+        return {"gen_length": gen_length, "block_length": block_length, "steps": steps, "temperature": 0.0,
+                "sampler": "low_confidence"}
 
     @classmethod
     def generation_options(cls, cfg) -> dict[str, Any]:
@@ -959,48 +991,3 @@ class MaskedDiffusionAdapter(BaseAdapter):
                 adapter_kw[k] = generation_defaults.pop(k)
         gen.update(generation_defaults)
         return cls(model, tokenizer, ref_model=ref, **adapter_kw, **gen)
-
-    @classmethod
-    def tiny(cls, *, seed: int = 0, arch: str = "llama", ref_model: bool = False, **overrides) -> "MaskedDiffusionAdapter":
-        """A tiny random bidirectional Llama (or `arch="qwen2"`) with the offline char tokenizer (`<mask>` = 4).
-
-        `overrides`: sampling options (`GENERATION_KEYS`), adapter keys (`shift_logits`, `mask_token_id`, ...) or
-        config fields (`hidden_size`, `num_hidden_layers`, `initializer_range`, `attn_implementation`, ...).
-        Default size: hidden 32, 2 layers, 4 heads (2 KV heads), ~25k parameters.
-        """
-        from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
-
-        from mmrl.models.tokenizers import char_tokenizer
-
-        archs = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM)}
-        if arch not in archs:
-            raise ValueError(f"unknown tiny arch {arch!r}; valid: {sorted(archs)}")
-        tok = char_tokenizer()
-        gen = {k: overrides.pop(k) for k in list(overrides) if k in GENERATION_KEYS}
-        adapter_kw = {k: overrides.pop(k) for k in list(overrides) if k in _ADAPTER_KEYS}
-        shift = adapter_kw.pop("shift_logits", False)
-        cfg = dict(
-            vocab_size=len(tok),
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            max_position_embeddings=512,
-            pad_token_id=tok.pad_token_id,
-            bos_token_id=tok.bos_token_id,
-            eos_token_id=tok.eos_token_id,
-            tie_word_embeddings=False,
-            attn_implementation="sdpa",
-        )
-        cfg.update(overrides)
-        config_cls, model_cls = archs[arch]
-        config = config_cls(**cfg)
-        config.is_causal = False
-        config.mask_token_id = tok.mask_token_id
-        config.shift_logits = bool(shift)
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            model = model_cls(config)
-        ref = copy.deepcopy(model) if ref_model else None
-        return cls(model, tok, ref_model=ref, **adapter_kw, **gen)

@@ -86,9 +86,19 @@ class MaskedImageAdapter(BaseAdapter):
     """
 
     family = "masked_image"
+    records_reveal_steps = True  # the MaskGIT sampler records each token's reveal step (logprob_estimator=per_step)
     generation_option_names = GENERATION_KEYS
     variable_length = False  # an image is always T tokens
     response_unit = "images"
+
+    @classmethod
+    def config_errors(cls, cfg) -> list[str]:
+        """Also: no transformers attention switch (diffusers' UVit2DModel)."""
+        e = super().config_errors(cfg)
+        if cfg.attn_implementation is not None:
+            e.append("attn_implementation: the masked_image family (diffusers' UVit2DModel) has no transformers attention "
+                     "switch; leave it null")
+        return e
 
     @classmethod
     def generation_options(cls, cfg) -> dict[str, Any]:
@@ -448,21 +458,6 @@ class MaskedImageAdapter(BaseAdapter):
         gen = {**saved.get("generation_defaults", {}), **generation_defaults}
         return cls(transformer, vqvae, text_encoder, tokenizer, mask_token_id=sched.config.mask_token_id,
                    masking_schedule=sched.config.masking_schedule, ref_model=ref, codec=codec, **gen)
-
-    @classmethod
-    def tiny(cls, *, seed: int = 0, ref_model: bool = False, words: Sequence[str] = ("a", "photo", "of", "red", "square", "say"),
-             codec: ImageCodec | None = None, grid: int = 4, codebook_size: int = 8, **overrides) -> "MaskedImageAdapter":
-        """A tiny random aMUSEd (`tiny_amused_components`) as a policy; `overrides`: generation options or component
-        sizes (`hidden_size`, `num_hidden_layers`, `text_hidden_size`, `text_layers`, `model_max_length`)."""
-        gen = {k: overrides.pop(k) for k in list(overrides) if k in GENERATION_KEYS}
-        if codec is not None:
-            grid, codebook_size = codec.grid[0], codec.codebook_size
-        parts = tiny_amused_components(seed=seed, words=words, grid=grid, codebook_size=codebook_size, **overrides)
-        ref = copy.deepcopy(parts["transformer"]) if ref_model else None
-        return cls(parts["transformer"], parts["vqvae"], parts["text_encoder"], parts["tokenizer"],
-                   mask_token_id=parts["scheduler"].config.mask_token_id, ref_model=ref, codec=codec,
-                   **{"cfg_scale": 2.0, "num_steps": 4, **gen})
-
 
 def tiny_amused_components(*, seed: int = 0, words: Sequence[str] = (), grid: int = 4, codebook_size: int = 8,
                            hidden_size: int = 32, num_hidden_layers: int = 1, num_attention_heads: int = 2,

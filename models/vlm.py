@@ -26,7 +26,6 @@ from typing import Any, Sequence
 import torch
 
 from mmrl.models.causal_lm import (
-    GENERATION_DEFAULTS,
     CausalLMAdapter,
     is_chat,
     load_tokenizer,
@@ -267,50 +266,5 @@ class VLMAdapter(CausalLMAdapter):
             video_processor=Qwen2VLVideoProcessor(**sizes),
             chat_template=TINY_CHAT_TEMPLATE,
         )
-
-    @classmethod
-    def tiny(cls, *, seed: int = 0, **overrides: Any) -> "VLMAdapter":
-        """A tiny randomly initialised `Qwen2_5_VLForConditionalGeneration` (text: hidden 32, 2 layers; vision: 1
-        block of width 32 on 4-pixel patches; ~50k parameters) with `tiny_processor()`, seeded without touching
-        the global RNG.
-
-        `overrides`: generation options (`max_new_tokens` defaults to 16 here), `ref_model=True` for an identical
-        frozen reference copy, `min_pixels` / `max_pixels` for `tiny_processor`, `text_config={...}` /
-        `vision_config={...}` field overrides, other top-level config fields.
-        """
-        from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
-
-        processor = cls.tiny_processor(**{k: overrides.pop(k) for k in ("min_pixels", "max_pixels") if k in overrides})
-        tok = processor.tokenizer
-        gen = {k: overrides.pop(k) for k in list(overrides) if k in GENERATION_DEFAULTS}
-        gen.setdefault("max_new_tokens", 16)
-        with_ref = bool(overrides.pop("ref_model", False))
-        text = dict(
-            vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
-            num_key_value_heads=1, max_position_embeddings=1024,
-            rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]},
-            pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
-        )
-        text.update(overrides.pop("text_config", {}))
-        vision = dict(
-            depth=1, hidden_size=32, intermediate_size=64, num_heads=2, in_channels=3, patch_size=4, spatial_merge_size=2,
-            temporal_patch_size=2, window_size=16, out_hidden_size=text["hidden_size"], fullatt_block_indexes=[0],
-        )
-        vision.update(overrides.pop("vision_config", {}))
-        ids = {name: tok.convert_tokens_to_ids(t) for name, t in zip(
-            ("vision_start_token_id", "vision_end_token_id", "image_token_id", "video_token_id"), VISION_TOKENS)}
-        config = Qwen2_5_VLConfig(text_config=text, vision_config=vision, **{**ids, **overrides})
-
-        def build() -> torch.nn.Module:
-            with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(seed)
-                m = Qwen2_5_VLForConditionalGeneration(config)
-            m.generation_config.eos_token_id = tok.eos_token_id
-            m.generation_config.pad_token_id = tok.pad_token_id
-            m.generation_config.bos_token_id = tok.bos_token_id
-            return m.eval()
-
-        return cls(build(), processor, ref_model=build() if with_ref else None, **gen)
-
 
 __all__ = ["VLMAdapter", "multimodal_messages", "split_vlm_prompt"]

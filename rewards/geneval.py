@@ -18,7 +18,7 @@ import json
 from typing import Any, Mapping
 
 from mmrl.core.registry import REWARDS
-from mmrl.rewards.lazy import load_once
+from mmrl.core.lazy import load_once
 
 VARIANTS = ("correct", "strict", "partial")
 

@@ -27,7 +27,7 @@ import torch  # noqa: E402
 from mmrl.config.train_config import load_config  # noqa: E402
 from mmrl.models import adapter_class  # noqa: E402
 from mmrl.training.trainer import Trainer  # noqa: E402
-from tiny_world_fixtures import FAMILIES, METHODS, dataset_for, reward_for  # noqa: E402
+from tiny_world_fixtures import CELLS, FAMILIES, dataset_for, reward_for  # noqa: E402
 
 import mmrl.tiny_world  # noqa: E402
 
@@ -80,7 +80,7 @@ def _run(values: dict, family: str, dataset=None, rewards=None) -> list[dict]:
 
 def cases():
     for family in FAMILIES:
-        for method in METHODS:
+        for method in [m for m, f in CELLS if f == family]:
             for vname, v in VARIANTS.items():
                 yield f"{method}/{family}/{vname}", dict(BASE, method=method, family=family, **v), family, True
         for name, v in EXTRA.items():

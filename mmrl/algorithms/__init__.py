@@ -22,12 +22,14 @@ from mmrl.algorithms.dmpo import (
 from mmrl.algorithms.gcpo import gcpo_token_weights, gcpo_weights_from_scores
 from mmrl.algorithms.entropy_mask import high_entropy_mask
 from mmrl.algorithms.groups import check_group_size
-from mmrl.algorithms.policy_loss import LOSS_TYPES, accumulated_loss, aggregate, k3_kl, policy_loss
+from mmrl.algorithms.policy_loss import LOSS_TYPES, accumulated_loss, aggregate, k3_kl, policy_loss, surrogate_loss
+from mmrl.algorithms.cispo import cispo_loss
 from mmrl.algorithms.registry import (
     ADVANTAGES,
     AGGREGATIONS,
     DMPO_BASELINES,
     GCPO_DIVERGENCES,
+    POLICY_LOSSES,
     TOKEN_WEIGHTS,
     Registry,
     UnknownNameError,
@@ -37,10 +39,10 @@ from mmrl.algorithms.token_weights import average_ranks, cdf_weights, rank_power
 
 __all__ = [
     "high_entropy_mask",
-    "ADVANTAGES", "AGGREGATIONS", "DMPO_BASELINES", "GCPO_DIVERGENCES", "LOSS_TYPES", "STATS", "TOKEN_WEIGHTS", "Registry", "UnknownNameError", "aggregate", "antithetic_masks", "average_ranks",
-    "cdf_weights", "check_group_size", "copy_elbos", "dgpo_token_weights", "dmpo_baseline", "dmpo_real_weights", "dmpo_trust_region_gate",
+    "ADVANTAGES", "AGGREGATIONS", "DMPO_BASELINES", "GCPO_DIVERGENCES", "LOSS_TYPES", "POLICY_LOSSES", "STATS", "TOKEN_WEIGHTS", "Registry", "UnknownNameError", "aggregate", "antithetic_masks", "average_ranks",
+    "cdf_weights", "check_group_size", "cispo_loss", "copy_elbos", "dgpo_token_weights", "dmpo_baseline", "dmpo_real_weights", "dmpo_trust_region_gate",
     "dmpo_weights", "accumulated_loss", "soft_overlong_penalty", "wddo_deltas", "effective_sample_size",
     "elbo_from_masked_logp", "gcpo_token_weights", "gcpo_weights_from_scores", "group_advantages",
     "hellinger_entropy", "k3_kl", "policy_loss", "rank_power_alpha", "rank_power_weights", "softmax_weights",
-    "token_distribution_stats", "wdce_loss", "wddo_loss",
+    "surrogate_loss", "token_distribution_stats", "wdce_loss", "wddo_loss",
 ]

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from mmrl.algorithms.registry import AGGREGATIONS, UnknownNameError
+from mmrl.algorithms.registry import AGGREGATIONS, POLICY_LOSSES, UnknownNameError
 
 
 def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -123,11 +123,18 @@ def _seq_mean_token_sum_norm(per_token_loss: torch.Tensor, mask: torch.Tensor, *
     return (per_token_loss * mask).sum() / (n * (t if max_len is None else max_len))
 
 
-LOSS_TYPES = {"dapo": "token_mean", "grpo": "seq_mean_token_mean", "dr_grpo": "seq_mean_token_sum_norm", "bnpo": "token_mean"}
-"""TRL `loss_type` name -> aggregation mode of one micro-batch. `dapo` and `bnpo` both take a token mean; they
+LOSS_TYPES = {"dapo": "token_mean", "grpo": "seq_mean_token_mean", "dr_grpo": "seq_mean_token_sum_norm", "bnpo": "token_mean",
+              "cispo": "token_mean"}
+"""TRL `loss_type` name -> aggregation mode of one micro-batch (`cispo`: TRL's, the global token mean). `dapo` and `bnpo` both take a token mean; they
 differ across micro-batches: `dapo` divides by the tokens of the whole accumulated batch (`num_items`), `bnpo` (TRL's
 name; the token mean d1 / DMPO's pinned TRL takes) by each micro-batch's own tokens, the optimizer step then
 averaging the micro-batch means."""
+
+
+def surrogate_loss(loss_type: str):
+    """The per-token policy loss of a `loss_type`: its `POLICY_LOSSES` entry (e.g. `cispo`), else the clipped
+    surrogate `policy_loss` (grpo, dapo, dr_grpo, bnpo and the aggregation modes)."""
+    return POLICY_LOSSES[loss_type] if loss_type in POLICY_LOSSES else policy_loss
 
 
 def aggregate(

@@ -13,6 +13,11 @@ TOKEN_WEIGHTS = Registry("token-weight normalization")
 """name -> fn(scores [N,T], mask [N,T], **options) -> weights [N,T] (no grad, 0 on padding)."""
 GCPO_DIVERGENCES = Registry("GCPO divergence")
 """name -> fn(logp_pos [N,T], logp_neg [N,T]) -> per-token contrast score [N,T]."""
+POLICY_LOSSES = Registry("policy loss")
+"""TRL `loss_type` name -> fn(logp, old_logp, advantages, mask, *, eps_low, eps_high, dual_clip, ref_logp, beta, kl_weights) ->
+(per-token loss [N,T], metrics); a loss type without an entry takes the clipped surrogate (`policy_loss`). Adding a
+plain policy-gradient loss: one function registered here plus its aggregation in `LOSS_TYPES` (verl's
+`register_policy_loss`)."""
 AGGREGATIONS = Registry("loss aggregation")
 """mode -> fn(per_token_loss [N,T], mask [N,T], **options) -> scalar."""
 DMPO_BASELINES = Registry("DMPO weight baseline")

@@ -1,5 +1,6 @@
-"""The trainer's side of checkpoints: what goes into a checkpoint's `model/` folder, and resuming the newest intact
-checkpoint of a run (`mmrl/checkpointing/checkpoint.py` holds the atomic writes, manifests and verification)."""
+"""The trainer's side of checkpoints: what goes into a checkpoint's `model/` folder, and finding the newest intact
+checkpoint of a run to resume (`mmrl/checkpointing/checkpoint.py` holds the atomic writes, manifests and
+verification; `mmrl.training.trainer.Trainer._restore` puts a checkpoint back into the trainer)."""
 from __future__ import annotations
 
 import json
@@ -45,26 +46,3 @@ def resume_run(run_dir: Path, resume_from: str | None, restore: Callable, accele
     accelerator.wait_for_everyone()
     return True
 
-
-def restore_trainer_state(trainer, path: Path, ck: dict) -> None:
-    """Put a loaded checkpoint `ck` (`mmrl.checkpointing.checkpoint.load_checkpoint`) back into `trainer`: the settings that win on
-    resume (`apply_resume_settings`), weights, optimizer, scheduler, RNG, counters, the prompt stream's position and
-    the rollout buffer."""
-    import torch
-
-    from mmrl.training.buffer import Buffer
-    from mmrl.checkpointing.checkpoint import load_model_weights
-    from mmrl.checkpointing.resume_settings import apply_resume_settings
-
-    st = ck["state"]
-    trainer.cfg = apply_resume_settings(trainer.cfg, st.get("config") or {}, path)
-    load_model_weights(trainer.policy.unwrapped, path / "model")
-    trainer.optimizer.load_state_dict(ck["optimizer"])
-    trainer.scheduler.load_state_dict(ck["scheduler"])
-    torch.set_rng_state(ck["rng"])
-    trainer.step, trainer.rollout_index = int(st["step"]), int(st["rollout_index"])
-    trainer.nonfinite_in_a_row, trainer.num_tokens = int(st.get("nonfinite_in_a_row", 0)), int(st.get("num_tokens", 0))
-    trainer.stream.position = int(st["positions"][0])
-    trainer.buffer = Buffer.from_state(ck["buffer"]) if ck["buffer"] is not None else None
-    if trainer.buffer is not None:
-        trainer.buffer.rollout = trainer.buffer.rollout.to(trainer.accelerator.device)

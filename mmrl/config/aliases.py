@@ -106,7 +106,7 @@ UNSUPPORTED: dict[str, str] = {
 """trl 1.16 `GRPOConfig` fields mmrl does not take, with the reason (shown when one is given)."""
 
 UNSUPPORTED_VALUES: dict[str, dict[str, str]] = {
-    "loss_type": {"cispo": "loss_type cispo (MiniMax-M1) is not implemented", "sapo": "loss_type sapo is not implemented",
+    "loss_type": {"sapo": "loss_type sapo is not implemented",
                   "vespo": "loss_type vespo is not implemented", "luspo": "loss_type luspo is not implemented"},
 }
 """Values of accepted TRL fields that mmrl does not implement, with the reason."""

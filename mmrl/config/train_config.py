@@ -756,10 +756,11 @@ def _world_size() -> int:
 def _validate(cfg: TrainConfig) -> list[str]:
     """`check_fields`, then the rules that relate fields to each other or to the family."""
     e = check_fields(cfg)
+    from mmrl.methods import METHODS
+
+    if cfg.method in METHODS:
+        e.extend(METHODS[cfg.method].config_errors(cfg))  # what the method itself refuses
     e.extend(_nonfinite_floats(cfg))
-    if cfg.logprob_estimator == "per_step" and cfg.family != "masked_image":
-        e.append(f"logprob_estimator='per_step' (the MaskGIT sampler's recorded reveal steps) needs family='masked_image', "
-                 f"got family={cfg.family!r}")
     e.extend(_unknown_generation_options(cfg))
     if cfg.num_generations < 2:
         e.append(f"num_generations={cfg.num_generations}: a group needs at least 2 responses (group-relative advantages); use >= 2")
@@ -775,25 +776,10 @@ def _validate(cfg: TrainConfig) -> list[str]:
             f"per_device_train_batch_size x gradient_accumulation_steps = {cfg.step_batch_size} responses is not a multiple of "
             f"num_generations={cfg.num_generations}: a rollout batch must hold whole groups"
         )
-    if cfg.family != "masked_diffusion" and not cfg.temperature > 0:
-        e.append(f"temperature={cfg.temperature} must be > 0 for the {cfg.family} family (sampling needs a positive temperature)")
-    if cfg.family == "masked_diffusion" and cfg.temperature < 0:
-        e.append(f"temperature={cfg.temperature} must be >= 0 (0 = greedy) for masked diffusion")
-    if cfg.family == "masked_diffusion" and cfg.temperature == 0:
-        sampler = cfg.sampler or cfg.generation_kwargs.get("sampler") or "low_confidence"
-        if sampler not in STOCHASTIC_AT_ZERO_TEMPERATURE:
-            e.append(f"temperature=0 with the {sampler!r} sampler is greedy and deterministic: the num_generations "
-                     f"responses of a prompt would be identical (all advantages 0); use temperature > 0, or a sampler "
-                     f"that stays random at temperature 0: {list(STOCHASTIC_AT_ZERO_TEMPERATURE)}")
-    if cfg.family == "masked_diffusion" and cfg.max_completion_length >= 1 and cfg.block_length >= 1:
-        if cfg.max_completion_length % cfg.block_length:
-            e.append(f"block_length={cfg.block_length} does not divide max_completion_length={cfg.max_completion_length}; "
-                     f"choose a divisor of {cfg.max_completion_length}")
-        elif cfg.diffusion_steps is not None:
-            blocks = cfg.max_completion_length // cfg.block_length
-            if cfg.diffusion_steps < 1 or cfg.diffusion_steps % blocks:
-                e.append(f"diffusion_steps={cfg.diffusion_steps} must be a positive multiple of the number of blocks "
-                         f"({blocks} = max_completion_length / block_length)")
+    from mmrl.models import FAMILIES, adapter_class
+
+    if cfg.family in FAMILIES:
+        e.extend(adapter_class(cfg.family).config_errors(cfg))  # what the family itself refuses (temperature, blocks)
     if cfg.dmpo_num_copies % 2 or cfg.dmpo_elbo_copies % 2:
         e.append(f"dmpo_num_copies={cfg.dmpo_num_copies} and dmpo_elbo_copies={cfg.dmpo_elbo_copies} must be even (antithetic pairs)")
     if cfg.dmpo_baseline == "model" and cfg.num_generations >= 2 and cfg.per_device_train_batch_size % cfg.num_generations:
@@ -801,8 +787,6 @@ def _validate(cfg: TrainConfig) -> list[str]:
                  f"{cfg.per_device_train_batch_size} must be a multiple of num_generations={cfg.num_generations}")
     if not 0 < cfg.gcpo_top_fraction < 1 or not cfg.gcpo_top_fraction <= cfg.gcpo_target_mass < 1:
         e.append(f"gcpo_top_fraction={cfg.gcpo_top_fraction}, gcpo_target_mass={cfg.gcpo_target_mass}: need 0 < top_fraction <= target_mass < 1")
-    if cfg.kl_reweight and cfg.method not in ("gcpo", "stage"):
-        e.append(f"kl_reweight=true weights the KL by a method's token masks; method {cfg.method!r} has none (use gcpo or stage)")
     if cfg.reward_weights is not None and cfg.reward_funcs and len(cfg.reward_weights) != len(cfg.reward_funcs):
         e.append(f"reward_weights has {len(cfg.reward_weights)} entries but reward_funcs has {len(cfg.reward_funcs)}")
     from mmrl.reporting.trackers import TRACKER_NAMES
@@ -866,7 +850,7 @@ def _validate_trl_fields(cfg: TrainConfig) -> list[str]:
         e.append(f"warmup_steps={ws} and warmup_ratio={cfg.warmup_ratio} both set the warm-up; give one (transformers 5: "
                  "warmup_steps, a fraction below 1 being a ratio)")
     if isinstance(cfg.lr_scheduler_kwargs, dict):
-        from mmrl.training.optim import check_schedule
+        from mmrl.core.optim import check_schedule
 
         if 0 <= cfg.warmup_ratio < 1 and not e:
             e.extend(check_schedule(cfg))
@@ -894,9 +878,6 @@ def _validate_trl_fields(cfg: TrainConfig) -> list[str]:
         if cfg.method in METHODS and not getattr(METHODS[cfg.method], "supports_entropy_mask", False):
             e.append(f"top_entropy_quantile={cfg.top_entropy_quantile} masks the tokens of a policy-gradient loss; method "
                      f"{cfg.method!r} has none (use 1.0)")
-    if cfg.attn_implementation is not None and cfg.family == "masked_image":
-        e.append("attn_implementation: the masked_image family (diffusers' UVit2DModel) has no transformers attention "
-                 "switch; leave it null")
     if cfg.push_to_hub and not hub_token():
         e.append("push_to_hub=true needs a Hugging Face token: set HF_TOKEN or run `hf auth login` (or set push_to_hub=false)")
     if cfg.hub_model_id is not None and not re.fullmatch(r"([A-Za-z0-9][\w.-]*/)?[A-Za-z0-9][\w.-]*", cfg.hub_model_id):
@@ -920,9 +901,6 @@ def _unknown_generation_options(cfg: TrainConfig) -> list[str]:
     hint = "".join(f" ({k}: did you mean {c[0]}?)" for k, c in close.items() if c)
     return [f"generation_kwargs: {unknown} are not sampling options of the {cfg.family} family{hint}; valid: {sorted(known)}"]
 
-
-STOCHASTIC_AT_ZERO_TEMPERATURE = ("random", "random_order")
-"""Masked-diffusion samplers whose unmasking order is random, so that greedy tokens still give different responses."""
 
 MAX_SEED = 2**63 - 1
 """Largest `seed`: torch generators take 64-bit seeds, and the derived per-sample seeds must stay in range."""

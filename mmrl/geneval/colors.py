@@ -38,7 +38,7 @@ class ClipColorClassifier:
     """`classify(image, detections, classname) -> [colour name]` with an open_clip model.
 
     Give either a loaded (`model`, `preprocess`, `tokenizer`) triple, or `model_name` + local `pretrained` weights
-    (loaded lazily, once, through `mmrl.rewards.image_clip.load_open_clip`).
+    (loaded lazily, once, through `mmrl.models.open_clip.load_open_clip`).
     """
 
     def __init__(
@@ -62,7 +62,7 @@ class ClipColorClassifier:
 
     def _load(self):
         if self._parts is None:
-            from mmrl.rewards.image_clip import load_open_clip
+            from mmrl.models.open_clip import load_open_clip
 
             self._parts = load_open_clip(self.model_name, self.pretrained, device=self.device)
         return self._parts

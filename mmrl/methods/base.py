@@ -1,9 +1,11 @@
 """What a training method is to the trainer: the `Method` interface, the `METHODS` registry and the two small
 records a loss receives and returns (docs/design.md, "Methods").
 
-The trainer runs one loop for every method. At each buffer refresh it calls `method.prepare(buffer, ...)` (no
-gradient: behaviour and reference log-probs, token weights, importance weights), and for every micro-batch of an
-optimizer step `method.loss(buffer, micro_batch)`. What a method needs (a reference model, behaviour log-probs,
+The trainer runs one loop for every method. At each buffer refresh it calls `method.shape_rewards(...)` (reward
+shaping before the advantages: STAGE's entropy reward by default), then `method.prepare(buffer, ...)` (no gradient: behaviour and
+reference log-probs, token weights, importance weights, kept in `buffer.method_state`), and for every micro-batch
+of an optimizer step `method.loss(buffer, micro_batch)`. `TrainConfig.validate` asks the method for the errors it
+knows of (`config_errors`). What a method needs (a reference model, behaviour log-probs,
 mask seeds) it declares through the class methods below, so the trainer and the policy factory never test a
 method's name.
 """
@@ -16,6 +18,8 @@ from typing import ClassVar
 import torch
 
 from mmrl.core.registry import METHODS
+from mmrl.core.seeds import derived_seed
+from mmrl.methods.entropy_reward import stage_entropy_reward
 
 
 @dataclass(frozen=True)
@@ -64,6 +68,8 @@ class Method(abc.ABC):
 
     uses_behaviour_logprobs: ClassVar[bool] = True
     """Whether the loss uses behaviour log-probs (a PPO-style ratio); False for weight-based losses (DMPO)."""
+    has_kl_token_masks: ClassVar[bool] = False
+    """Whether the method has token masks that weight its KL term (`kl_reweight`: GCPO, STAGE)."""
     supports_entropy_mask: ClassVar[bool] = False
     """Whether `top_entropy_quantile` < 1 can mask the loss's tokens (a per-token policy-gradient loss)."""
 
@@ -74,13 +80,44 @@ class Method(abc.ABC):
 
     @classmethod
     def needs_reference(cls, cfg) -> bool:
-        """Whether a frozen reference model must be built (a KL term by default)."""
-        return cfg.beta > 0
+        """Whether a frozen reference model must be built (a KL term, or the entropy reward's reference entropies,
+        by default)."""
+        return cfg.beta > 0 or cfg.gcpo_entropy_reward > 0
 
     @classmethod
     def num_mask_seeds(cls, cfg) -> int:
         """How many estimator mask seeds one buffer draws (one per inner step with `random_masking`)."""
         return cfg.num_iterations if cfg.random_masking else 1
+
+    @classmethod
+    def config_errors(cls, cfg) -> list[str]:
+        """One-line errors for settings this method cannot run with (`TrainConfig.validate`, before any model
+        loads), each naming the value and what is allowed: `kl_reweight` without KL token masks."""
+        if cfg.kl_reweight and not cls.has_kl_token_masks:
+            own = " or ".join(name for name, m in METHODS.items() if m.has_kl_token_masks)
+            return [f"kl_reweight=true weights the KL by a method's token masks; method {cfg.method!r} has none (use {own})"]
+        return []
+
+    @classmethod
+    def supports_family(cls, adapter_cls) -> bool:
+        """Whether this method runs on the family of `adapter_cls` (the method x family matrix asks); all by default."""
+        return True
+
+    def shape_rewards(self, rollout, rewards: torch.Tensor, micro_batches, rollout_index: int
+                      ) -> tuple[torch.Tensor, dict[str, float]]:
+        """The method's reward shaping of a rollout batch, before the advantages (the trainer runs it under
+        `torch.no_grad()`).
+
+        `rewards` [N] are the weighted reward totals, `micro_batches(n)` gives the index tensors the updates use,
+        `rollout_index` numbers the rollout batch (for seeds). Returns the shaped rewards [N] and buffer metrics
+        (averaged like the per-reward metrics). By default STAGE's entropy reward when `gcpo_entropy_reward > 0`
+        (`mmrl.methods.entropy_reward.stage_entropy_reward`, with the reference's entropies), else nothing."""
+        cfg = self.cfg
+        if not cfg.gcpo_entropy_reward > 0:
+            return rewards, {}
+        est = self.estimator_options(derived_seed(cfg.seed, "entropy_reward", rollout_index))
+        bonus = stage_entropy_reward(self.policy, rollout, rewards, cfg, micro_batches, est)  # [N]
+        return rewards + bonus, {"rewards/entropy_bonus/abs_mean": float(bonus.abs().mean())}
 
     @abc.abstractmethod
     def prepare(self, buf, micro_batches: list[torch.Tensor], *, current: bool) -> None:
@@ -97,6 +134,53 @@ class Method(abc.ABC):
         mask = buf.loss_mask
         count = mask.sum().clamp(min=1)
         return {"entropy": float((stats["entropy"] * mask).sum() / count)}
+
+
+@dataclass
+class MicroBatchInputs:
+    """What a policy-gradient loss of one micro-batch starts from (`micro_batch_inputs`)."""
+
+    rows: object
+    """The micro-batch's rows of the rollout (`Rollout.select`)."""
+    mask: torch.Tensor
+    """[n, T] bool: the tokens the loss sees."""
+    advantages: torch.Tensor
+    """[n] group advantages."""
+    est: dict
+    """The family's `logprob()` options for this inner step's mask seed."""
+    current: bool
+    """No stored behaviour log-probs: one step per rollout, the gradient forward's detached scores are the
+    behaviour's (`behaviour_is_current`)."""
+    stored_old: torch.Tensor | None
+    """[n, T] stored behaviour log-probs of this inner step's mask seed, or None when `current`."""
+    ref_logp: torch.Tensor | None
+    """[n, T] stored reference log-probs of this mask seed, or None."""
+
+    def behaviour(self, logp: torch.Tensor) -> torch.Tensor:
+        """[n, T] the behaviour log-probs: the stored ones, or the detached `logp` of this forward when `current`."""
+        return logp.detach() if self.current else self.stored_old
+
+
+def micro_batch_inputs(method: Method, buf, mb: MicroBatch) -> MicroBatchInputs:
+    """The rows, mask, advantages, estimator options and behaviour / reference log-probs of micro-batch `mb`
+    (the inner step `mb.inner` uses mask seed `inner % len(mask_seeds)`)."""
+    idx = mb.idx
+    seed_k = mb.inner % len(buf.mask_seeds)
+    current = not buf.old_logp
+    return MicroBatchInputs(rows=buf.rollout.select(idx), mask=buf.loss_mask[idx], advantages=buf.advantages[idx],
+                            est=method.estimator_options(buf.mask_seeds[seed_k]), current=current,
+                            stored_old=None if current else buf.old_logp[seed_k][idx],
+                            ref_logp=buf.ref_logp[seed_k][idx] if buf.ref_logp else None)
+
+
+def first_inner_drift(x: MicroBatchInputs, logp: torch.Tensor, inner: int) -> dict[str, float]:
+    """`policy/first_inner_logp_max_diff`: at the first inner step with stored behaviour log-probs, the largest
+    |logp - old| over valid tokens (0 up to float noise: the same forward on the same micro-batch)."""
+    if inner != 0 or x.current:
+        return {}
+    with torch.no_grad():
+        dev = (logp.detach() - x.stored_old).abs()
+        return {"policy/first_inner_logp_max_diff": float(dev[x.mask].max()) if x.mask.any() else 0.0}
 
 
 def behaviour_is_current(cfg) -> bool:

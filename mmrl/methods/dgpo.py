@@ -42,12 +42,12 @@ class DGPO(PolicyGradient):
         return dgpo_token_weights(h2, entropy, mask, vocab_size=self.policy.vocab_size, tau=cfg.dgpo_tau, kappa=cfg.dgpo_kappa)
 
     def after_behaviour(self, buf, stats: dict[str, torch.Tensor]) -> None:
-        buf.token_weights = self._weights(stats["h2"], stats["entropy"], buf.loss_mask)
+        buf.method_state["token_weights"] = self._weights(stats["h2"], stats["entropy"], buf.loss_mask)
 
     def scores_and_weights(self, buf, rows, mb: MicroBatch, est: dict, current: bool, metrics: dict):
         mask = buf.loss_mask[mb.idx]  # [n, T]
         if not (self.cfg.dgpo_policy == "current" or current):
-            return self.policy.logprob(rows, stats=(), **est), buf.token_weights[mb.idx], {}
+            return self.policy.logprob(rows, stats=(), **est), buf.method_state["token_weights"][mb.idx], {}
         scores = self.policy.logprob(rows, stats=STATS, stats_against="reference", **est)
         weights = self._weights(scores.stats["h2"], scores.stats["entropy"], mask)
         if current:  # one step per rollout: these are the buffer's weights, reported with the buffer metrics
@@ -58,7 +58,7 @@ class DGPO(PolicyGradient):
     def token_stat_metrics(self, buf, stats: dict[str, torch.Tensor]) -> dict[str, float]:
         """The entropy, DGPO's weight statistics and the mean Hellinger deviation."""
         out = super().token_stat_metrics(buf, stats)
-        weights = stats.get("dgpo_weight", buf.token_weights)
+        weights = stats.get("dgpo_weight", buf.method_state.get("token_weights"))
         if "h2" in stats and weights is not None:
             mask = buf.loss_mask
             out.update(weight_metrics("dgpo", weights, mask))

@@ -77,14 +77,14 @@ class DMPO(Method):
         buf.ref_logp = [ref_tok] if diag else None
         log_ratio = elbo_ref - elbo_v if cfg.dmpo_target == "reference" else torch.zeros(N, device=dev)  # [N]
         G = cfg.num_generations
-        buf.dmpo_w = dmpo_weights(buf.rewards, log_ratio, G, alpha=cfg.dmpo_alpha, coeff=cfg.dmpo_coeff)
+        buf.method_state["weights"] = dmpo_weights(buf.rewards, log_ratio, G, alpha=cfg.dmpo_alpha, coeff=cfg.dmpo_coeff)
         if cfg.dmpo_loss == "wdce" and cfg.dmpo_baseline not in LOSS_TIME_BASELINES:
-            buf.dmpo_w_base = dmpo_baseline(cfg.dmpo_baseline, rewards=buf.rewards, log_ref_minus_v=log_ratio, group_size=G,
+            buf.method_state["baseline_weights"] = dmpo_baseline(cfg.dmpo_baseline, rewards=buf.rewards, log_ref_minus_v=log_ratio, group_size=G,
                                             alpha=cfg.dmpo_alpha, coeff=cfg.dmpo_coeff)
-        buf.dmpo_elbo_v = elbo_v
+        buf.method_state["elbo_v"] = elbo_v
         buf.old_logp = [pol_tok]  # no ratio in DMPO's loss: only the diagnostics' behaviour scores
-        ess = effective_sample_size(buf.dmpo_w, G)
-        buf.metrics.update({"dmpo/ess": float(ess.mean()), "dmpo/weight_max": float(buf.dmpo_w.max())})
+        ess = effective_sample_size(buf.method_state["weights"], G)
+        buf.metrics.update({"dmpo/ess": float(ess.mean()), "dmpo/weight_max": float(buf.method_state["weights"].max())})
         if cfg.dmpo_target == "reference":
             buf.metrics.update({"dmpo/log_ref_minus_v_mean": float(log_ratio.mean()),
                                 "dmpo/log_ref_minus_v_std": float(log_ratio.std()) if N > 1 else 0.0})
@@ -119,21 +119,21 @@ class DMPO(Method):
         credit = None
         G = cfg.num_generations
         if cfg.dmpo_loss == "wdce":
-            w = buf.dmpo_w[idx]  # [n]
+            w = buf.method_state["weights"][idx]  # [n]
             if cfg.dmpo_baseline == "model":
-                log_theta_minus_v = elbo_theta.detach().mean(0) - buf.dmpo_elbo_v[idx]  # [n]
+                log_theta_minus_v = elbo_theta.detach().mean(0) - buf.method_state["elbo_v"][idx]  # [n]
                 w_base = dmpo_baseline("model", rewards=buf.rewards[idx], log_ref_minus_v=torch.zeros_like(w), group_size=G,
                                        log_theta_minus_v=log_theta_minus_v)
             elif cfg.dmpo_baseline == "micro_batch_mean":  # the authors' code: the mean over this micro-batch
                 w_base = micro_batch_mean_baseline(w)
             else:
-                w_base = buf.dmpo_w_base[idx]
+                w_base = buf.method_state["baseline_weights"][idx]
             w_real = dmpo_real_weights(w, w_base, cfg.dmpo_baseline_strength, cfg.dmpo_negative_scale)  # [n]
             if cfg.dmpo_trust_region is not None:  # the same shared masks as the buffer's log p_v: a low-noise difference
                 with torch.no_grad():
                     now = policy.logprob(rows, **self.estimator_options(buf.mask_seeds[0], kind="elbo")).logp.sum(-1)
                 n_tok = buf.loss_mask[idx].sum(-1).clamp(min=1).to(now.dtype)  # [n]
-                per_token = (now.to(buf.dmpo_elbo_v.device) - buf.dmpo_elbo_v[idx]) / n_tok.to(buf.dmpo_elbo_v.device)
+                per_token = (now.to(buf.method_state["elbo_v"].device) - buf.method_state["elbo_v"][idx]) / n_tok.to(buf.method_state["elbo_v"].device)
                 keep = dmpo_trust_region_gate(w_real, per_token, cfg.dmpo_trust_region)  # [n]
                 m["dmpo/trust_region_clipped"] = float(1 - keep.float().mean())
                 m["dmpo/log_ratio_per_token"] = float(per_token.mean())
@@ -144,11 +144,11 @@ class DMPO(Method):
             m["dmpo/w_real_pos_sum"] = float(w_real.clamp(min=0).sum() / max(1.0, len(idx) / G))
             credit = w_real.detach().float()[:, None] * buf.loss_mask[idx]
         else:
-            delta_real, delta_fake = wddo_deltas(elbo_theta, buf.dmpo_elbo_v[idx])
-            loss = wddo_loss(delta_real, delta_fake, buf.dmpo_w[idx], beta=cfg.wddo_beta, alpha_ddo=cfg.wddo_alpha) * len(idx) / mb.g_seqs
+            delta_real, delta_fake = wddo_deltas(elbo_theta, buf.method_state["elbo_v"][idx])
+            loss = wddo_loss(delta_real, delta_fake, buf.method_state["weights"][idx], beta=cfg.wddo_beta, alpha_ddo=cfg.wddo_alpha) * len(idx) / mb.g_seqs
             m["dmpo/delta_mean"] = float(delta_real.detach().mean())
             if cfg.log_diagnostics:  # WDDO's weights are the nonnegative importance weights
-                m.update(micro_batch_sums(buf.loss_mask[idx], buf.dmpo_w[idx]))
+                m.update(micro_batch_sums(buf.loss_mask[idx], buf.method_state["weights"][idx]))
         m["dmpo/masked_ce"] = float((-masked_sum.detach() / noised.n_masked.clamp(min=1)).mean())
         return LossOutput(loss, m, credit=credit)
 

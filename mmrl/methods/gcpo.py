@@ -11,12 +11,15 @@ import torch
 from mmrl.algorithms import gcpo_token_weights, gcpo_weights_from_scores
 from mmrl.algorithms.stage import gcpo_kl_mask
 from mmrl.methods.base import METHODS, MicroBatch, weight_metrics
+from mmrl.methods.entropy_reward import stage_entropy_reward  # noqa: F401  (its import path before the hook)
 from mmrl.methods.policy_gradient import PolicyGradient
 
 
 @METHODS.register("gcpo")
 class GCPO(PolicyGradient):
     """Clipped surrogate with `w = gcpo_token_weights(logp(o | positive), logp(o | negative))`."""
+
+    has_kl_token_masks = True  # kl_reweight
 
     def scores_and_weights(self, buf, rows, mb: MicroBatch, est: dict, current: bool, metrics: dict):
         cfg, policy = self.cfg, self.policy
@@ -46,21 +49,3 @@ class GCPO(PolicyGradient):
     def kl_token_weights(self, buf, mb: MicroBatch, weights):
         """GCPO T2I's `kl_reweight`: `0.5 + 0.5 clamp(2 - 2 w, 0, 1)` of this step's token weights."""
         return gcpo_kl_mask(weights) if self.cfg.kl_reweight else None
-
-
-@torch.no_grad()
-def stage_entropy_reward(policy, rollout, rewards: torch.Tensor, cfg, micro_batches, est: dict) -> torch.Tensor:
-    """The bonus [N] of STAGE's entropy reward (`mmrl.algorithms.entropy_reward.stage_entropy_bonus`, on in the
-    GCPO text-to-image launch): mean token entropies of the policy and of the reference per response, in
-    micro-batches (`micro_batches(N)` yields index tensors), scored with the estimator options `est`."""
-    from mmrl.algorithms.entropy_reward import stage_entropy_bonus
-
-    h, h_ref = torch.zeros_like(rewards), torch.zeros_like(rewards)
-    for idx in micro_batches(rollout.num_responses):
-        mb = rollout.select(idx)
-        mask = mb.response_mask.float()  # [n, T]
-        count = mask.sum(-1).clamp(min=1)  # [n]
-        for out, ref in ((h, False), (h_ref, True)):
-            ent = policy.logprob(mb, use_reference=ref, stats=("entropy",), **est).stats["entropy"]  # [n, T]
-            out[idx.to(out.device)] = ((ent.float() * mask).sum(-1) / count).to(out.device)
-    return stage_entropy_bonus(rewards, h, h_ref, cfg.num_generations, coeff=cfg.gcpo_entropy_reward)

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import torch
 
-from mmrl.algorithms import accumulated_loss, aggregate, high_entropy_mask, policy_loss
+from mmrl.algorithms import accumulated_loss, aggregate, high_entropy_mask, surrogate_loss
 from mmrl.core.diagnostics import measures_kl, micro_batch_sums
-from mmrl.methods.base import METHODS, LossOutput, Method, MicroBatch
+from mmrl.methods.base import METHODS, LossOutput, Method, MicroBatch, first_inner_drift, micro_batch_inputs
 
 TOKEN_STATS = ("entropy", "h2")
 """Per-token statistics the first gradient forward of a buffer hands back for the buffer metrics."""
@@ -96,40 +96,36 @@ class PolicyGradient(Method):
     def kl_token_weights(self, buf, mb: MicroBatch, weights: torch.Tensor | None) -> torch.Tensor | None:
         """[n, T] per-token weights of the KL term (`kl_reweight`), or None for a uniform KL: the ones fixed at
         buffer time (STAGE), or a method's own from its token weights (GCPO)."""
-        return buf.kl_weights[mb.idx] if buf.kl_weights is not None else None
+        return buf.method_state["kl_weights"][mb.idx] if "kl_weights" in buf.method_state else None
 
     def loss(self, buf, mb: MicroBatch) -> LossOutput:
-        """Clipped surrogate of one micro-batch with token advantages `A_i * w_it` (`w = 1` here)."""
-        cfg = self.cfg
-        idx, inner = mb.idx, mb.inner
-        rows = buf.rollout.select(idx)
-        mask = buf.loss_mask[idx]  # [n, T]
-        seed_k = inner % len(buf.mask_seeds)
-        est = self.estimator_options(buf.mask_seeds[seed_k])
+        """The policy loss of `loss_type` (`surrogate_loss`: the clipped surrogate, or a registered one such as
+        CISPO) of one micro-batch with token advantages `A_i * w_it` (`w = 1` here)."""
+        cfg, inner = self.cfg, mb.inner
+        x = micro_batch_inputs(self, buf, mb)
+        mask = x.mask  # [n, T]
         m: dict[str, float] = {}
-        # no stored behaviour log-probs: one step per rollout, this forward's detached scores are the behaviour's
-        current = not buf.old_logp
-        scores, weights, token_stats = self.scores_and_weights(buf, rows, mb, est, current, m)
+        scores, weights, token_stats = self.scores_and_weights(buf, x.rows, mb, x.est, x.current, m)
         logp = scores.logp  # [n, T]
-        if current and inner == 0:
+        if x.current and inner == 0:
             token_stats = {**{k: scores.stats[k].float() for k in TOKEN_STATS if k in scores.stats}, **token_stats}
         else:
             token_stats = {}
-        adv = buf.advantages[idx]  # [n]
+        adv = x.advantages  # [n]
         token_adv = adv[:, None] * weights if weights is not None else adv  # [n, T] or [n]
         credit = None
         if inner == 0:
             credit = (token_adv if token_adv.dim() == 2 else token_adv[:, None].expand_as(mask)).detach().float() * mask
-        old = logp.detach() if current else buf.old_logp[seed_k][idx]
-        ref = buf.ref_logp[seed_k][idx] if buf.ref_logp else (scores.other_logp if cfg.beta > 0 else None)
-        per_token, pm = policy_loss(logp, old, token_adv, mask, eps_low=cfg.epsilon, eps_high=cfg.eps_high,
-                                    dual_clip=cfg.dual_clip, ref_logp=ref, beta=cfg.beta,
-                                    kl_weights=self.kl_token_weights(buf, mb, weights))
+        old = x.behaviour(logp)
+        ref = x.ref_logp if x.ref_logp is not None else (scores.other_logp if cfg.beta > 0 else None)
+        per_token, pm = surrogate_loss(cfg.loss_type)(logp, old, token_adv, mask, eps_low=cfg.epsilon, eps_high=cfg.eps_high,
+                                                      dual_clip=cfg.dual_clip, ref_logp=ref, beta=cfg.beta,
+                                                      kl_weights=self.kl_token_weights(buf, mb, weights))
         if cfg.top_entropy_quantile < 1:  # TRL: per_token_loss * entropy_mask (the normaliser keeps every token)
             ent = scores.stats.get("entropy")
             if ent is None:  # a subclass's forward took other stats: one no-grad forward for the entropies
                 with torch.no_grad():
-                    ent = self.policy.logprob(rows, stats=("entropy",), **est).stats["entropy"]
+                    ent = self.policy.logprob(x.rows, stats=("entropy",), **x.est).stats["entropy"]
             keep = high_entropy_mask(ent, mask, cfg.top_entropy_quantile)  # [n, T]
             per_token = per_token * keep
             m["entropy_mask/kept_frac"] = float(keep.sum()) / max(1.0, float(mask.sum()))
@@ -142,10 +138,7 @@ class PolicyGradient(Method):
         if cfg.log_diagnostics:  # the policy before this step's update against the reference, the signed weights
             kl_ref = ref if ref is not None else (scores.other_logp if self.reference_from_current_forward() else None)
             m.update(micro_batch_sums(mask, token_adv, logp, kl_ref))
-        with torch.no_grad():
-            if inner == 0 and not current:
-                dev = (logp.detach() - old).abs()
-                m["policy/first_inner_logp_max_diff"] = float(dev[mask].max()) if mask.any() else 0.0
+        m.update(first_inner_drift(x, logp, inner))
         return LossOutput(loss, m, credit=credit, token_stats=token_stats)
 
 

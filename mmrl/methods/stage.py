@@ -20,9 +20,26 @@ from mmrl.methods.policy_gradient import PolicyGradient
 class STAGE(PolicyGradient):
     """Clipped surrogate with `A_it = A_i * w_it`, w the mask-weighted-mean weights of STAGE's similarity masks."""
 
+    has_kl_token_masks = True  # kl_reweight
+
+    @classmethod
+    def supports_family(cls, adapter_cls) -> bool:
+        """Families whose adapter gives the code vectors of its response tokens (`code_vectors`: Janus)."""
+        return callable(getattr(adapter_cls, "code_vectors", None))
+
+    @classmethod
+    def config_errors(cls, cfg) -> list[str]:
+        from mmrl.models import FAMILIES, adapter_class
+
+        e = super().config_errors(cfg)
+        if cfg.family in FAMILIES and not cls.supports_family(adapter_class(cfg.family)):
+            e.append(f"method 'stage' compares the code vectors of image tokens; family {cfg.family!r} has none "
+                    "(policy.code_vectors); use it with family janus")
+        return e
+
     def __init__(self, cfg, policy, estimator_options):
         super().__init__(cfg, policy, estimator_options)
-        if not callable(getattr(policy, "code_vectors", None)):
+        if not callable(getattr(policy, "code_vectors", None)):  # a policy passed to the Trainer directly
             raise ValueError(f"method 'stage' compares the code vectors of image tokens; family {cfg.family!r} has none "
                              "(policy.code_vectors); use it with family janus")
 
@@ -31,12 +48,12 @@ class STAGE(PolicyGradient):
         codes = self.policy.code_vectors(buf.rollout.response_ids)  # [N, T, C]
         sim = opposite_advantage_similarity(codes, buf.advantages.to(codes.device), self.cfg.num_generations)  # [N, T]
         mask = buf.loss_mask.to(sim.device)
-        buf.token_weights = weighted_mean_weights(stage_token_masks(sim), mask, self.cfg.num_generations).to(buf.loss_mask.device)
+        buf.method_state["token_weights"] = weighted_mean_weights(stage_token_masks(sim), mask, self.cfg.num_generations).to(buf.loss_mask.device)
         if self.cfg.kl_reweight:
-            buf.kl_weights = stage_kl_mask(sim).to(buf.loss_mask.device)
-        buf.metrics.update(weight_metrics("stage", buf.token_weights, buf.loss_mask))
+            buf.method_state["kl_weights"] = stage_kl_mask(sim).to(buf.loss_mask.device)
+        buf.metrics.update(weight_metrics("stage", buf.method_state["token_weights"], buf.loss_mask))
         buf.metrics["stage/similarity_mean"] = float(sim[mask].mean()) if mask.any() else 0.0
 
     def scores_and_weights(self, buf, rows, mb: MicroBatch, est: dict, current: bool, metrics: dict):
         entropy = ("entropy",) if current else ()
-        return self.policy.logprob(rows, stats=entropy, **est), buf.token_weights[mb.idx], {}
+        return self.policy.logprob(rows, stats=entropy, **est), buf.method_state["token_weights"][mb.idx], {}

@@ -57,10 +57,10 @@ class MetricLogger:
             tracker.log(finite, step=step)
 
     def log_completions(self, step: int, rows: list[dict]) -> None:
-        """The completions table of a rollout batch (`mmrl.reporting.completions_log`): JSONL, TensorBoard text, W&B table."""
+        """The completions table of a rollout batch (`mmrl.reporting.completions`): JSONL, TensorBoard text, W&B table."""
         if not self.enabled or not rows:
             return
-        from mmrl.reporting.completions_log import extra_names, jsonl_lines, markdown_table
+        from mmrl.reporting.completions import extra_names, jsonl_lines, markdown_table
 
         _append(self.completions_path, jsonl_lines(step, rows))
         if self._trackers:

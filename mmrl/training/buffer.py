@@ -1,5 +1,5 @@
 """The rollout buffer: one rollout batch with everything computed once per refresh (rewards, advantages, old and
-reference log-probs, token weights, DMPO weights), plus its (de)serialisation for checkpoints."""
+reference log-probs, the method's own per-response quantities), plus its (de)serialisation for checkpoints."""
 from __future__ import annotations
 
 import json
@@ -30,23 +30,17 @@ class Buffer:
     the updates use (so the first inner step has ratio exactly 1)."""
     ref_logp: list[torch.Tensor] | None = None
     """Per mask seed: [N, T] reference log-probs (KL term), or None."""
-    token_weights: torch.Tensor | None = None
-    """[N, T] token weights fixed at buffer time (DGPO with the old policy), or None."""
-    kl_weights: torch.Tensor | None = None
-    """[N, T] per-token weights of the KL term fixed at buffer time (STAGE's `kl_reweight`), or None."""
-    dmpo_w: torch.Tensor | None = None
-    """[N] DMPO importance weights (sum to 1 per group)."""
-    dmpo_w_base: torch.Tensor | None = None
-    """[N] DMPO baseline weights known at buffer time (none / group / individual)."""
-    dmpo_elbo_v: torch.Tensor | None = None
-    """[N] sequence log-likelihood (ELBO) of the behaviour policy, for the model baseline and WDDO."""
+    method_state: dict[str, torch.Tensor] = field(default_factory=dict)
+    """The method's own per-response tensors fixed at buffer time (`Method.prepare` writes, `Method.loss` reads;
+    e.g. DGPO's and STAGE's [N, T] `token_weights`, STAGE's [N, T] `kl_weights` (the KL
+    term's per-token weights), DMPO's [N] `weights`, `baseline_weights`, `elbo_v`); saved in checkpoints."""
     rollout_index: int = 0
     """Which rollout batch of the run this is (0, 1, ...)."""
     credit: torch.Tensor | None = None
+    """[N, T] the effective per-token credit (advantage x token weight) for the pictures, filled during updates."""
     token_stats: dict = field(default_factory=dict)
     """Per-token statistics ([N, T] `entropy`, DGPO's `h2`) the first update takes from its gradient forward when no
     separate behaviour forward ran (one step per rollout); turned into buffer metrics after the step."""
-    """[N, T] the effective per-token credit (advantage x token weight) for the pictures, filled during updates."""
     metrics: dict = field(default_factory=dict)
     """Buffer-time metrics (rewards, lengths, timings)."""
 
@@ -85,8 +79,16 @@ class Buffer:
             rs["prompts"] = [None] * rs["response_ids"].shape[0]
         if rs.get("completions") is None:
             rs["completions"] = [None] * rs["response_ids"].shape[0]
-        kw = {k: v for k, v in state.items() if k != "rollout"}
+        kw = {k: v for k, v in state.items() if k != "rollout" and k not in LEGACY_METHOD_STATE}
+        # checkpoints written before method_state kept these as named buffer fields
+        legacy = {LEGACY_METHOD_STATE[k]: v for k, v in state.items() if k in LEGACY_METHOD_STATE and v is not None}
+        kw["method_state"] = {**legacy, **(kw.get("method_state") or {})}
         return cls(rollout=Rollout(**rs), **kw)
+
+
+LEGACY_METHOD_STATE = {"token_weights": "token_weights", "kl_weights": "kl_weights", "dmpo_w": "weights", "dmpo_w_base": "baseline_weights",
+                       "dmpo_elbo_v": "elbo_v"}
+"""Buffer fields of earlier checkpoints -> their `method_state` key (DGPO's, STAGE's and DMPO's)."""
 
 
 def _jsonable(v: Any) -> bool:

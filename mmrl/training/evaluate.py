@@ -38,12 +38,10 @@ class EvalResult:
 
 
 def _greedy_generation(family: str, gen_length: int, block_length: int, steps: int) -> dict[str, Any]:
-    if family == "masked_diffusion":
-        return {"gen_length": gen_length, "block_length": block_length, "steps": steps, "temperature": 0.0,
-                "sampler": "low_confidence"}
-    if family in ("causal_lm", "vlm"):
-        return {"max_new_tokens": gen_length, "temperature": 1.0, "top_k": 1}
-    return {}
+    """The family's greedy decoding options (its adapter's `greedy_generation`)."""
+    from mmrl.models import adapter_class
+
+    return adapter_class(family).greedy_generation(gen_length, block_length, steps)
 
 
 def d1_generation(family: str, gen_length: int = 256, block_length: int = 32, steps: int | None = None) -> dict[str, Any]:

@@ -17,7 +17,7 @@ def needs_reference(cfg: TrainConfig) -> bool:
     reward's reference entropies)."""
     from mmrl.methods import method_class
 
-    return method_class(cfg.method).needs_reference(cfg) or cfg.gcpo_entropy_reward > 0  # the entropy reward's H_ref
+    return method_class(cfg.method).needs_reference(cfg)
 
 
 def wants_reference(cfg: TrainConfig, policy) -> bool:
@@ -27,6 +27,21 @@ def wants_reference(cfg: TrainConfig, policy) -> bool:
     from mmrl.core.diagnostics import wants_diagnostic_reference
 
     return not cfg.use_peft and not policy.has_reference and (needs_reference(cfg) or wants_diagnostic_reference(cfg, policy))
+
+
+def mix_into_reference(ref_model: torch.nn.Module, model: torch.nn.Module, alpha: float) -> None:
+    """TRL's `sync_ref_model` update of the reference, `ref <- alpha * policy + (1 - alpha) * ref`
+    (`mmrl.algorithms.reference_sync`)."""
+    from mmrl.algorithms.reference_sync import mix_into_reference as mix
+
+    mix(ref_model, model, alpha)
+
+
+def family_class(cfg: TrainConfig):
+    """The adapter class of the configured family: what the loop must know of a family, as class attributes."""
+    from mmrl.models import adapter_class
+
+    return adapter_class(cfg.family)
 
 
 def generation_options(cfg: TrainConfig) -> dict[str, Any]:
@@ -150,6 +165,13 @@ def set_generation_defaults(policy, gen: dict[str, Any]) -> None:
     """Merge the config's sampling options into the adapter's defaults, keeping only options it knows."""
     known = getattr(policy, "generation_defaults", {})
     policy.generation_defaults = {**known, **{k: v for k, v in gen.items() if k in known}}
+
+
+def ensure_lora(model: torch.nn.Module, cfg: TrainConfig, peft_config=None) -> torch.nn.Module:
+    """`model` with LoRA adapters when `cfg.use_peft` asks for them and it has none yet (`apply_lora`)."""
+    from mmrl.models.base import is_peft_model
+
+    return apply_lora(model, cfg, peft_config) if cfg.use_peft and not is_peft_model(model) else model
 
 
 def apply_lora(model: torch.nn.Module, cfg: TrainConfig, peft_config=None) -> torch.nn.Module:

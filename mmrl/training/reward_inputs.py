@@ -19,6 +19,26 @@ from mmrl.core.protocol import Rollout
 from mmrl.rewards.completions import in_prompt_format
 
 
+def build_rewards(cfg, reward_funcs=None):
+    """The run's `mmrl.rewards.combine.RewardSet`: `reward_funcs` (names or callables) or `cfg.reward_funcs`, with the
+    config's weights, error policy, timeout, retries and reward kwargs."""
+    from mmrl.rewards.combine import RewardSet
+
+    return RewardSet(list(reward_funcs or cfg.reward_funcs), weights=cfg.reward_weights, on_error=cfg.on_reward_error,
+                     timeout=cfg.reward_timeout, retries=cfg.reward_retries, retry_backoff=cfg.reward_retry_backoff,
+                     **cfg.reward_kwargs)
+
+
+def build_eval_rewards(cfg):
+    """The `RewardSet` of `cfg.eval_reward_funcs` for the periodic evaluation (failures dropped, not raised; the
+    reward kwargs of those rewards)."""
+    from mmrl.rewards.combine import RewardSet
+
+    return RewardSet(list(cfg.eval_reward_funcs), on_error="drop", timeout=cfg.reward_timeout, retries=cfg.reward_retries,
+                     retry_backoff=cfg.reward_retry_backoff,
+                     **{k: v for k, v in cfg.reward_kwargs.items() if k in cfg.eval_reward_funcs})
+
+
 def make_trainer_state(step: int, max_steps: int, epoch: float, num_train_epochs: float | None = None):
     """A `transformers.TrainerState` describing the step being collected for (TRL passes `self.state`)."""
     from transformers import TrainerState

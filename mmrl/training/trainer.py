@@ -32,35 +32,32 @@ from typing import Any, Callable, Sequence
 import torch
 
 from mmrl.training import grad_checkpointing
-from mmrl.algorithms import group_advantages, soft_overlong_penalty
+from mmrl.training.advantages import compute_advantages, overlong_penalty
 from mmrl.reporting.batch_report import (add_failures, clip_extremes, impute_unscorable, peak_memory_gb, per_reward_metrics, reward_metrics,
                                scorable_group_std, unfilled_batch_message)
 from mmrl.training.buffer import Buffer, concat_rollouts
 from mmrl.checkpointing.checkpoint import latest_checkpoint, save_checkpoint
-from mmrl.reporting.completion_stats import length_metrics, terminated
-from mmrl.reporting.completions_log import completion_rows, with_advantages
+from mmrl.reporting.completions import completion_rows, length_metrics, terminated, with_advantages
 from mmrl.config.train_config import TrainConfig
-from mmrl.data.loading import DatasetError, require_column
-from mmrl.data.validate import check_prompts
+from mmrl.training.datasets import check_reward_columns, training_data
 from mmrl.core.diagnostics import finish_step_metrics, logged_step, snapshot
 from mmrl.training.epochs import eval_interval, resolve_max_steps
 from mmrl.core.faults import fault_point  # test hook: MMRL_KILL_AT=<point>:K kills the process there (crash tests)
 from mmrl.reporting.metrics_log import MetricLogger
-from mmrl.training.optim import build_optimizer, build_scheduler
+from mmrl.core.optim import build_optimizer, build_scheduler
 from mmrl.methods import METHODS, MicroBatch, behaviour_is_current
-from mmrl.methods.gcpo import stage_entropy_reward
-from mmrl.models import adapter_class
-from mmrl.models.base import is_peft_model
 from mmrl.training.peer_failure import is_peer_failure, peer_failure_message
-from mmrl.training.policy_factory import apply_lora, build_policy, check_model_source, estimator_options, generation_options, set_generation_defaults, wants_reference
+from mmrl.training.policy_factory import (build_policy, check_model_source, ensure_lora, estimator_options, family_class,
+                                          generation_options, mix_into_reference, set_generation_defaults, wants_reference)
 from mmrl.training.prompt_stream import PromptStream
 from mmrl.core.protocol import Rollout
-from mmrl.training.reward_inputs import make_trainer_state, reward_arguments
+from mmrl.training.reward_inputs import build_eval_rewards, build_rewards, make_trainer_state, reward_arguments
 from mmrl.core.seeds import derived_seed
 from mmrl.training.stop_signals import RewardsInterrupted, StopRequests
-from mmrl.checkpointing.resume_settings import check_before_loading, check_dataset_unchanged, dataset_digest
+from mmrl.checkpointing.checkpoint import load_model_weights
+from mmrl.checkpointing.resume_settings import apply_resume_settings, check_before_loading, check_dataset_unchanged, dataset_digest
 from mmrl.checkpointing.run_lock import RunLock
-from mmrl.checkpointing.resume import restore_trainer_state, resume_run, save_model_dir
+from mmrl.checkpointing.resume import resume_run, save_model_dir
 from mmrl.checkpointing.sharded_save import gather_full_state_dict
 
 
@@ -133,7 +130,7 @@ class Trainer:
         from accelerate import Accelerator
         from accelerate.utils import DistributedDataParallelKwargs, InitProcessGroupKwargs
 
-        self.family = adapter_class(cfg.family)  # what the trainer needs to know of a family, as class attributes
+        self.family = family_class(cfg)  # what the trainer needs to know of a family, as class attributes
         ddp = DistributedDataParallelKwargs(find_unused_parameters=self.family.has_unused_parameters)
         # accelerate only picks gloo (MULTI_CPU) when told to use the CPU; a torchrun-style multi-process launch on a
         # machine without an accelerator would otherwise give N independent single-process runs
@@ -157,46 +154,24 @@ class Trainer:
         # data and rewards before the model: a bad model path, task, dataset or reward fails fast
         own_rewards = bool(reward_funcs or cfg.reward_funcs)  # the user's rewards, not the task's defaults
         explicit_metric = eval_metric is not None
-        if dataset is None:
-            from mmrl.data.tasks import load_task
-
-            task = load_task(cfg.task, cfg.dataset_path, seed=cfg.seed, eval_split=cfg.eval_split,
-                             geneval_train_on_eval_prompts=cfg.geneval_train_on_eval_prompts)
-            dataset = task.train
-            reward_funcs = reward_funcs or cfg.reward_funcs or task.reward_funcs
-            # curves on the validation split where the task has one: the test split is for the final figure only
-            eval_dataset = (task.validation or task.test) if eval_dataset is None else eval_dataset
-            eval_metric = eval_metric or task.metric
-        where = "the training dataset" if cfg.dataset_path is None else cfg.dataset_path
-        require_column(list(dataset), "prompt", where)  # no prompt column, or null / missing prompts: stop here
-        check_prompts(list(dataset), "the training dataset")
+        dataset, reward_funcs, eval_dataset, eval_metric = training_data(cfg, dataset, reward_funcs, eval_dataset, eval_metric)
         if policy is None:
             check_model_source(cfg)
         self.eval_dataset = list(eval_dataset or [])[: cfg.eval_limit] if cfg.eval_limit else list(eval_dataset or [])
         self.eval_metric = eval_metric
-        from mmrl.rewards.combine import RewardSet
-
-        self.rewards = RewardSet(list(reward_funcs or cfg.reward_funcs), weights=cfg.reward_weights,
-                                 on_error=cfg.on_reward_error, timeout=cfg.reward_timeout, retries=cfg.reward_retries,
-                                 retry_backoff=cfg.reward_retry_backoff, **cfg.reward_kwargs)
+        self.rewards = build_rewards(cfg, reward_funcs)
         # what the periodic evaluation scores: eval_reward_funcs; else the task's metric when the rewards are the
         # task's own (or eval_metric= is given); else the training rewards, as TRL evaluates
         self.eval_rewards = None
         if cfg.eval_reward_funcs:
-            self.eval_rewards = RewardSet(list(cfg.eval_reward_funcs), on_error="drop", timeout=cfg.reward_timeout,
-                                          retries=cfg.reward_retries, retry_backoff=cfg.reward_retry_backoff,
-                                          **{k: v for k, v in cfg.reward_kwargs.items() if k in cfg.eval_reward_funcs})
+            self.eval_rewards = build_eval_rewards(cfg)
         elif not explicit_metric and (own_rewards or not self.eval_metric):
             self.eval_rewards = self.rewards
         self.dataset = list(dataset)
         self._dataset_sha256 = dataset_digest(self.dataset)
         if cfg.resume_from:
             check_dataset_unchanged(cfg, self.run_dir, self._dataset_sha256)  # before the model loads
-        missing = self.rewards.missing_columns([k for row in self.dataset[:1] for k in row])
-        if missing:  # a reward reads a column the data lacks: say so now, not at step 1
-            name, cols = next(iter(missing.items()))
-            raise DatasetError(f"reward {name!r} needs the dataset column(s) {cols}, which {where} lacks (columns: "
-                               f"{sorted(self.dataset[0])}); add them, or choose rewards for this data")
+        check_reward_columns(cfg, self.rewards, self.dataset)  # a reward reads a column the data lacks: now, not at step 1
         cfg.max_steps = resolve_max_steps(cfg, len(self.dataset), self.accelerator.num_processes)  # TRL's num_train_epochs
         self.eval_every = eval_interval(cfg, len(self.dataset), self.accelerator.num_processes)  # eval_steps / eval_strategy
         if self.eval_every and not self.eval_dataset:
@@ -204,8 +179,7 @@ class Trainer:
                              "test / validation split, eval_split=..., or eval_dataset=")
         self.policy = policy if policy is not None else build_policy(cfg, device=self.accelerator.device)
         set_generation_defaults(self.policy, generation_options(cfg))  # the config's sampling options, also for a given policy
-        if cfg.use_peft and not is_peft_model(self.policy.model):
-            self.policy.model = apply_lora(self.policy.model, cfg, self._peft_config)
+        self.policy.model = ensure_lora(self.policy.model, cfg, self._peft_config)
         if cfg.gradient_checkpointing:
             grad_checkpointing.enable(self.policy.model)
         self.policy.model.eval()  # dropout off (ratio exactly 1 at the first inner step)
@@ -215,7 +189,7 @@ class Trainer:
             self.policy.ref_model = copy.deepcopy(self.policy.unwrapped).requires_grad_(False).eval()
         self.method = METHODS[cfg.method](cfg, self.policy, partial(estimator_options, cfg))
         params = [p for p in self.policy.model.parameters() if p.requires_grad]
-        self.optimizer = build_optimizer(params, cfg)  # `optim`: the AdamW variant (mmrl.training.optim)
+        self.optimizer = build_optimizer(params, cfg)  # `optim`: the AdamW variant (mmrl.core.optim)
         self.scheduler = build_scheduler(self.optimizer, cfg)  # warmup_steps (or its ratio form), lr_scheduler_kwargs
         self.policy.model, self.optimizer = self.accelerator.prepare(self.policy.model, self.optimizer)
         if self.policy.ref_model is not None:
@@ -393,7 +367,7 @@ class Trainer:
             total = out.total.to(torch.float32)  # [N]
             scorable = out.scorable if out.scorable is not None else torch.ones_like(out.valid)  # [N]
             if cfg.overlong_penalty and self.family.variable_length:
-                pen = soft_overlong_penalty(rollout.response_mask.sum(-1).cpu(), cfg.max_completion_length, cfg.overlong_buffer_len)
+                pen = overlong_penalty(rollout, cfg)  # [N]
                 total = total + pen
                 reward_logs.setdefault("rewards/overlong/mean", []).append(float(pen.mean()))
             for name, val in out.metrics.items():
@@ -426,11 +400,10 @@ class Trainer:
         if rollout.num_groups > need:  # refills may overshoot: keep whole groups only
             rollout = rollout.select(torch.arange(need * G))
             rewards, scorable = rewards[: need * G], scorable[: need * G]
-        if cfg.gcpo_entropy_reward > 0:  # STAGE's entropy reward (GCPO T2I): before the advantages
-            est = estimator_options(cfg, derived_seed(cfg.seed, "entropy_reward", self.rollout_index))
-            bonus = stage_entropy_reward(policy, rollout, rewards, cfg, self._micro_batches, est)
-            rewards = rewards + bonus
-            reward_logs.setdefault("rewards/entropy_bonus/abs_mean", []).append(float(bonus.abs().mean()))
+        with torch.no_grad():  # the method's own reward shaping (e.g. STAGE's entropy reward), before the advantages
+            rewards, shaping = self.method.shape_rewards(rollout, rewards, self._micro_batches, self.rollout_index)
+        for name, val in shaping.items():
+            reward_logs.setdefault(name, []).append(val)
         if not bool(scorable.all()):
             # methods that read the rewards themselves (DMPO's weights) see the group mean of the scorable ones:
             # neutral within the group, as the advantage 0 is for the policy-gradient methods
@@ -482,15 +455,7 @@ class Trainer:
         return buf
 
     def _advantages(self, rewards: torch.Tensor, scorable: torch.Tensor) -> torch.Tensor:
-        cfg = self.cfg
-        if cfg.scale_rewards == "batch" and self.world > 1:
-            # std over the global batch: gather every process's rewards (unscorable ones left out, as in TRL)
-            all_r = self.accelerator.gather(torch.where(scorable, rewards, torch.full_like(rewards, float("nan"))))
-            all_r = all_r[~torch.isnan(all_r)]
-            centered = group_advantages(rewards, cfg.num_generations, scale="none", scorable=scorable)
-            return centered / (all_r.std() + cfg.advantage_epsilon) if all_r.numel() >= 2 else torch.zeros_like(centered)
-        return group_advantages(rewards, cfg.num_generations, scale=cfg.scale_rewards, scorable=scorable,
-                                eps=cfg.advantage_epsilon)
+        return compute_advantages(rewards, scorable, self.cfg, self.accelerator, self.world)
 
     def _micro_batches(self, n: int) -> list[torch.Tensor]:
         b = self.cfg.per_device_train_batch_size
@@ -576,8 +541,6 @@ class Trainer:
         cfg = self.cfg
         if not cfg.sync_ref_model or self.step % cfg.ref_model_sync_steps or self.policy.ref_model is None:
             return
-        from mmrl.algorithms.reference_sync import mix_into_reference
-
         mix_into_reference(self.policy.ref_model, self.accelerator.unwrap_model(self.policy.model), cfg.ref_model_mixup_alpha)
 
     # =================================================================================== 7: save / resume
@@ -635,9 +598,23 @@ class Trainer:
         return resume_run(self.run_dir, self.cfg.resume_from, self._restore, self.accelerator, self.is_main)
 
     def _restore(self, path: Path, ck: dict) -> None:
-        if ck["state"].get("world", 1) != self.world:
-            raise TrainingError(f"checkpoint {path} was written by {ck['state'].get('world')} processes; this run has {self.world}")
-        restore_trainer_state(self, path, ck)
+        """Put a loaded checkpoint `ck` (`mmrl.checkpointing.checkpoint.load_checkpoint`) back: the settings that win
+        on resume (`apply_resume_settings`), weights, optimizer, scheduler, RNG, counters, the prompt stream's
+        position and the rollout buffer."""
+        st = ck["state"]
+        if st.get("world", 1) != self.world:
+            raise TrainingError(f"checkpoint {path} was written by {st.get('world')} processes; this run has {self.world}")
+        self.cfg = apply_resume_settings(self.cfg, st.get("config") or {}, path)
+        load_model_weights(self.policy.unwrapped, path / "model")
+        self.optimizer.load_state_dict(ck["optimizer"])
+        self.scheduler.load_state_dict(ck["scheduler"])
+        torch.set_rng_state(ck["rng"])
+        self.step, self.rollout_index = int(st["step"]), int(st["rollout_index"])
+        self.nonfinite_in_a_row, self.num_tokens = int(st.get("nonfinite_in_a_row", 0)), int(st.get("num_tokens", 0))
+        self.stream.position = int(st["positions"][0])
+        self.buffer = Buffer.from_state(ck["buffer"]) if ck["buffer"] is not None else None
+        if self.buffer is not None:
+            self.buffer.rollout = self.buffer.rollout.to(self.accelerator.device)
 
     # ========================================================================================= pictures
 

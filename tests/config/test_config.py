@@ -31,7 +31,7 @@ def test_yaml_overrides_and_method_defaults(tmp_path):
     from mmrl.methods import METHODS
 
     # every registered method has its defaults, and no defaults name a method that does not exist
-    assert set(METHOD_DEFAULTS) == set(METHODS) == {"grpo", "dapo", "dr_grpo", "diffu_grpo", "gcpo", "stage", "dgpo", "dmpo", "gspo"}
+    assert set(METHOD_DEFAULTS) == set(METHODS) and len(METHODS) >= 9  # every registered method has its defaults
 
 
 def test_base_preset_inheritance(tmp_path):

@@ -274,8 +274,9 @@ def test_use_vllm_alone_is_an_unsupported_key_with_its_reason():
     assert "needs a value" not in r.stderr
     with pytest.raises(ConfigError, match="'use_liger_kernel' is a TRL GRPOConfig field mmrl does not support"):
         load_config(None, {"use_liger_kernel": True})
-    with pytest.raises(ConfigError, match="loss_type='cispo': loss_type cispo .* is not implemented"):
-        load_config(None, {"loss_type": "cispo"})
+    with pytest.raises(ConfigError, match="loss_type='sapo': loss_type sapo is not implemented"):
+        load_config(None, {"loss_type": "sapo"})
+    assert load_config(None, {"loss_type": "cispo"}).loss_type == "cispo"  # mmrl.algorithms.cispo
 
 
 def test_unknown_generation_kwargs_are_refused_at_start_up():

@@ -1,5 +1,6 @@
-"""The layering of docs/design.md holds: no import circles, the engine does not import the tiny world, the trainer
-knows no method by name, and every repository path the code cites exists."""
+"""The layering of docs/design.md holds: no import circles between files or between folders, every folder imports
+only the layers below it, the trainer imports only its own room and the rooms the one step needs, the engine does
+not import the tiny world, the trainer knows no method by name, and every repository path the code cites exists."""
 import ast
 import json
 import os
@@ -11,7 +12,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = {"mmrl": ROOT / "mmrl", "mmrl.models": ROOT / "models", "mmrl.rewards": ROOT / "rewards"}
 """Import name -> folder on disk (pyproject.toml's package-dir)."""
-METHOD_NAMES = ("grpo", "dapo", "dr_grpo", "diffu_grpo", "gcpo", "stage", "dgpo", "dmpo", "gspo")
 
 
 def modules() -> dict[str, Path]:
@@ -73,6 +73,69 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return out
 
 
+LAYERS = [
+    ["core"],
+    ["algorithms"],
+    ["models"],
+    ["geneval"],
+    ["rewards"],
+    ["data", "methods", "reporting"],
+    ["config"],
+    ["checkpointing"],
+    ["training"],
+    ["tiny_world"],
+    ["cli"],
+]
+"""The rooms from the ground floor up (docs/design.md, "Layers"): a room imports only rooms of lower layers (and
+itself); rooms of one layer do not import each other."""
+RANK = {room: i for i, layer in enumerate(LAYERS) for room in layer}
+TRAINER_MAY_IMPORT = {"training", "methods", "core", "config", "checkpointing", "reporting"}
+"""The trainer's rooms: models, rewards, data and the algorithm core reach it through its own room (policy factory,
+reward inputs, datasets, advantages) or through the adapter and method hooks."""
+
+
+def room(module: str) -> str:
+    """`mmrl.training.trainer` -> `training`; `mmrl` (the package's entry points) -> `mmrl`."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "mmrl"
+
+
+def room_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for m, deps in graph.items():
+        out.setdefault(room(m), set()).update(room(d) for d in deps if room(d) != room(m))
+    for deps in list(out.values()):
+        for d in deps:
+            out.setdefault(d, set())
+    return out
+
+
+def test_every_room_has_a_layer():
+    rooms = set(room_graph(import_graph())) - {"mmrl"}
+    assert rooms == set(RANK), sorted(rooms ^ set(RANK))
+
+
+def test_no_import_circles_between_folders():
+    assert cycles(room_graph(import_graph())) == []
+
+
+def test_nothing_imports_upward():
+    upward = sorted(f"{m} -> {d}" for m, deps in import_graph().items() for d in deps
+                    if room(m) != "mmrl" and room(d) != room(m) and RANK[room(d)] >= RANK[room(m)])
+    assert upward == []
+
+
+def test_the_trainer_imports_only_its_rooms():
+    deps = import_graph()["mmrl.training.trainer"]
+    assert sorted(d for d in deps if room(d) not in TRAINER_MAY_IMPORT) == []
+
+
+def test_layer_check_catches_an_upward_import():
+    graph = {"mmrl.core.seeds": {"mmrl.training.trainer"}, "mmrl.training.trainer": set()}
+    assert [f"{m} -> {d}" for m, deps in graph.items() for d in deps if RANK[room(d)] >= RANK[room(m)]] != []
+    assert cycles(room_graph({"mmrl.a.x": {"mmrl.b.y"}, "mmrl.b.y": {"mmrl.a.z"}, "mmrl.a.z": set()})) == [["a", "b"]]
+
+
 def test_cycle_finder_finds_a_circle():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
@@ -124,9 +187,12 @@ print(json.dumps(out))
 
 
 def test_trainer_knows_no_method_by_name():
+    from mmrl.methods import METHODS
+    from mmrl.models import FAMILIES
+
     src = (ROOT / "mmrl" / "training" / "trainer.py").read_text()
     assert "cfg.method ==" not in src and ".method in (" not in src
-    quoted = [m for m in METHOD_NAMES if re.search(rf"[\"']{m}[\"']", src)]
+    quoted = [m for m in [*METHODS, *FAMILIES] if re.search(rf"[\"']{m}[\"']", src)]
     assert quoted == []
 
 
@@ -134,8 +200,9 @@ CITED = re.compile(r"(?<![\w/.])((?:docs|mmrl|models|rewards|tests|scripts|bench
 """A path inside the repository to a file (metric names such as `rewards/dropped_groups` have no extension)."""
 
 
-NOT_ON_DISK = {"mmrl/models/base.py"}
-"""Paths docs/design.md names to explain the import-path mapping (the installed layout, not the repository's)."""
+NOT_ON_DISK = {"mmrl/models/base.py", "mmrl/rewards/combine.py"}
+"""Paths docs/design.md and the strict-install test name to explain the import-path mapping (the installed layout,
+not the repository's)."""
 
 
 def test_every_cited_repository_path_exists():
@@ -204,6 +271,27 @@ def test_import_paths_resolve_to_the_folders():
     assert out.returncode == 0 and out.stdout.startswith("mmrl "), out
 
 
+def test_tiny_model_factories_live_outside_the_adapters():
+    # the production adapter classes carry no test-model factory; `Adapter.tiny` reaches mmrl.models.tiny_configs
+    from mmrl.models import FAMILIES, adapter_class, tiny_policy
+
+    for family in FAMILIES:
+        cls = adapter_class(family)
+        assert "tiny" not in vars(cls), family
+        src = (ROOT / "models" / f"{cls.__module__.rsplit('.', 1)[-1]}.py").read_text()
+        assert "def tiny(" not in src, family
+    policy = tiny_policy("causal_lm", seed=0)
+    assert type(policy) is adapter_class("causal_lm")
+    same = adapter_class("causal_lm").tiny(seed=0)
+    assert all(torch_equal(a, b) for a, b in zip(policy.model.parameters(), same.model.parameters()))
+
+
+def torch_equal(a, b) -> bool:
+    import torch
+
+    return torch.equal(a, b)
+
+
 def print_calls(source: str) -> list[int]:
     """Lines that call the builtin `print` (a method or attribute named print, or the word in a string, is not one)."""
     return [n.lineno for n in ast.walk(ast.parse(source))
@@ -241,3 +329,19 @@ def test_the_command_shows_library_messages_as_before(capsys, tmp_path):
     load_task("jsonl", str(rows), eval_split=3)  # in the process the command configured
     assert "task 'jsonl': holding out the last 3 of 10 rows" in capsys.readouterr().out
     assert len(logging.getLogger("mmrl").handlers) == 2  # added once, however often the command runs
+
+
+def test_the_entry_points_load_on_first_use():
+    code = ("import json, sys, mmrl; light = 'torch' not in sys.modules; from mmrl import Trainer, TrainConfig; "
+            "import mmrl.training.trainer as t, mmrl.config.train_config as c; "
+            "print(json.dumps([light, Trainer is t.Trainer, TrainConfig is c.TrainConfig, mmrl.load_config is c.load_config]))")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True, cwd="/")
+    assert json.loads(res.stdout.strip().splitlines()[-1]) == [True, True, True, True]
+    import mmrl
+
+    try:
+        mmrl.no_such_name  # noqa: B018
+    except AttributeError as e:
+        assert "no_such_name" in str(e)
+    else:
+        raise AssertionError("mmrl.no_such_name resolved")

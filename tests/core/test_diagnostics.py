@@ -17,7 +17,7 @@ from mmrl.core.diagnostics import (
 )
 from mmrl.models import adapter_class
 from mmrl.training.trainer import Trainer
-from tiny_world_fixtures import METHODS, dataset_for, reward_for
+from tiny_world_fixtures import CELLS, METHODS, dataset_for, reward_for
 
 LN2 = math.log(2.0)
 KEYS = ("diag/kl_k1", "diag/kl_k3", "diag/kl_k1_seq", "diag/kl_k3_seq", "diag/pos_weight_frac", "diag/neg_weight_frac",
@@ -154,7 +154,8 @@ def _has_reference(method: str, family: str) -> bool:
 
 @pytest.mark.parametrize("method", METHODS)
 def test_every_method_logs_the_diagnostics(method, tmp_path):
-    family = "masked_diffusion" if method == "diffu_grpo" else "causal_lm"
+    runs_on = [f for m, f in CELLS if m == method]  # diffu_grpo on masked diffusion, a method's own family if it has one
+    family = "masked_diffusion" if method == "diffu_grpo" else "causal_lm" if "causal_lm" in runs_on else runs_on[0]
     records = _run(tmp_path, method, family, num_iterations=2)
     assert [r["step"] for r in records] == [1, 2]
     for i, r in enumerate(records):

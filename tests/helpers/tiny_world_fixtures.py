@@ -3,8 +3,16 @@ from __future__ import annotations
 
 from PIL import Image
 
-FAMILIES = ["causal_lm", "vlm", "janus", "masked_diffusion", "masked_image"]
-METHODS = ["grpo", "dapo", "dr_grpo", "diffu_grpo", "gcpo", "dgpo", "dmpo", "gspo"]
+import mmrl.methods
+import mmrl.models
+
+FAMILIES = list(mmrl.models.FAMILIES)
+"""Every registered model family (the adapter table): the method x family matrix grows with it."""
+METHODS = list(mmrl.methods.METHODS)
+"""Every registered method (the `METHODS` registry)."""
+CELLS = [(m, f) for m in METHODS for f in FAMILIES
+         if mmrl.methods.METHODS[m].supports_family(mmrl.models.adapter_class(f))]
+"""The method x family matrix: every pair whose method runs on the family (`Method.supports_family`)."""
 
 
 def vowel_reward(prompts, completions, **kwargs):

@@ -58,16 +58,14 @@ def test_gcpo_t2i_kl_mask_and_the_weighted_kl_term():
 
 
 def test_advantage_epsilon_reaches_the_advantages():
-    from types import SimpleNamespace
-
     from mmrl.config import load_config
-    from mmrl.training.trainer import Trainer
+    from mmrl.training.advantages import compute_advantages
 
     rewards = torch.tensor([0.0, 1e-3, 0.0, 1.0])  # a group of nearly equal rewards, and a clear one
     std = 1e-3 / 2 ** 0.5  # unbiased std of (0, 1e-3)
     for eps in (1e-6, 1e-4):
         cfg = load_config(None, dict(method="grpo", num_generations=2, advantage_epsilon=eps))
-        adv = Trainer._advantages(SimpleNamespace(cfg=cfg, world=1), rewards, torch.ones(4, dtype=torch.bool))
+        adv = compute_advantages(rewards, torch.ones(4, dtype=torch.bool), cfg, accelerator=None, world=1)
         assert adv[:2].tolist() == pytest.approx([-5e-4 / (std + eps), 5e-4 / (std + eps)], rel=1e-5)
     # 1e-6: +-0.7061; the authors' 1e-4: +-0.6195 (the smaller push on near-ties)
     gcpo = load_config(ROOT / "configs/gcpo_janus_pro_7b_geneval.yaml")
@@ -94,7 +92,7 @@ def test_stage_and_gcpo_presets_train_two_steps_with_their_kl_masks(tmp_path, pr
         seen.append(kwargs.get("kl_weights"))
         return plain_policy_loss(*args, **kwargs)
 
-    monkeypatch.setattr(policy_gradient, "policy_loss", recording)
+    monkeypatch.setattr(policy_gradient, "surrogate_loss", lambda loss_type: recording)
     cfg = load_config(ROOT / f"configs/{preset}.yaml", dict(
         model_name_or_path="tiny", max_steps=2, num_generations=4, per_device_train_batch_size=4, save_steps=0,
         torch_dtype="float32", mixed_precision="no", output_dir=str(tmp_path / "run"), reward_funcs=[]))

@@ -81,8 +81,8 @@ def test_dmpo_weights_are_a_softmax_over_the_responses_group(tmp_path):
     want = torch.softmax(logits.view(-1, G), dim=-1).flatten()  # [N]
     shifted = torch.softmax(logits.roll(1).view(-1, G), dim=-1).flatten().roll(-1)  # groups off by one response
     assert not torch.allclose(want, shifted, atol=1e-4)
-    torch.testing.assert_close(buf.dmpo_w, want, rtol=1e-5, atol=1e-7)
-    torch.testing.assert_close(buf.dmpo_w.view(-1, G).sum(-1), torch.ones(buf.rewards.numel() // G))
+    torch.testing.assert_close(buf.method_state["weights"], want, rtol=1e-5, atol=1e-7)
+    torch.testing.assert_close(buf.method_state["weights"].view(-1, G).sum(-1), torch.ones(buf.rewards.numel() // G))
     # the credit is w_real = w - 1/G (group baseline) on every valid token
     torch.testing.assert_close(buf.credit, (want - 1.0 / G)[:, None] * buf.loss_mask, rtol=1e-5, atol=1e-7)
 
@@ -123,3 +123,26 @@ def test_gspo_is_one_registered_file_with_defaults(tmp_path):
     assert records[1]["gspo/ratio_mean"] != 1.0  # after one update the ratio moves
     with pytest.raises(ValueError, match="valid names.*gspo"):
         method_class("gspo2")
+
+
+def test_method_hooks_validate_and_shape_the_rewards(tmp_path):
+    from mmrl.models import FAMILIES
+
+    # family support and the refusal are the method's (config_errors / supports_family), before any model loads
+    with pytest.raises(ValueError, match=r"method 'stage' compares the code vectors of image tokens; family 'causal_lm'"):
+        load_config(None, dict(method="stage", family="causal_lm")).validate()
+    assert [f for f in FAMILIES if METHODS["stage"].supports_family(adapter_class(f))] == ["janus"]
+    assert METHODS["grpo"].needs_reference(load_config(None, dict(method="grpo", gcpo_entropy_reward=0.4)))
+    assert not METHODS["grpo"].needs_reference(load_config(None, dict(method="grpo")))
+    # the trainer adds what the method's shape_rewards gives, before the advantages, and logs its metrics
+    cfg = load_config(None, dict(method="grpo", family="causal_lm", max_steps=1, num_generations=4,
+                                 per_device_train_batch_size=4, max_completion_length=4, output_dir=str(tmp_path),
+                                 progress_bar=False, save_steps=0, dynamic_sampling=False))
+    from tiny_world_fixtures import dataset_for
+
+    t = Trainer(cfg, policy=adapter_class("causal_lm").tiny(seed=0), dataset=dataset_for("causal_lm"),
+                reward_funcs=[lambda prompts, completions, **kw: [0.0] * len(prompts)])
+    t.method.shape_rewards = lambda rollout, rewards, mbs, k: (rewards + torch.arange(rewards.numel()) % 2, {"rewards/x": 3.0})
+    buf = t._collect()
+    assert buf.rewards.tolist() == [0.0, 1.0, 0.0, 1.0] and buf.metrics["rewards/x"] == 3.0
+    assert buf.advantages.tolist() == pytest.approx([-0.866, 0.866, -0.866, 0.866], abs=1e-3)  # (r - 0.5) / std

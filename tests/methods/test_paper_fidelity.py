@@ -175,7 +175,7 @@ def _loss_of_one_step(tmp_path, loss_type, monkeypatch):
 
     import mmrl.methods.policy_gradient as pg_mod
 
-    monkeypatch.setattr(pg_mod, "policy_loss", fake_policy_loss)  # where the loss is looked up since the methods refactor
+    monkeypatch.setattr(pg_mod, "surrogate_loss", lambda loss_type: fake_policy_loss)  # the loss_type's per-token loss
     cfg = load_config(None, dict(method="grpo", family="causal_lm", loss_type=loss_type, max_steps=1, num_generations=2,
                                  per_device_train_batch_size=2, gradient_accumulation_steps=2, max_completion_length=8,
                                  output_dir=str(tmp_path / loss_type), progress_bar=False, save_steps=0, report_to=["jsonl"]))
@@ -221,7 +221,7 @@ def test_micro_batch_mean_baseline_in_a_training_step(tmp_path):
                                  report_to=["jsonl"]))
     t = Trainer(cfg, policy=adapter_class("causal_lm").tiny(seed=0), dataset=dataset_for("causal_lm"), reward_funcs=[vowel_reward])
     t.train()
-    w, credit, mask = t.buffer.dmpo_w, t.buffer.credit, t.buffer.loss_mask
+    w, credit, mask = t.buffer.method_state["weights"], t.buffer.credit, t.buffer.loss_mask
     for idx in (slice(0, 2), slice(2, 4)):
         expected = w[idx] - w[idx].mean()
         got = credit[idx].sum(-1) / mask[idx].sum(-1)

@@ -8,7 +8,7 @@ import torch
 from mmrl.config.train_config import load_config
 from mmrl.models import adapter_class
 from mmrl.training.trainer import Trainer
-from tiny_world_fixtures import FAMILIES, METHODS, dataset_for, reward_for
+from tiny_world_fixtures import CELLS, dataset_for, reward_for
 
 
 def tiny_config(method: str, family: str, out, **extra):
@@ -20,8 +20,7 @@ def tiny_config(method: str, family: str, out, **extra):
     return load_config(None, values)
 
 
-@pytest.mark.parametrize("family", FAMILIES)
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("method,family", CELLS)
 def test_method_family_cell(method, family, tmp_path):
     torch.manual_seed(0)
     cfg = tiny_config(method, family, tmp_path)

@@ -277,7 +277,7 @@ def test_masked_diffusion_truncation_is_no_eos_in_the_span(tmp_path):
 
 
 def test_length_metrics_by_hand():
-    from mmrl.reporting.completion_stats import length_metrics
+    from mmrl.reporting.completions import length_metrics
 
     m = length_metrics(torch.tensor([3, 5, 5, 2]), torch.tensor([True, True, False, False]))
     assert m["completions/clipped_ratio"] == 0.5

@@ -147,7 +147,7 @@ def test_log_extra_columns_are_written_to_the_completions_table(tmp_path):
         assert r["golden_answer"] == "gold" + r["prompt"].split()[-1]
         assert r["extracted_answer"] == r["completion"][:2]
         assert r["with_answers/length"] == len(r["completion"])
-    from mmrl.reporting.completions_log import markdown_table
+    from mmrl.reporting.completions import markdown_table
 
     head = markdown_table(rows).splitlines()[0]
     assert "golden_answer" in head and "extracted_answer" in head
