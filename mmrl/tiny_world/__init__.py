@@ -20,6 +20,7 @@ def register(*, build_missing: bool = False) -> None:
     from mmrl.tiny_world.sources import register_sources
 
     import mmrl.tiny_world.tasks  # noqa: F401  (defines and registers the tasks and rewards, once per process)
+    import mmrl.tiny_world.countdown_steps  # noqa: F401  (countdown4_steps; it imports tasks, so not from there)
 
     register_sources(build_missing=build_missing)
     from mmrl.geneval.detectors import register_detector

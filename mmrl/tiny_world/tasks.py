@@ -379,7 +379,6 @@ def _shapes(dataset_path: str | None, seed: int) -> Task:
 
 
 from mmrl.tiny_world import shapes_vqa as _shapes_vqa  # noqa: E402,F401  registers the `shapes_vqa` task and reward
-from mmrl.tiny_world import countdown_steps as _countdown_steps  # noqa: E402,F401  registers `countdown4_steps`
 
 for _loader in (_sudoku4, _sudoku4_d1, _countdown3, _countdown3_d1, _shapes, _shapes_vqa._shapes_vqa):
     _loader.generates_data = True  # load_task refuses a dataset_path for these instead of ignoring it
