@@ -23,6 +23,7 @@ from functools import lru_cache
 from mmrl.core.registry import REWARDS
 from mmrl.data.tasks import TASKS, Task
 from mmrl.rewards.completions import completion_text
+from mmrl.tiny_world.tasks import countdown3_row, countdown_split  # the same row layout and multiset split as countdown3
 
 OPS = "+-*/"
 STEP_SEP = "|"
@@ -208,13 +209,6 @@ def problems(n: int, seed: int) -> list[tuple[list[int], int, str]]:
     return out
 
 
-def row(numbers: list[int], target: int, solution: str | None = None) -> dict:
-    r = {"prompt": f"{','.join(map(str, numbers))}={target}", "numbers": list(numbers), "target": int(target)}
-    if solution is not None:
-        r["solution"] = solution
-    return r
-
-
 @REWARDS.register("countdown4_steps")
 def countdown4_steps(prompts, completions, target, numbers, **kwargs) -> list[float]:
     """The exact countdown4_steps reward (`score`): 1.0 for a fully correct written-out solution, else 0.0."""
@@ -224,10 +218,9 @@ def countdown4_steps(prompts, completions, target, numbers, **kwargs) -> list[fl
 @TASKS.register("countdown4_steps")
 @lru_cache(maxsize=2)
 def _countdown4_steps(dataset_path: str | None, seed: int) -> Task:
-    from mmrl.tiny_world.tasks import countdown_split
 
     probs = problems(12000, seed=21)  # the split is part of the task definition, not of a run's seed
-    parts = {k: [row(n, t, s) for n, t, s in v] for k, v in countdown_split(probs, held_out=HELD_OUT, seed=22).items()}
+    parts = {k: [countdown3_row(n, t, s) for n, t, s in v] for k, v in countdown_split(probs, held_out=HELD_OUT, seed=22).items()}
     return Task("countdown4_steps", parts["train"], parts["test"], ["countdown4_steps"], "countdown4_steps",
                 family="causal_lm", validation=parts["validation"],
                 info={k: len(v) for k, v in parts.items()} | {"split": "by number multiset", "answer_chars": ANSWER_CHARS})
