@@ -123,23 +123,10 @@ def test_a_checkpoint_that_cannot_fit_is_refused_before_writing(tmp_path, monkey
 
 @pytest.fixture
 def shapes_images(tmp_path):
-    """Six shapes-world prompt folders drawn by the exact oracle renderer, two images each."""
-    from mmrl.tiny_world.shapes import OraclePolicy
-    from mmrl.geneval.prompts import generate_suite, vocabulary
+    """6 shapes-world prompt folders drawn by the exact oracle renderer, two images each."""
+    from tiny_world_fixtures import shapes_image_folders
 
-    from mmrl.tiny_world.shapes import COLORS, SHAPE_NAMES
-
-    names, colors = vocabulary("shapes", {"shapes": (SHAPE_NAMES, COLORS)})
-    records = generate_suite(1, 1, names, colors, 4)[:6]
-    oracle = OraclePolicy(seed=0)
-    root = tmp_path / "imgs"
-    for i, record in enumerate(records):
-        folder = root / f"{i:05d}"
-        (folder / "samples").mkdir(parents=True)
-        (folder / "metadata.jsonl").write_text(json.dumps(record) + "\n")
-        for j, im in enumerate(oracle.sample([record["prompt"]], 2).completions):
-            im.save(folder / "samples" / f"{j:04d}.png")
-    return root
+    return shapes_image_folders(tmp_path / "imgs", 6)
 
 
 def evaluate(root):

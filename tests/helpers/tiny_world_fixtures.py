@@ -37,3 +37,23 @@ def dataset_for(family: str, n: int = 16) -> list[dict]:
 
 def reward_for(family: str):
     return brightness_reward if family in ("janus", "masked_image") else vowel_reward
+
+
+def shapes_image_folders(root, n_prompts: int, n_images: int = 2):
+    """`n_prompts` shapes-world GenEval prompt folders under `root` (metadata.jsonl + samples/), drawn by the exact
+    oracle renderer, `n_images` each; returns `root`."""
+    import json
+
+    from mmrl.geneval.prompts import generate_suite, vocabulary
+    from mmrl.tiny_world.shapes import COLORS, SHAPE_NAMES, OraclePolicy
+
+    names, colors = vocabulary("shapes", {"shapes": (SHAPE_NAMES, COLORS)})
+    records = generate_suite(1, 1, names, colors, 4)[:n_prompts]
+    oracle = OraclePolicy(seed=0)
+    for i, record in enumerate(records):
+        folder = root / f"{i:05d}"
+        (folder / "samples").mkdir(parents=True)
+        (folder / "metadata.jsonl").write_text(json.dumps(record) + "\n")
+        for j, im in enumerate(oracle.sample([record["prompt"]], n_images).completions):
+            im.save(folder / "samples" / f"{j:04d}.png")
+    return root
