@@ -21,11 +21,15 @@ from mmrl.training.trainer import Trainer, TrainingError
 from tiny_world_fixtures import dataset_for, vowel_reward
 
 
-def wait_for_threads(baseline: int, seconds: float = 3.0) -> int:
+def threads_started_since(before: set, seconds: float = 3.0) -> list:
+    """The threads alive now that were not alive in `before`, after waiting up to `seconds` for them to end. A count
+    would not do: a thread left by an earlier test may end meanwhile and hide a new one."""
     deadline = time.time() + seconds
-    while threading.active_count() > baseline and time.time() < deadline:
+    while True:
+        new = [t for t in threading.enumerate() if t not in before]
+        if not new or time.time() >= deadline:
+            return new
         time.sleep(0.05)
-    return threading.active_count()
 
 
 # ------------------------------------------------------------------------------------------- 6. timed rewards stop
@@ -33,13 +37,13 @@ def wait_for_threads(baseline: int, seconds: float = 3.0) -> int:
 def test_math_reward_under_a_timeout_keeps_math_verify_bounded_and_leaves_nothing_running():
     """(x+y+z+1)^1000: in a worker thread math-verify's SIGALRM timeout is off and sympy expands it for minutes
     (gigabytes); in the isolated child its 1 s timeouts hold, so the sample scores 0 well inside reward_timeout."""
-    baseline = threading.active_count()
+    before = set(threading.enumerate())
     rs = RewardSet(["math500_correctness"], timeout=8, on_error="drop")
     t0 = time.perf_counter()
     out = rs(["p"], [r"\boxed{(x+y+z+1)^{1000}}"], answer=[r"x^{1000}+1"])
     assert time.perf_counter() - t0 < 8
     assert bool(out.valid.all()) and float(out.total[0]) == 0.0  # scored (not equal), not timed out
-    assert wait_for_threads(baseline, 0.5) == baseline
+    assert threads_started_since(before, 0.5) == []
 
 
 def test_isolated_reward_that_hangs_is_killed_at_the_deadline(tmp_path):
@@ -89,7 +93,7 @@ def test_isolated_reward_results_and_logged_metrics_come_back():
 def test_a_timed_out_reward_is_stopped_not_abandoned(where):
     """A plain callable runs in the warm worker process, killed at the deadline; one marked `in_process` runs in a
     thread, interrupted at the deadline."""
-    baseline = threading.active_count()
+    before = set(threading.enumerate())
 
     def busy(prompts, completions, **kw):
         x = 0
@@ -100,7 +104,7 @@ def test_a_timed_out_reward_is_stopped_not_abandoned(where):
         busy = in_process(busy)
     with pytest.raises(RewardError, match=r"reward .busy. did not return within 0\.3 s on 1 samples \(timeout"):
         RewardSet([busy], timeout=0.3)(["p"], ["a"])
-    assert wait_for_threads(baseline) == baseline
+    assert threads_started_since(before) == []
 
 
 # ------------------------------------------------------------------------------------------- 7. HTTP deadline
