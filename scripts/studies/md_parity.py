@@ -37,7 +37,8 @@ prompts, targets = _training_pairs(spec)
 task = load_task("countdown3")
 rows = task.validation[:256]
 DECODES = {"lowconf": dict(block_length=16, steps=16, sampler="low_confidence"),
-           "l2r": dict(block_length=1, steps=16, sampler="low_confidence")}
+           "l2r": dict(block_length=1, steps=16, sampler="low_confidence"),
+           "easy_first": dict(block_length=None, steps=16, sampler="easy_first")}
 
 
 def val(policy, decode="lowconf"):
