@@ -186,10 +186,10 @@ weight decay 0.1) do not apply)."""
 
 COMPARISONS["dmpo-kl-countdown3"] = {
     # issue 23 item 5 / issue 24 item 2: {DMPO, diffu-GRPO} x {no KL, KL 0.1} on one optimizer setting; the arms
-    # differ only in the method (and its own options) and beta. 10 rollout batches of 32 x 16 per run (not the
+    # differ only in the method (and its own options) and beta. 12 rollout batches of 32 x 16 per run (not the
     # other comparisons' 120): the CPU budget stated in docs/RESULTS.md ("DMPO vs diffu-GRPO as a 2 x 2") before the
     # runs; the validation curves on 128 rows
-    "recipe": {**COUNTDOWN_RL, **SHARED_OPTIMIZER, "diagnostics_reference": True, "eval_limit": 128}, "rollouts": 10, "arms": {
+    "recipe": {**COUNTDOWN_RL, **SHARED_OPTIMIZER, "diagnostics_reference": True, "eval_limit": 128}, "rollouts": 12, "arms": {
         "diffu-GRPO, KL 0.1": {"method": "diffu_grpo", "num_iterations": 1, "beta": 0.1},
         "diffu-GRPO, no KL": {"method": "diffu_grpo", "num_iterations": 1, "beta": 0.0},
         "DMPO, KL 0.1": {**DMPO_ARM, "beta": 0.1},
