@@ -27,15 +27,20 @@ curves: dict[str, list] = {}
 for r in runs:
     if "step" in r:
         curves.setdefault(label(r["opts"]), []).append((r["step"], r["val_acc"]))
-fig, ax = plt.subplots(figsize=(7, 4.5))
+fig, ax = plt.subplots(figsize=(11, 4.5))
 ax.plot(*zip(*base["causal"]), "ko-", lw=2, label="causal LM (countdown3-ar recipe, one 1200-step schedule)")
 ax.plot(*zip(*base["masked_diffusion"]), "s--", color="grey", label="md 600 causal + 600 diffusion (old countdown3-md)")
 for name, pts in curves.items():
     ax.plot(*zip(*sorted(pts)), "^-", label=name)
+phase = next((r for r in runs if "causal_phase_val_acc" in r), None)
+if phase is not None:  # the causal phase's own accuracy (causal attention) where the diffusion phase starts
+    ax.plot([phase["opts"]["causal"]], [phase["causal_phase_val_acc"]], "k*", ms=12,
+            label="the causal phase alone (causal attention, its own schedule)")
+ax.axvline(1200, color="grey", lw=0.5, ls=":")
 ax.set_xlabel("pre-training optimizer steps (batch 64), causal phase included")
 ax.set_ylabel("validation greedy accuracy (256 rows)")
-ax.set_xlim(0, 1250)
-ax.legend(fontsize=7)
+ax.set_xlim(0, 1850)
+ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
 ax.grid(alpha=0.3)
 fig.tight_layout()
 fig.savefig(sys.argv[3], dpi=120)
