@@ -315,7 +315,8 @@ class _Fields:
     max_nonfinite_steps: int = setting(3, range="[1, inf)", help="""
         A step whose loss or gradient is NaN/inf is skipped and logged; this many in a row stop the run.""")
     beta: float = setting(0.0, range="[0, inf)", help="""
-        KL coefficient to the reference (k3 estimator); 0 loads no reference for the KL.""")
+        KL coefficient to the reference (k3 estimator, token mean); 0 loads no reference for the KL. DMPO, whose paper
+        has no KL term, adds the same term to WDCE / WDDO when beta > 0 (a deviation, `mmrl.methods.dmpo`).""")
     sync_ref_model: bool = setting(False, help="""
         TRL's reference-model sync (TR-DPO, Gorbatovski et al. 2024): every ref_model_sync_steps optimizer steps the
         reference becomes alpha x policy + (1 - alpha) x reference (alpha = ref_model_mixup_alpha). Needs a separate
