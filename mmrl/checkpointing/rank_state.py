@@ -128,18 +128,30 @@ def is_sharded_optimizer(optimizer) -> bool:
     return any(_is_dtensor(p) for p in optimizer_params(optimizer))
 
 
+def _to_local(obj: Any) -> Any:
+    if _is_dtensor(obj):
+        return obj.to_local().detach().clone()
+    if isinstance(obj, dict):
+        return {k: _to_local(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_to_local(v) for v in obj)
+    return obj
+
+
 def local_optimizer_state(optimizer) -> dict[str, Any]:
-    """`optimizer.state_dict()` with every DTensor replaced by this process's local shard (plain tensors)."""
-    sd = optimizer.state_dict()
-    state = {idx: {k: (v.to_local().detach().clone() if _is_dtensor(v) else v) for k, v in per.items()}
-             for idx, per in sd["state"].items()}
-    return {"state": state, "param_groups": sd["param_groups"]}
+    """`optimizer.state_dict()` with every DTensor replaced by this process's local shard (plain tensors). (An
+    optimizer whose state dict has another layout, e.g. DeepSpeed's ZeRO optimizers, is kept as it is: each process's
+    own partition.)"""
+    return _to_local(optimizer.state_dict())
 
 
 def load_optimizer_shard(optimizer, shard: dict[str, Any], name: str) -> None:
     """Load this process's `shard` (`local_optimizer_state`) into `optimizer`: state tensors of DTensor parameters
     become DTensors with the parameter's mesh and placements again. `name` (the file) is named if the shard does not
     fit this run's sharding (another process count or wrapping)."""
+    if not (isinstance(shard, dict) and isinstance(shard.get("state"), dict) and "param_groups" in shard):
+        optimizer.load_state_dict(shard)  # another layout (DeepSpeed): the optimizer's own per-process loader
+        return
     params = optimizer_params(optimizer)
     state = {}
     for idx, per in shard["state"].items():

@@ -19,6 +19,7 @@ from safetensors.torch import load_file
 
 from mmrl.checkpointing.checkpoint import (CheckpointDamaged, CheckpointIncompatible, latest_checkpoint, load_checkpoint,
                                            verify_checkpoint, write_manifest)
+from mmrl.checkpointing.rank_state import Ranks
 from mmrl.config.train_config import load_config
 from mmrl.models import adapter_class
 from mmrl.reporting.metrics_log import read_metrics
@@ -38,6 +39,13 @@ def launch(values: dict, port_offset: int, kill_at: str | None = None) -> subpro
            "--main_process_port", str(29500 + (os.getpid() + port_offset) % 1000),
            str(HERE / "helpers" / "run_rank_rng.py"), json.dumps(values)]
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+
+
+def torchrun(helper: str, args: list[str], port_offset: int) -> None:
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
+           str(29500 + (os.getpid() + port_offset) % 1000), str(HERE / "helpers" / helper), *args]
+    r = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-4000:]
 
 
 def comparable(run: Path) -> dict[int, dict]:
@@ -115,13 +123,17 @@ def test_two_process_run_killed_after_step_2_resumes_every_generator_of_every_ra
         load_checkpoint(bad, 1)
     with pytest.raises(CheckpointIncompatible, match="written by 2 processes; this run has 1"):
         load_checkpoint(bad, 0, world=1)
-
-
-def torchrun(args: list[str], port_offset: int) -> None:
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
-           str(29500 + (os.getpid() + port_offset) % 1000), str(HERE / "helpers" / "run_fsdp2_resume.py"), *args]
-    r = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stderr[-4000:]
+    # ... so in two processes, rank 0 would resume it and rank 1 the intact older one: both stop, naming the choices
+    split = tmp_path / "split"
+    shutil.copytree(ck2, split / "checkpoints" / "checkpoint-000002")
+    shutil.copytree(bad, split / "checkpoints" / "checkpoint-000003")
+    torchrun("run_resume_choice.py", [str(split)], 3)
+    for rank in (0, 1):
+        msg = (split / f"choice-{rank}.txt").read_text()
+        assert msg.startswith("CheckpointDamaged: the processes resumed different checkpoints") and "\n" not in msg, msg
+        assert "rank 0: " + str(split / "checkpoints" / "checkpoint-000003") in msg
+        assert "rank 1: " + str(split / "checkpoints" / "checkpoint-000002") in msg
+    assert (split / "checkpoints" / "checkpoint-000003").is_dir()  # nothing moved aside before the processes agree
 
 
 def test_fsdp2_sharded_optimizer_resumes_bitwise(tmp_path):
@@ -130,7 +142,7 @@ def test_fsdp2_sharded_optimizer_resumes_bitwise(tmp_path):
     the run that went on."""
     ref, run = tmp_path / "ref", tmp_path / "run"
     ref.mkdir()
-    torchrun([str(ref), "4", "2", "0"], 10)  # 4 steps, checkpoint at step 2 written on the way
+    torchrun("run_fsdp2_resume.py", [str(ref), "4", "2", "0"], 10)  # 4 steps, checkpoint at step 2 written on the way
     ck = latest_checkpoint(ref)
     names = set(json.loads((ck / "manifest.json").read_text())["files"])
     assert {"optimizer_shard_0.pt", "optimizer_shard_1.pt", "rng_state_0.pt", "rng_state_1.pt"} <= names
@@ -142,7 +154,7 @@ def test_fsdp2_sharded_optimizer_resumes_bitwise(tmp_path):
         load_checkpoint(ck, 0, world=2, sharded=False)
     run.mkdir()
     shutil.copytree(ref / "checkpoints", run / "checkpoints")
-    torchrun([str(run), "4", "0", "1"], 11)  # fresh processes: resume checkpoint 2, train steps 3-4
+    torchrun("run_fsdp2_resume.py", [str(run), "4", "0", "1"], 11)  # fresh processes: resume checkpoint 2, train steps 3-4
     for rank in (0, 1):
         a = torch.load(ref / f"final-{rank}.pt", weights_only=True)
         b = torch.load(run / f"final-{rank}.pt", weights_only=True)
@@ -204,3 +216,35 @@ def test_a_missing_rank_file_stops_the_resume_in_one_line(one_process_run, tmp_p
         resumed(run, 3).train()
     msg = str(e.value)
     assert "rng_state_0.pt is missing" in msg and "no intact checkpoint to resume from" in msg and "\n" not in msg
+
+
+class RankZeroOfTwo(Ranks):
+    """Rank 0 of a 2-process run whose rank 1 failed to write its files: the collectives' results as rank 0 receives
+    them (a real failure on another process needs a launch; the collectives themselves are torch.distributed's)."""
+
+    def __init__(self):
+        super().__init__(0, 2)
+
+    def broadcast(self, obj):
+        return obj
+
+    def gather(self, obj):
+        return [obj, "OSError: [Errno 28] No space left on device"]
+
+
+def test_a_write_failing_on_another_rank_fails_the_checkpoint_and_keeps_the_previous(tmp_path):
+    from mmrl.checkpointing.checkpoint import CheckpointWriteFailed, save_checkpoint
+
+    opt = torch.optim.AdamW([torch.nn.Parameter(torch.ones(3))])
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
+
+    def save(step, ranks):
+        return save_checkpoint(tmp_path, step, save_model=lambda p: p.mkdir(), optimizer=opt, scheduler=sched, buffer=None,
+                               state={"step": step}, keep=2, ranks=ranks)
+
+    first = save(1, Ranks())
+    with pytest.raises(CheckpointWriteFailed, match=r"writing checkpoint 2 .* failed on rank 1: OSError: \[Errno 28\] No "
+                                                    r"space left on device; the previous checkpoint is intact"):
+        save(2, RankZeroOfTwo())
+    assert latest_checkpoint(tmp_path) == first and verify_checkpoint(first)
+    assert [p.name for p in (tmp_path / "checkpoints").iterdir()] == [first.name]  # the partial copy is gone

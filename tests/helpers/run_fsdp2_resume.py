@@ -4,6 +4,9 @@ then writes its final local parameters, optimizer shard and next random draws to
 
     torchrun --nproc_per_node 2 tests/helpers/run_fsdp2_resume.py <out> <stop_at> <save_at|0> <resume: 0|1>
 
+With `MMRL_FSDP_DEVICE=cuda` (one GPU per process, NCCL) the data are drawn on the GPU, so the CUDA generators'
+states are checked too (`benchmarks/sharded_resume_check.py`).
+
 accelerate runs FSDP only on accelerators (on CPU it falls back to DDP), so the sharded checkpoint is exercised here
 with FSDP2 applied directly; the trainer uses the same functions (`optimizer_is_sharded` decides)."""
 import os
@@ -32,10 +35,14 @@ def main() -> None:
 
     torch.set_num_threads(1)
     out, stop_at, save_at, resume = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1"
-    dist.init_process_group("gloo")
+    device = os.environ.get("MMRL_FSDP_DEVICE", "cpu")
+    if device == "cuda":
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    dist.init_process_group("nccl" if device == "cuda" else "gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.Tanh(), torch.nn.Linear(16, 5))  # 5 rows: uneven shards
+    model.to(device)
     for layer in (model[0], model[2]):
         fully_shard(layer)
     fully_shard(model)
@@ -44,7 +51,7 @@ def main() -> None:
     assert is_sharded_optimizer(opt)
     random.seed(100 + rank)
     np.random.seed(200 + rank)
-    torch.manual_seed(300 + rank)
+    torch.manual_seed(300 + rank)  # (all devices' generators)
     step = 0
     if resume:
         ck_path = latest_checkpoint(out)
@@ -58,7 +65,7 @@ def main() -> None:
         step = ck["state"]["step"]
     while step < stop_at:
         # the data come from every global generator of this process
-        x = torch.randn(4, 6) * (1.0 + random.random()) + float(np.random.rand())
+        x = torch.randn(4, 6, device=device) * (1.0 + random.random()) + float(np.random.rand())
         model(x).pow(2).mean().backward()
         opt.step()
         sched.step()
@@ -74,9 +81,11 @@ def main() -> None:
             save_checkpoint(out, step, save_model=save_model, optimizer=opt, scheduler=sched, buffer=None,
                             state={"step": step, "world": world} if rank == 0 else None, keep=2,
                             ranks=Ranks(rank, world), sharded=True)
-    params = {n: p.to_local().detach().clone() for n, p in model.named_parameters()}
-    draws = torch.tensor([random.random(), float(np.random.rand()), float(torch.rand(()))], dtype=torch.float64)
-    torch.save({"params": params, "optimizer": local_optimizer_state(opt), "draws": draws}, out / f"final-{rank}.pt")
+    params = {n: p.to_local().detach().cpu().clone() for n, p in model.named_parameters()}
+    draws = torch.tensor([random.random(), float(np.random.rand()), float(torch.rand(())),
+                          float(torch.rand((), device=device))], dtype=torch.float64)
+    optimizer = {"state": {i: {k: v.cpu() for k, v in s.items()} for i, s in local_optimizer_state(opt)["state"].items()}}
+    torch.save({"params": params, "optimizer": optimizer, "draws": draws}, out / f"final-{rank}.pt")
     dist.destroy_process_group()
 
 
