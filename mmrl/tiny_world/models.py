@@ -17,6 +17,7 @@ import os
 import re
 import shutil
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -404,10 +405,14 @@ def ensure_built(name: str, *, force: bool = False, progress: bool = True, steps
     shutil.rmtree(tmp, ignore_errors=True)
     t0 = time.perf_counter()
     cpu0 = time.process_time()
-    policy, history = pretrain(spec, progress=progress, curve=curve, curve_every=curve_every)
+    with _one_torch_thread():
+        policy, history = pretrain(spec, progress=progress, curve=curve, curve_every=curve_every)
     policy.save_pretrained(tmp)
+    digest = weights_digest(tmp)
     info = {"spec": asdict(spec), "seconds": time.perf_counter() - t0, "cpu_seconds": time.process_time() - cpu0,
-            "final_loss": history[-1]["loss"] if history else None}
+            "final_loss": history[-1]["loss"] if history else None, "weights_sha256": digest,
+            "torch": _torch_version()}
+    _compare_with_reference(name if steps is None else None, digest)
     if curve is not None:
         info["curve"] = [{"step": h["step"], "seconds": h["seconds"], "eval": h["eval"]} for h in history if "eval" in h]
     (tmp / "tiny_spec.json").write_text(json.dumps(info, indent=2, default=str))
@@ -418,6 +423,51 @@ def ensure_built(name: str, *, force: bool = False, progress: bool = True, steps
         shutil.rmtree(damaged, ignore_errors=True)
     tmp.rename(final)
     return final
+
+
+REFERENCE_BUILDS: dict[tuple[str, str], str] = {}
+"""(base name, torch version) -> `weights_digest` of the build behind docs/RESULTS.md's figures. A build whose digest
+differs (another CPU's kernels, another library version) is another model: `ensure_built` warns, since the
+published figures then are not this base's."""
+
+
+@contextmanager
+def _one_torch_thread():
+    """Builds run on one torch thread whatever the caller set: reductions split over threads add in another order
+    (a sum of 1e5 floats differs by 1.5e-5 between 1 and 2 threads), and over 1000 Adam steps that is another base
+    (issue 23: a fresh-cache quickstart on 2 threads scored 27.3 where the 1-thread base scores 30.5)."""
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(n)
+
+
+def _torch_version() -> str:
+    import torch
+
+    return str(torch.__version__).split("+")[0]
+
+
+def weights_digest(path: Path) -> str:
+    """SHA-256 over the weight files of a saved model (`*.safetensors`, by relative path): the build's identity,
+    apart from the timing fields of `tiny_spec.json`."""
+    h = hashlib.sha256()
+    for p in sorted(Path(path).rglob("*.safetensors")):
+        h.update(p.relative_to(path).as_posix().encode())
+        h.update(hashlib.sha256(p.read_bytes()).digest())
+    return h.hexdigest()
+
+
+def _compare_with_reference(name: str | None, digest: str) -> None:
+    ref = REFERENCE_BUILDS.get((name, _torch_version())) if name else None
+    if ref is not None and ref != digest:
+        logger.warning("tiny-world base %s rebuilt here differs from the reference build behind docs/RESULTS.md "
+                       "(weights %s..., reference %s...): its figures are this machine's, not the published ones",
+                       name, digest[:12], ref[:12])
 
 
 def _cache_intact(path: Path, spec: TinySpec) -> bool:
