@@ -40,7 +40,7 @@ from typing import Any, Callable
 import torch
 
 from mmrl.core.faults import fault_point
-from mmrl.checkpointing.rank_state import RANK_FILES_KEY, Ranks, optimizer_shard_file, rng_file, write_rank_files
+from mmrl.checkpointing.rank_state import RANK_FILES_KEY, Ranks, is_dtensor, optimizer_shard_file, rng_file, write_rank_files
 
 CKPT_RE = re.compile(r"^checkpoint-(\d+)$")
 OLD_RE = re.compile(r"^\.old-checkpoint-(\d+)-\d+$")
@@ -415,10 +415,21 @@ def load_model_weights(model: torch.nn.Module, model_dir: str | Path) -> None:
     state: dict[str, torch.Tensor] = {}
     for f in files:
         state.update(_read(f, load_file))
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    # tied weights (e.g. lm_head = embeddings) are saved once; a missing key is fine if it shares storage with a loaded one
     params = model.state_dict(keep_vars=True)
-    loaded_ptrs = {params[k].data_ptr() for k in state if k in params}
-    missing = [k for k in missing if params[k].data_ptr() not in loaded_ptrs]
+    if any(is_dtensor(v) for v in params.values()):
+        # FSDP2: the full weights (read by every process) are sliced into each process's shard
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+        missing, unexpected = set_model_state_dict(model, state, options=StateDictOptions(full_state_dict=True, strict=False))
+    else:
+        missing, unexpected = model.load_state_dict(state, strict=False)
+    # tied weights (e.g. lm_head = embeddings) are saved once; a missing key is fine if it is the same tensor as a loaded one
+    loaded_ids = {id(params[k]) for k in state if k in params}
+    loaded_ptrs = {params[k].data_ptr() for k in state if k in params and not is_dtensor(params[k])}
+
+    def tied(k: str) -> bool:
+        return id(params[k]) in loaded_ids or (not is_dtensor(params[k]) and params[k].data_ptr() in loaded_ptrs)
+
+    missing = [k for k in missing if not tied(k)]
     if unexpected or missing:
         raise RuntimeError(f"checkpoint weights in {model_dir} do not match the model: missing {missing[:5]}, unexpected {unexpected[:5]}")

@@ -109,7 +109,7 @@ def restore_rng(state: dict[str, Any], warn: Callable[[str], None]) -> None:
 
 # ================================================================================================= optimizer shards
 
-def _is_dtensor(t: Any) -> bool:
+def is_dtensor(t: Any) -> bool:
     try:
         from torch.distributed.tensor import DTensor
     except ImportError:  # torch built without distributed
@@ -125,11 +125,11 @@ def optimizer_params(optimizer) -> list[torch.nn.Parameter]:
 
 def is_sharded_optimizer(optimizer) -> bool:
     """True when the parameters are DTensors (FSDP2): each process holds only its shard of the optimizer state."""
-    return any(_is_dtensor(p) for p in optimizer_params(optimizer))
+    return any(is_dtensor(p) for p in optimizer_params(optimizer))
 
 
 def _to_local(obj: Any) -> Any:
-    if _is_dtensor(obj):
+    if is_dtensor(obj):
         return obj.to_local().detach().clone()
     if isinstance(obj, dict):
         return {k: _to_local(v) for k, v in obj.items()}
@@ -158,13 +158,13 @@ def load_optimizer_shard(optimizer, shard: dict[str, Any], name: str) -> None:
         if not 0 <= int(idx) < len(params):
             raise ValueError(f"{name}: optimizer state for parameter {idx}, this run's optimizer has {len(params)}")
         p = params[int(idx)]
-        local = p.to_local() if _is_dtensor(p) else p
+        local = p.to_local() if is_dtensor(p) else p
         out = {}
         for k, v in per.items():
             if isinstance(v, torch.Tensor) and v.dim() > 0 and v.shape != local.shape:
                 raise ValueError(f"{name}: {k} of parameter {idx} has shape {tuple(v.shape)}, this process's shard of the "
                                  f"parameter {tuple(local.shape)} (written with another sharding or process count)")
-            if _is_dtensor(p) and isinstance(v, torch.Tensor) and v.dim() > 0:
+            if is_dtensor(p) and isinstance(v, torch.Tensor) and v.dim() > 0:
                 from torch.distributed.tensor import DTensor
 
                 v = DTensor.from_local(v.to(local.device), p.device_mesh, p.placements, run_check=False,

@@ -138,8 +138,8 @@ def test_two_process_run_killed_after_step_2_resumes_every_generator_of_every_ra
 
 def test_fsdp2_sharded_optimizer_resumes_bitwise(tmp_path):
     """FSDP2 over gloo: each rank saves its own optimizer shard (uneven: 5 rows split 3 + 2) and its generators; fresh
-    processes resuming checkpoint 2 end at step 4 with the parameters, optimizer shards and next random draws of
-    the run that went on."""
+    processes resuming checkpoint 2 (the full weights sliced into the shards by `load_model_weights`) end at step 4
+    with the parameters, optimizer shards and next random draws of the run that went on."""
     ref, run = tmp_path / "ref", tmp_path / "run"
     ref.mkdir()
     torchrun("run_fsdp2_resume.py", [str(ref), "4", "2", "0"], 10)  # 4 steps, checkpoint at step 2 written on the way

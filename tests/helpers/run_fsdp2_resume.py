@@ -25,11 +25,12 @@ TOTAL_STEPS = 4
 
 
 def main() -> None:
-    from safetensors.torch import load_file, save_file
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, set_model_state_dict
+    from safetensors.torch import save_file
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
     from torch.distributed.fsdp import fully_shard
 
-    from mmrl.checkpointing.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint, verify_checkpoint
+    from mmrl.checkpointing.checkpoint import (latest_checkpoint, load_checkpoint, load_model_weights, save_checkpoint,
+                                               verify_checkpoint)
     from mmrl.checkpointing.rank_state import (Ranks, is_sharded_optimizer, load_optimizer_shard, local_optimizer_state,
                                                restore_rng)
 
@@ -57,8 +58,7 @@ def main() -> None:
         ck_path = latest_checkpoint(out)
         assert verify_checkpoint(ck_path)
         ck = load_checkpoint(ck_path, rank, world=world, sharded=True)
-        full = load_file(str(ck_path / "model" / "model.safetensors")) if rank == 0 else {}
-        set_model_state_dict(model, full, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
+        load_model_weights(model, ck_path / "model")  # the full weights, sliced into this process's shard
         load_optimizer_shard(opt, ck["optimizer"], "optimizer shard")
         sched.load_state_dict(ck["scheduler"])
         restore_rng(ck["rng"], warn=print)
