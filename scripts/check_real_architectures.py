@@ -215,10 +215,11 @@ def qwen25_vl_policy():
 def janus_policy():
     """Janus-Pro-7B (transformers' `JanusForConditionalGeneration`) scaled to hidden 64: text vocab 102400, VQ
     codebook 16384 of dim 8, 24 x 24 = 576 image tokens, 16x VQ down-sampling (channel multipliers [1, 1, 2, 2, 4]:
-    384 px). Ids: BOS 100000, EOS 100001 (Janus `conversation.py` stop id), pad 100015 (Janus-Pro-7B, as reported in
-    PKU-Alignment/align-anything #188; 100002 in 1B), `<image_placeholder>` 100581 (transformers' `JanusConfig`
-    default); `<begin_of_image>`, `<end_of_image>`, `<|User|>`, `<|Assistant|>` get ids in the same special range
-    whose exact values were not verifiable here (the adapter reads them from the tokenizer and generation config)."""
+    384 px). Ids (docs/sources.md "Real architectures" gives the source of each): BOS 100000, EOS 100001, pad 100015
+    (Janus-Pro-7B; 100002 in 1B), `<image_placeholder>` 100581 (transformers' `JanusConfig` default),
+    `<begin_of_image>` 100016 and `<end_of_image>` 100593 (corroborated by two public codebases, not by the tokenizer
+    file), `<|User|>` / `<|Assistant|>` 100588 / 100589 (unverified placeholders). The adapter reads every id from the
+    tokenizer and generation config, so they matter only to this check."""
     from transformers import JanusConfig, JanusForConditionalGeneration
 
     from mmrl.models import adapter_class
