@@ -62,7 +62,8 @@ class TinySpec:
     `ar_init_steps` (causal next-token steps on the same backbone before the masked-diffusion steps, the AR-to-
     diffusion adaptation of Dream / DiffuLLaMA; needs `shift_logits=True` in `arch`), `time_weight` ("inv_t", LLaDA's
     1/t, the default; "linear"; "none"), `normalise` ("length", LLaDA, the default; "masked": the mean over masked
-    tokens), `token_reweight` ([alpha, gamma]: MGDM's token reweighting); of the causal family
+    tokens), `token_reweight` ([alpha, gamma]: MGDM's token reweighting), `diffusion_lr` (the diffusion steps' learning
+    rate, default `lr`), `suffix_frac` (the share of rows masking a random suffix); of the causal family
     (`mmrl.tiny_world.pretrain.causal_sft`): `trim_padding` (each batch cut to its longest row)."""
     description: str = ""
     """What the model is for and the competence it reaches."""
