@@ -653,13 +653,16 @@ class CausalLMAdapter(BaseAdapter):
         dtype: Any = None,
         device: torch.device | str | None = None,
         ref_model: bool | str = False,
+        quantization_config: Any = None,
         **generation_defaults: Any,
     ) -> "CausalLMAdapter":
         """Load from a local directory (never the Hub; a missing path raises FileNotFoundError naming it).
 
         `trust_remote_code` is passed to transformers only when True. `ref_model=True` loads a second frozen copy
         as the reference; a string loads the reference from that directory. Generation defaults saved in
-        `mmrl_adapter.json` apply, overridden by `generation_defaults`.
+        `mmrl_adapter.json` apply, overridden by `generation_defaults`. `quantization_config` (transformers'
+        `BitsAndBytesConfig`, QLoRA) quantizes the model as it loads, placed on `device` by `device_map` (a
+        quantized model cannot be moved afterwards); the reference is then the adapter-disabled base, never a copy.
         """
         path = local_dir(path)
         saved = read_adapter_file(path, cls.family)
@@ -672,6 +675,11 @@ class CausalLMAdapter(BaseAdapter):
         model_kwargs = dict(load_kwargs)
         if dtype is not None:
             model_kwargs["dtype"] = resolve_dtype(dtype)
+        if quantization_config is not None:
+            if ref_model:
+                raise ValueError("a quantized base (QLoRA) is its own reference with the adapters disabled: ref_model must be False")
+            model_kwargs["quantization_config"] = quantization_config
+            model_kwargs["device_map"] = {"": str(device) if device is not None else "cpu"}
         model = cls._load_model(path, **model_kwargs)
         processor = cls._load_processor(path, **load_kwargs)
         ref = None
@@ -679,7 +687,8 @@ class CausalLMAdapter(BaseAdapter):
             ref_path = path if ref_model is True else local_dir(ref_model, "reference model")
             ref = cls._load_model(ref_path, **model_kwargs)
         if device is not None:
-            model.to(device)
+            if quantization_config is None:
+                model.to(device)
             if ref is not None:
                 ref.to(device)
         return cls(model, processor, ref_model=ref, **{**saved, **generation_defaults})

@@ -262,7 +262,7 @@ class _Fields:
         Janus: which distribution the policy log-probs are of: `conditional` (GCPO, T2I-R1) or `guided`.""")
     sampler: str | None = setting(None, choices=_masked_diffusion_samplers, help="""
         Masked-diffusion sampler: low_confidence, random, entropy, maskgit_plus, topk_margin, threshold,
-        threshold_cache, random_order. None: the family default.""")
+        threshold_cache, easy_first (MGDM), random_order. None: the family default.""")
     block_length: int = setting(32, range="[1, inf)", help="""
         Masked diffusion: semi-autoregressive block length; must divide max_completion_length.""")
     diffusion_steps: int | None = setting(None, help="""
@@ -455,6 +455,21 @@ class _Fields:
     use_rslora: bool = setting(False, help="""
         rsLoRA: scale the adapters by alpha / sqrt(r) instead of alpha / r (peft's `use_rslora`, TRL's ModelConfig
         name).""")
+    load_in_4bit: bool = setting(False, help="""
+        QLoRA (Dettmers et al. 2023): load the frozen base in 4 bits through bitsandbytes (transformers'
+        `BitsAndBytesConfig`, TRL's ModelConfig name) and train LoRA adapters on it; the compute dtype is torch_dtype,
+        as TRL sets it. Needs use_peft, a local model directory of the causal_lm or vlm family, and bitsandbytes
+        (`pip install 'mmrl[qlora]'`; it runs on CUDA and, more slowly, on CPU).""")
+    load_in_8bit: bool = setting(False, help="""
+        Load the frozen base in 8 bits through bitsandbytes (LLM.int8) and train LoRA adapters on it; the same needs
+        as load_in_4bit.""")
+    bnb_4bit_quant_type: str = setting("nf4", choices=("nf4", "fp4"), help="""
+        4-bit data type of load_in_4bit: nf4 (QLoRA's NormalFloat) or fp4 (bitsandbytes' `bnb_4bit_quant_type`).""")
+    use_bnb_nested_quant: bool = setting(False, help="""
+        QLoRA's double quantization of the 4-bit scales (bitsandbytes' `bnb_4bit_use_double_quant`).""")
+    bnb_4bit_quant_storage: str | None = setting(None, choices=("uint8", "float32", "bfloat16", "float16"), help="""
+        Storage dtype of the packed 4-bit weights (bitsandbytes' `bnb_4bit_quant_storage`; None = uint8). FSDP
+        needs it equal to torch_dtype.""")
 
     # ---- output, logging, checkpoints ---------------------------------------------------------------------
     output_dir: str = setting("runs/mmrl", help="""
@@ -870,6 +885,7 @@ def _validate_trl_fields(cfg: TrainConfig) -> list[str]:
     elif cfg.generation_batch_size is not None and not e and cfg.generation_steps % ga:
         e.append(f"generation_batch_size={cfg.generation_batch_size} gives {cfg.generation_steps} micro-batches per process, not a "
                  f"multiple of gradient_accumulation_steps={cfg.gradient_accumulation_steps}")
+    e.extend(_adapter_and_quantization_errors(cfg))
     if cfg.sync_ref_model and cfg.use_peft:
         e.append("sync_ref_model=true needs a separate reference model; with use_peft the reference is the adapter-"
                  "disabled base (TRL refuses this combination too)")
@@ -883,6 +899,51 @@ def _validate_trl_fields(cfg: TrainConfig) -> list[str]:
         e.append("push_to_hub=true needs a Hugging Face token: set HF_TOKEN or run `hf auth login` (or set push_to_hub=false)")
     if cfg.hub_model_id is not None and not re.fullmatch(r"([A-Za-z0-9][\w.-]*/)?[A-Za-z0-9][\w.-]*", cfg.hub_model_id):
         e.append(f"hub_model_id={cfg.hub_model_id!r} must be `name` or `user/name` (letters, digits, '-', '_', '.')")
+    return e
+
+
+QUANTIZED_FAMILIES = ("causal_lm", "vlm")
+"""Families whose model loads through transformers' `from_pretrained`, where bitsandbytes quantization applies."""
+
+BNB_4BIT_FIELDS = ("bnb_4bit_quant_type", "use_bnb_nested_quant", "bnb_4bit_quant_storage")
+"""Settings of the 4-bit quantization: given without load_in_4bit they would do nothing."""
+
+
+def bitsandbytes_available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("bitsandbytes") is not None
+
+
+def _adapter_and_quantization_errors(cfg: TrainConfig) -> list[str]:
+    """DoRA / rsLoRA configure LoRA adapters; QLoRA (load_in_4bit / load_in_8bit) quantizes a loaded base that LoRA
+    trains on. Each setting that would do nothing, or cannot work here, is refused in one line."""
+    e = []
+    for key in ("use_dora", "use_rslora"):
+        if getattr(cfg, key) and not cfg.use_peft:
+            e.append(f"{key}=true configures LoRA adapters: set use_peft=true too")
+    bits = [k for k in ("load_in_4bit", "load_in_8bit") if getattr(cfg, k)]
+    given = [k for k in BNB_4BIT_FIELDS if k in cfg._explicit and getattr(cfg, k) != TrainConfig.__dataclass_fields__[k].default]
+    if given and not cfg.load_in_4bit:
+        e.append(f"{', '.join(given)} set the 4-bit quantization: set load_in_4bit=true too")
+    if not bits:
+        return e
+    if len(bits) == 2:
+        e.append("load_in_4bit=true and load_in_8bit=true: choose one")
+    name = bits[0]
+    if not cfg.use_peft:
+        e.append(f"{name}=true quantizes the frozen base, which trains through LoRA adapters only (QLoRA): set "
+                 "use_peft=true too")
+    if cfg.family not in QUANTIZED_FAMILIES:
+        e.append(f"{name}=true: bitsandbytes quantization loads transformers models of the families "
+                 f"{list(QUANTIZED_FAMILIES)}, not family={cfg.family!r}")
+    src = str(cfg.model_name_or_path)
+    if src == "tiny" or (":" in src and not Path(src).expanduser().exists()):
+        e.append(f"{name}=true quantizes a model as it loads from a local directory; model_name_or_path={src!r} is built "
+                 "in memory")
+    if not bitsandbytes_available():
+        e.append(f"{name}=true needs bitsandbytes, which is not installed here: pip install 'mmrl[qlora]' "
+                 "(bitsandbytes; CUDA, or its slower CPU backend)")
     return e
 
 
