@@ -3,6 +3,9 @@
 Layout of `<output_dir>/checkpoints/checkpoint-<step>/`:
 - `model/`: the policy as `save_pretrained` writes it (weights as safetensors, tokenizer/processor,
   `mmrl_adapter.json`), or only the LoRA adapter; loadable with `mmrl.models.load_policy(family, path)`.
+- the same files again at the top of the checkpoint, as hard links (no second copy on disk), so that the checkpoint
+  folder itself loads as a TRL checkpoint does: `AutoModelForCausalLM.from_pretrained(".../checkpoint-N")`, or
+  peft's adapter files there with the base. Where the file system has no hard links, they are copied.
 - `optimizer.pt`, `scheduler.pt`: state dicts (loaded with `weights_only=True`); in a sharded run (FSDP, ZeRO)
   `optimizer_shard_<i>.pt` of every process `i` instead of `optimizer.pt`.
 - `buffer.pt`: the rollout buffer in use (tensors and plain Python values only; `weights_only=True`).
@@ -204,6 +207,7 @@ def _write_checkpoint_files(tmp: Path, step: int, save_model, optimizer, schedul
     finally:
         if bars:
             hf_logging.enable_progress_bar()
+    link_model_files(tmp)
     fault_point("checkpoint/model", step)
     if optimizer is not None:
         torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
@@ -212,6 +216,39 @@ def _write_checkpoint_files(tmp: Path, step: int, save_model, optimizer, schedul
     if buffer is not None:
         torch.save(buffer, tmp / "buffer.pt")
     (tmp / "trainer_state.json").write_text(json.dumps(state, indent=2, default=str))
+
+
+RUN_STATE_FILES = re.compile(r"^(optimizer\.pt|scheduler\.pt|rng\.pt|buffer\.pt|trainer_state\.json|manifest\.json|"
+                             r"rng_state_\d+\.pt|optimizer_shard_\d+\.pt)$")
+"""The checkpoint's own files at its top level; a model file of such a name is not linked over them."""
+
+
+def link_model_files(ckpt: Path) -> None:
+    """Hard-link every file of `ckpt/model/` (and its subfolders) into `ckpt` itself, the layout of a TRL /
+    transformers checkpoint; a copy where hard links are not supported."""
+    src_root = ckpt / "model"
+    for src in sorted(src_root.rglob("*")):
+        rel = src.relative_to(src_root)
+        dst = ckpt / rel
+        if src.is_dir() or src.is_symlink() or (len(rel.parts) == 1 and RUN_STATE_FILES.match(rel.name)) or dst.exists():
+            continue
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.link(src, dst)
+        except OSError:
+            shutil.copy2(src, dst)
+
+
+def _unique_files(root: Path):
+    """(path, stat) of the regular files under `root`, each inode's first path only (hard links counted once)."""
+    seen = set()
+    for p in sorted(root.rglob("*")):
+        if not p.is_file():
+            continue
+        st = p.stat()
+        if (st.st_dev, st.st_ino) not in seen:
+            seen.add((st.st_dev, st.st_ino))
+            yield p, st
 
 
 LOW_SPACE_BYTES = 64 * 2**20
@@ -227,8 +264,8 @@ def _out_of_space(e: BaseException, free: int) -> bool:
 
 
 def checkpoint_bytes(path: Path) -> int:
-    """Total size of a checkpoint's files."""
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+    """Total size of a checkpoint's files on disk (a hard-linked model file once)."""
+    return sum(st.st_size for _, st in _unique_files(path))
 
 
 def check_free_space(root: Path) -> None:
@@ -266,10 +303,14 @@ def file_sha256(path: Path) -> str:
 
 def write_manifest(ckpt: Path) -> None:
     """Record the size and SHA-256 of every file under `ckpt` (read back from disk) in `ckpt/manifest.json`."""
-    files = {}
+    files, digests = {}, {}
     for p in sorted(ckpt.rglob("*")):
         if p.is_file() and p.name != MANIFEST:
-            files[p.relative_to(ckpt).as_posix()] = {"bytes": p.stat().st_size, "sha256": file_sha256(p)}
+            st = p.stat()
+            key = (st.st_dev, st.st_ino)  # a hard link's content is read once
+            if key not in digests:
+                digests[key] = file_sha256(p)
+            files[p.relative_to(ckpt).as_posix()] = {"bytes": st.st_size, "sha256": digests[key]}
     (ckpt / MANIFEST).write_text(json.dumps({"format": 1, "files": files}, indent=1))
 
 
@@ -288,13 +329,18 @@ def verify_checkpoint(path: str | Path, under: str | None = None) -> bool:
                  if under is None or str(rel).startswith(under.rstrip("/") + "/")]
     except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError) as e:
         raise CheckpointDamaged(f"checkpoint {path}: {MANIFEST} is unreadable ({type(e).__name__}: {e})") from e
+    digests: dict = {}
     for rel, size, digest in items:
         f = path / rel
         if not f.is_file():
             raise CheckpointDamaged(f"checkpoint {path}: {rel} is missing")
-        if f.stat().st_size != size:
-            raise CheckpointDamaged(f"checkpoint {path}: {rel} has {f.stat().st_size} bytes, {size} were written (truncated or overwritten)")
-        if file_sha256(f) != digest:
+        st = f.stat()
+        if st.st_size != size:
+            raise CheckpointDamaged(f"checkpoint {path}: {rel} has {st.st_size} bytes, {size} were written (truncated or overwritten)")
+        key = (st.st_dev, st.st_ino)  # hard links: one read per inode
+        if key not in digests:
+            digests[key] = file_sha256(f)
+        if digests[key] != digest:
             raise CheckpointDamaged(f"checkpoint {path}: {rel} does not match its SHA-256 checksum (damaged on disk)")
     return True
 
