@@ -9,6 +9,7 @@ Sampling (`sample`, option `sampler`):
 | `entropy`, `maskgit_plus`, `topk_margin` | Dream's orders and schedule (Dream `generation_utils.py`) | no |
 | `threshold` | Fast-dLLM parallel decoding: top-1 + every masked token with confidence >= `threshold` | no |
 | `threshold_cache` | the same with Fast-dLLM's prefix KV cache (native backbones; others decode uncached) | no |
+| `easy_first` | MGDM's easy-first top-k over the whole span, re-masking less confident earlier choices (MGDM, RDM) | no |
 | `random_order` | DMPO's ROAR: random order inside each block, exact per-token log-probs | yes |
 
 `cache="prefix"` adds Fast-dLLM's prefix cache to the LLaDA and Dream samplers too (DMPO's default training sampler
@@ -89,6 +90,7 @@ from mmrl.models.dllm_samplers import (
     block_schedule,
     GUMBEL_DTYPES,
     generate_dream,
+    generate_easy_first,
     generate_low_confidence,
     generate_random_order,
     generate_threshold,
@@ -96,7 +98,7 @@ from mmrl.models.dllm_samplers import (
 from mmrl.models.prompts import check_max_prompt_length, render_chat, truncate_left
 from mmrl.core.protocol import DEFAULT_NEGATIVE_INSTRUCTION, NoisedBatch, Rollout, TokenScores
 
-SAMPLERS = ("low_confidence", "random", *DREAM_ORDERS, "threshold", "threshold_cache", "random_order")
+SAMPLERS = ("low_confidence", "random", *DREAM_ORDERS, "threshold", "threshold_cache", "easy_first", "random_order")
 STOCHASTIC_AT_ZERO_TEMPERATURE = ("random", "random_order")
 """Samplers whose unmasking order is random, so that greedy tokens still give different responses."""
 ESTIMATORS = ("mean_field", "elbo", "exact")
@@ -579,6 +581,11 @@ class MaskedDiffusionAdapter(BaseAdapter):
                     fn, prompt_ids, block_length=bl, threshold=float(o["threshold"]),
                     cache=o["cache"] or ("prefix" if sampler == "threshold_cache" else None), **common,
                 )
+            elif sampler == "easy_first":
+                if bl < gl:
+                    raise ValueError(f"sampler 'easy_first' decodes the whole span as one block; got block_length={bl} "
+                                     f"< gen_length={gl} (use block_length=None or >= gen_length)")
+                ids = generate_easy_first(fn, prompt_ids, steps=steps, **common)
             else:
                 ids, logp, order = generate_random_order(fn, prompt_ids, block_length=bl, steps=steps, **common)
         return {"ids": ids, "logp": logp, "order": order, "nfe": fn.nfe, "tokens_fed": fn.tokens_fed}

@@ -262,7 +262,7 @@ class _Fields:
         Janus: which distribution the policy log-probs are of: `conditional` (GCPO, T2I-R1) or `guided`.""")
     sampler: str | None = setting(None, choices=_masked_diffusion_samplers, help="""
         Masked-diffusion sampler: low_confidence, random, entropy, maskgit_plus, topk_margin, threshold,
-        threshold_cache, random_order. None: the family default.""")
+        threshold_cache, easy_first (MGDM), random_order. None: the family default.""")
     block_length: int = setting(32, range="[1, inf)", help="""
         Masked diffusion: semi-autoregressive block length; must divide max_completion_length.""")
     diffusion_steps: int | None = setting(None, help="""
