@@ -21,8 +21,8 @@ PROMPTS = ["say a 1", "say b"]
 
 
 def tiny_dir(path):
-    """A tiny Qwen2 with head_dim 64 (vLLM's CPU attention kernels take 32 / 64 / 80 / ...), saved with mmrl's
-    char tokenizer."""
+    """A tiny Qwen2 with head_dim 64 (vLLM's CPU attention refuses the default tiny model's head_dim 8), saved with
+    mmrl's char tokenizer."""
     adapter_class("causal_lm").tiny(seed=0, hidden_size=128, intermediate_size=256, num_attention_heads=2,
                                     num_key_value_heads=1, max_position_embeddings=256).save_pretrained(path)
     return path
