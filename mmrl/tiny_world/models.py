@@ -414,7 +414,7 @@ def ensure_built(name: str, *, force: bool = False, progress: bool = True, steps
     info = {"spec": asdict(spec), "seconds": time.perf_counter() - t0, "cpu_seconds": time.process_time() - cpu0,
             "final_loss": history[-1]["loss"] if history else None, "weights_sha256": digest,
             "torch": _torch_version()}
-    _compare_with_reference(name if steps is None else None, digest)
+    _compare_with_reference(final.name if steps is None else None, digest)
     if curve is not None:
         info["curve"] = [{"step": h["step"], "seconds": h["seconds"], "eval": h["eval"]} for h in history if "eval" in h]
     (tmp / "tiny_spec.json").write_text(json.dumps(info, indent=2, default=str))
@@ -427,10 +427,18 @@ def ensure_built(name: str, *, force: bool = False, progress: bool = True, steps
     return final
 
 
-REFERENCE_BUILDS: dict[tuple[str, str], str] = {}
-"""(base name, torch version) -> `weights_digest` of the build behind docs/RESULTS.md's figures. A build whose digest
-differs (another CPU's kernels, another library version) is another model: `ensure_built` warns, since the
-published figures then are not this base's."""
+REFERENCE_BUILDS: dict[tuple[str, str], str] = {
+    # built on one thread, torch 2.14.1, x86-64 (the machine behind docs/RESULTS.md's protocol tables, 2026-12-02)
+    ("shapes-38b382d914", "2.14.1"): "edd031ceae4ca7269dc283bafac7e8af46acbdf7f5987b87663654830ecb9feb",
+    ("shapes-clean-75c2559005", "2.14.1"): "c4af6304446fa51fd7a91725c392eeaa1ddb9d248535368a52e7d9056ab22e9a",
+    ("countdown3-ar-lazy-e905b512b6", "2.14.1"): "204e3ae55309d45de2b78dfa01aa7856c192d4955ecda01b14978c6cc15b1c9e",
+    ("countdown3-ar-clean-ba1596f4b1", "2.14.1"): "4d905e71e624f3f97003e1eadcf3c5921aa3456e1b24c0873ec6872bc26d2ce1",
+    ("countdown3-md-23921e8e27", "2.14.1"): "580b2788de990d58816e4f8be7d4f006f033d5cee4625e8b6a2c732a8ac31571",
+    ("countdown4-steps-ar-efe17a9124", "2.14.1"): "3f9d7b9c2b09b514ed2b9724b2fa84bfc0c78fd77286f154017bbc19f81ae19e",
+}
+"""(cache folder name `<base>-<spec key>`, torch version) -> `weights_digest` of the build behind docs/RESULTS.md's
+figures. A build whose digest differs (another CPU's kernels, another library version) is another model:
+`ensure_built` warns, since the published figures then are not this base's."""
 
 
 @contextmanager

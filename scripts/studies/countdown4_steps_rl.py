@@ -1,6 +1,7 @@
 """Study (docs/RESULTS.md, issue 25 item 3): a short RL run on `countdown4_steps` from the `countdown4-steps-ar` base
 (default DGPO, its METHOD_DEFAULTS but dynamic sampling off: the base solves few problems, so nearly every group
-would be redrawn), `key=value` overrides; the final model goes to OUT/final (for `credit_decisive.py OUT2 OUT/final`).
+would be redrawn; and DAPO's overlong penalty off: with it and lr 1e-3 the run collapsed into short, unrewarded
+answers within 10 steps, docs/RESULTS.md), `key=value` overrides; the final model goes to OUT/final (for `credit_decisive.py OUT2 OUT/final`).
 
     OMP_NUM_THREADS=1 python scripts/studies/countdown4_steps_rl.py OUT [method=dgpo] [max_steps=20] [key=value ...]
 """
@@ -25,8 +26,9 @@ out = Path(sys.argv[1])
 spec = spec_for(NAME)
 values = dict(method="dgpo", family=spec.family, task=spec.task, model_name_or_path=f"tiny-world:{NAME}",
               reward_funcs=["countdown4_steps"], num_generations=8, per_device_train_batch_size=64,
-              gradient_accumulation_steps=1, max_completion_length=spec.gen_length, temperature=1.0, learning_rate=5e-4,
-              max_steps=20, dynamic_sampling=False, save_steps=0, credit_steps=0, eval_steps=0, progress_bar=False,
+              gradient_accumulation_steps=1, max_completion_length=spec.gen_length, temperature=1.0, learning_rate=2e-4,
+              max_steps=20, dynamic_sampling=False, overlong_penalty=False, save_steps=0, credit_steps=0, eval_steps=0,
+              progress_bar=False,
               output_dir=str(out), seed=0)
 values.update({k: yaml.safe_load(v) for k, v in (a.split("=", 1) for a in sys.argv[2:])})  # "20" -> 20, as the CLI
 cfg = load_config(None, values)

@@ -42,3 +42,11 @@ def test_a_rebuild_unlike_the_reference_build_is_named(monkeypatch, caplog):
         assert not caplog.records
         models._compare_with_reference("shapes", "b" * 64)
     assert "shapes" in caplog.text and "bbbbbbbbbbbb" in caplog.text and "aaaaaaaaaaaa" in caplog.text
+
+
+def test_every_reference_build_names_a_current_base():
+    """A recipe change gives the base a new cache key; its old reference digest would then check nothing."""
+    current = {models.model_dir(name).name for name in models.TINY_MODELS}
+    stale = sorted(key for key, _ in models.REFERENCE_BUILDS if key not in current)
+    assert not stale, f"reference digests of bases no longer built: {stale}"
+    assert all(len(d) == 64 and int(d, 16) >= 0 for d in models.REFERENCE_BUILDS.values())
