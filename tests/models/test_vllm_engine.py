@@ -114,6 +114,9 @@ def test_use_vllm_settings_are_validated_in_one_line(tmp_path):
     assert "configure the vLLM engine: set use_vllm=true too" in errors_of(vllm_gpu_memory_utilization=0.5)
     assert "is built in memory" in errors_of(use_vllm=True, model_name_or_path="tiny")
     assert "family='janus' uses mmrl's own sampler" in errors_of(use_vllm=True, family="janus", model_name_or_path=d)
+    vlm = errors_of(use_vllm=True, family="vlm", model_name_or_path=d)
+    line = next(ln for ln in vlm.splitlines() if "family='vlm'" in ln)  # one line: what was tried and its error
+    assert "uses mmrl's own sampler: vLLM rollouts for VLMs are not implemented" in line and "No module named torchvision" in line
     if HAS_VLLM:
         assert load_config(overrides={"use_vllm": True, "model_name_or_path": d}).use_vllm
     else:
