@@ -5,7 +5,8 @@ in-place weight reload) is put where the engine imports `vllm`; the policy is a 
 Checked: one request per response row with its row's seed and the EOS ids as stop tokens; after an optimizer step
 the engine is given the policy's current weights (LoRA merged as peft's own `merge_and_unload` merges them, the
 policy's base weights and adapters untouched); the engine's tokens become the rollout (padding, masks, completions,
-`terminated`); the rollout's `old_logp` are the policy's log-probs of those tokens. The tests against the real
+`terminated`); the rollout's `old_logp` are the policy's log-probs of those tokens; a two-step `Trainer` run syncs the engine before
+each generation, the second time with the optimizer step's weights. The tests against the real
 engine are tests/models/test_vllm_engine.py (they run only where vLLM is importable)."""
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ class StandInSamplingParams:
 def stand_in_tokens(prompt_ids: list[int], params: StandInSamplingParams, low: int, high: int) -> list[int]:
     """A response that depends only on (prompt, seed), as a seeded vLLM request does: an even seed stops early on
     the first stop id (vLLM keeps a stop token in `token_ids`); an odd seed runs to max_tokens without one."""
-    g = torch.Generator().manual_seed(int(params.seed) * 1000 + sum(prompt_ids))
+    g = torch.Generator().manual_seed(int(params.seed) % 2**40 * 1000 + sum(prompt_ids))  # row seeds are 63-bit
     if params.seed % 2 == 0:
         k = 1 + int(params.seed // 2) % (params.max_tokens - 1)
         return torch.randint(low, high, (k - 1,), generator=g).tolist() + [params.stop_token_ids[0]]
@@ -109,12 +110,16 @@ def policy_with_engine(tmp_path, *, lora: bool):
     assert llm.model == str(d)
     assert llm.kwargs == dict(skip_tokenizer_init=True, dtype="float32", seed=7, gpu_memory_utilization=0.4,
                               enforce_eager=True, max_model_len=128)
-    tok = policy.tokenizer
+    set_token_range(policy.tokenizer)
+    return policy, llm
+
+
+def set_token_range(tok) -> None:
+    """The stand-in answers with ordinary (non-special) token ids of `tok`."""
     specials = set(tok.all_special_ids)
     ordinary = [i for i in range(len(tok)) if i not in specials]
     assert ordinary == list(range(ordinary[0], ordinary[-1] + 1))  # the char tokenizer: specials first, then chars
     StandInLLM.token_range = (ordinary[0], ordinary[-1] + 1)
-    return policy, llm
 
 
 def sample(policy, seeds, **kw):
@@ -212,3 +217,27 @@ def test_lora_weights_are_given_merged_and_the_policy_is_untouched(stand_in_vllm
     with torch.no_grad():
         ref = policy.logprob(r2).logp.float()
     assert torch.allclose(r2.old_logp, ref.masked_fill(~r2.response_mask, 0.0), atol=1e-6)
+
+
+def test_training_syncs_the_engine_before_each_generation(stand_in_vllm, tmp_path):
+    import datasets
+
+    from mmrl import TrainConfig, Trainer
+
+    base = adapter_class("causal_lm").tiny(seed=0)
+    base.save_pretrained(tmp_path / "base")
+    set_token_range(base.tokenizer)
+    args = TrainConfig(max_steps=2, num_generations=4, per_device_train_batch_size=8, max_completion_length=MAX_NEW,
+                       learning_rate=3e-2, output_dir=str(tmp_path / "run"), progress_bar=False, save_steps=0,
+                       report_to=["jsonl"], use_vllm=True)
+    t = Trainer(str(tmp_path / "base"), [lambda completions, **kw: [float(len(c)) for c in completions]], args=args,
+                train_dataset=datasets.Dataset.from_list([{"prompt": f"say a {i}"} for i in range(16)]))
+    llm = t.policy.rollout_engine.llm
+    t.train()
+    assert len(llm.requests) == len(llm.loads) == 2 and all(len(r) == 8 for r in llm.requests)  # a sync per generation
+    initial = base.model.state_dict()
+    assert all(torch.equal(llm.loads[0][n], initial[n]) for n in initial)  # step 1 samples with the initial weights
+    assert any(not torch.equal(llm.loads[1][n], initial[n]) for n in initial)  # step 2 with the optimizer step's
+    t.policy.sample(["say b"], 2, seeds=[1, 2], max_new_tokens=MAX_NEW)
+    trained = t.policy.unwrapped.state_dict()
+    assert all(torch.equal(llm.loads[-1][n], trained[n]) for n in trained)
