@@ -120,12 +120,16 @@ def test_gcpo_vs_grpo_lr_choice_scores_validation_only(tmp_path, monkeypatch):
     choice = json.loads((root / "choice.json").read_text())
     register()
     task = load_task("shapes")
-    validation, test = {r["prompt"] for r in task.validation}, {r["prompt"] for r in task.test}
+    validation = {r["prompt"]: r["metadata"]["tag"] for r in task.validation}
+    test = {r["prompt"] for r in task.test}
     means = {}
     for lr in LR_CHOICES:
         res = json.loads((root / f"lr{lr:g}" / "results.json").read_text())
         scored = set(res["test_prompts"])
-        assert res["split"] == "validation" and scored and scored <= validation and not scored & test
+        assert res["split"] == "validation" and scored and scored <= set(validation)
+        # the only prompts shared with the test split are single_object ones (one shape named: nothing to hold out)
+        assert {validation[p] for p in scored & test} <= {"single_object"}
+        assert any(validation[p] != "single_object" for p in scored)
         assert {c["learning_rate"] for c in res["configs"].values()} == {lr}
         overall = [runs[0]["after"]["overall"] for runs in res["arms"].values()]
         assert len(overall) == 2  # GRPO and GCPO, no baselines in a choice run
