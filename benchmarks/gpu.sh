@@ -22,5 +22,15 @@ else
     timeout 540 python benchmarks/run_all.py --gpu --out "$out" --skip quickstart_time --timeout 150 || echo "gpu.sh: run_all stopped early ($?)"
     timeout 60 python benchmarks/llada_cache.py --device cuda --hidden 2048 --layers 8 --batch 8 --prompt-length 128 \
         --gen-length 256 --block-length 32 --repeats 2 --out "$out/llada_cache.json" || echo "gpu.sh: llada_cache stopped early"
+    # vLLM rollouts (use_vllm, colocate) against the built-in sampler: tokens/s and seconds per step (issue 28)
+    if python -c "import vllm" 2>/dev/null; then
+        timeout 240 python benchmarks/vllm_rollouts.py --device cuda --hidden 896 --layers 24 --prompts 16 --group 8 \
+            --new-tokens 256 --out "$out/vllm_rollouts.json" || echo "gpu.sh: vllm_rollouts stopped early"
+    else
+        echo "gpu.sh: vLLM is not installed: vllm_rollouts skipped (pip install 'mmrl[vllm]')"
+    fi
+    # sharded (FSDP) checkpoints resumed bitwise: needs 2 GPUs (skipped in seconds on one; about 3 minutes beyond the
+    # 10 when it runs)
+    timeout 600 python benchmarks/sharded_resume_check.py --out "$out/sharded_resume.json" || echo "gpu.sh: sharded_resume_check failed or stopped ($?)"
 fi
 echo "gpu.sh: $(( $(date +%s) - start )) s; results in $out (python benchmarks/report.py --results $out --stdout)"

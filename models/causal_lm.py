@@ -356,15 +356,18 @@ class CausalLMAdapter(BaseAdapter):
             seeds_t = torch.as_tensor(seeds, dtype=torch.long).reshape(-1).cpu()  # [N]
             if seeds_t.numel() != n:
                 raise ValueError(f"seeds must give one seed per response ({len(prompts)} prompts x group_size {g} = {n}), got {seeds_t.numel()}")
-        u = row_uniforms(seeds_t, opts["max_new_tokens"], device)  # [N, T_max]
-
-        response_ids, old_logp, terminated = self._decode(prompt_ids, prompt_mask, pos_extras, g, u, opts)
+        if self.rollout_engine is not None:  # vLLM (use_vllm): its tokens, the policy's log-probs
+            response_ids, terminated = self._engine_decode(pos_ids, g, seeds_t, opts)
+            old_logp = torch.zeros(response_ids.shape, dtype=torch.float32, device=device)  # filled below
+        else:
+            u = row_uniforms(seeds_t, opts["max_new_tokens"], device)  # [N, T_max]
+            response_ids, old_logp, terminated = self._decode(prompt_ids, prompt_mask, pos_extras, g, u, opts)
         response_mask = mask_through_first_eos(response_ids, opts["eos_token_id"])  # [N, T]
         old_logp = old_logp.masked_fill(~response_mask, 0.0)  # [N, T]
 
         extras = {k: [v for v in vals for _ in range(g)] for k, vals in pos_extras.items()}
         extras.update(temperature=opts["temperature"], terminated=terminated, seeds=seeds_t.to(device))
-        return Rollout(
+        rollout = Rollout(
             prompt_ids=prompt_ids.repeat_interleave(g, 0),  # [N, P]
             prompt_mask=prompt_mask.repeat_interleave(g, 0),  # [N, P]
             response_ids=response_ids,
@@ -377,6 +380,29 @@ class CausalLMAdapter(BaseAdapter):
             neg_prompt_mask=neg_prompt_mask.repeat_interleave(g, 0),  # [N, P']
             extras=extras,
         )
+        if self.rollout_engine is not None:
+            with torch.no_grad():  # TRL's trainer-side log-probs of the engine's tokens, at the sampling temperature
+                rollout.old_logp = self.logprob(rollout).logp.float().masked_fill(~response_mask, 0.0)  # [N, T]
+        return rollout
+
+    rollout_engine = None
+    """A `models.vllm_engine.VLLMEngine` that generates the responses instead of `_decode` (use_vllm; None: the
+    built-in sampler). It is given the policy's weights before each generation."""
+
+    def _engine_decode(self, prompt_rows: list, group_size: int, seeds: torch.Tensor, opts: dict
+                       ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The rollout engine's responses as (tokens [N, T] long, right padded with pad; terminated [N] bool)."""
+        self.rollout_engine.load_weights(self.unwrapped)
+        rows = self.rollout_engine.generate(prompt_rows, group_size, seeds=seeds.tolist(), max_new_tokens=opts["max_new_tokens"],
+                                            temperature=opts["temperature"], top_p=opts["top_p"], top_k=opts["top_k"],
+                                            eos_token_ids=opts["eos_token_id"])
+        t = max(1, max(len(r) for r in rows))
+        tokens = torch.full((len(rows), t), opts["pad_token_id"], dtype=torch.long)  # [N, T]
+        for i, r in enumerate(rows):
+            tokens[i, : len(r)] = torch.as_tensor(r, dtype=torch.long)
+        eos = set(opts["eos_token_id"])
+        terminated = torch.as_tensor([bool(r) and r[-1] in eos for r in rows], device=self.device)  # [N]
+        return tokens.to(self.device), terminated
 
     def _decode(
         self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, prompt_extras: dict, group_size: int, u: torch.Tensor, opts: dict
@@ -653,13 +679,16 @@ class CausalLMAdapter(BaseAdapter):
         dtype: Any = None,
         device: torch.device | str | None = None,
         ref_model: bool | str = False,
+        quantization_config: Any = None,
         **generation_defaults: Any,
     ) -> "CausalLMAdapter":
         """Load from a local directory (never the Hub; a missing path raises FileNotFoundError naming it).
 
         `trust_remote_code` is passed to transformers only when True. `ref_model=True` loads a second frozen copy
         as the reference; a string loads the reference from that directory. Generation defaults saved in
-        `mmrl_adapter.json` apply, overridden by `generation_defaults`.
+        `mmrl_adapter.json` apply, overridden by `generation_defaults`. `quantization_config` (transformers'
+        `BitsAndBytesConfig`, QLoRA) quantizes the model as it loads, placed on `device` by `device_map` (a
+        quantized model cannot be moved afterwards); the reference is then the adapter-disabled base, never a copy.
         """
         path = local_dir(path)
         saved = read_adapter_file(path, cls.family)
@@ -672,6 +701,11 @@ class CausalLMAdapter(BaseAdapter):
         model_kwargs = dict(load_kwargs)
         if dtype is not None:
             model_kwargs["dtype"] = resolve_dtype(dtype)
+        if quantization_config is not None:
+            if ref_model:
+                raise ValueError("a quantized base (QLoRA) is its own reference with the adapters disabled: ref_model must be False")
+            model_kwargs["quantization_config"] = quantization_config
+            model_kwargs["device_map"] = {"": str(device) if device is not None else "cpu"}
         model = cls._load_model(path, **model_kwargs)
         processor = cls._load_processor(path, **load_kwargs)
         ref = None
@@ -679,7 +713,8 @@ class CausalLMAdapter(BaseAdapter):
             ref_path = path if ref_model is True else local_dir(ref_model, "reference model")
             ref = cls._load_model(ref_path, **model_kwargs)
         if device is not None:
-            model.to(device)
+            if quantization_config is None:
+                model.to(device)
             if ref is not None:
                 ref.to(device)
         return cls(model, processor, ref_model=ref, **{**saved, **generation_defaults})

@@ -512,3 +512,52 @@ def generate_random_order(
             x[:, s:e] = torch.where(reveal, x0, x[:, s:e])
             logp[:, s - p : e - p] = torch.where(reveal, lp, logp[:, s - p : e - p])
     return x, logp, order
+
+
+# --------------------------------------------------------------------------------------------- easy first, re-masking
+@torch.no_grad()
+def generate_easy_first(
+    logits_fn: LogitsFn,
+    prompt_ids: torch.Tensor,
+    *,
+    gen_length: int,
+    mask_id: int,
+    steps: int | None = None,
+    temperature: float = 0.0,
+    generator=None,
+    init: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Easy-first top-k decoding with re-masking -> ids [B, P + gen_length], over the whole span (one block).
+
+    MGDM's decoding (Ye et al., ICLR 2025, arXiv 2410.14157, "easy-first TopK decoding", after RDM's reparameterised
+    sampler, Zheng et al. 2023, arXiv 2302.05737): after step i of `steps` the `n_i` most confident positions hold
+    a token and all others are masked, `n_i` growing linearly to the whole span (`num_transfer_tokens`, cumulated).
+    Each step proposes x0 (Gumbel-max at `temperature`, argmax at 0) with confidence `softmax(logits)[x0]` at every
+    masked position; the positions already decoded keep their token and the confidence they were decoded with, and
+    compete with the proposals, so an earlier, less confident choice is re-masked when newer proposals are surer
+    (the difference from `generate_low_confidence`, which never revisits a decoded token). Deviation: a decoded
+    token is not re-predicted (the model is trained only on masked positions); MGDM's stochastic top-k (Gumbel
+    noise on the confidences) is not used. Positions given by `init` are always kept and never counted.
+    """
+    _check_temperature(temperature)
+    steps = gen_length if steps is None else int(steps)
+    if steps < 1 or steps > gen_length:
+        raise ValueError(f"easy-first decoding needs 1 <= steps <= gen_length={gen_length}, got steps={steps}")
+    x = _init_canvas(prompt_ids, gen_length, mask_id, init)  # [B, L]
+    p = prompt_ids.shape[1]
+    given = x[:, p:] != mask_id  # [B, T]
+    keep_n = num_transfer_tokens((~given).sum(-1), steps).cumsum(-1)  # [B, S] decoded positions after each step
+    score = torch.full(given.shape, -torch.inf, device=x.device)  # [B, T] confidence of the decoded positions
+    for i in range(steps):
+        span = x[:, p:]  # [B, T]
+        masked = span == mask_id  # [B, T]
+        logits = suppress_tokens(_window(logits_fn, x, p), (mask_id,))  # [B, T, V]
+        x0 = gumbel_argmax(logits, temperature, generator)  # [B, T]
+        conf = torch.softmax(logits.float(), dim=-1).gather(-1, x0[..., None]).squeeze(-1)  # [B, T]
+        cand = torch.where(masked, x0, span)  # [B, T]
+        cand_score = torch.where(masked, conf, score)  # [B, T]
+        cand_score = torch.where(given, torch.full_like(cand_score, -torch.inf), cand_score)
+        keep = top_k_mask(cand_score, keep_n[:, i]) | given  # [B, T]
+        x[:, p:] = torch.where(keep, cand, torch.full_like(cand, mask_id))
+        score = torch.where(keep & ~given, cand_score, torch.full_like(score, -torch.inf))
+    return x

@@ -9,6 +9,7 @@ Sampling (`sample`, option `sampler`):
 | `entropy`, `maskgit_plus`, `topk_margin` | Dream's orders and schedule (Dream `generation_utils.py`) | no |
 | `threshold` | Fast-dLLM parallel decoding: top-1 + every masked token with confidence >= `threshold` | no |
 | `threshold_cache` | the same with Fast-dLLM's prefix KV cache (native backbones; others decode uncached) | no |
+| `easy_first` | MGDM's easy-first top-k over the whole span, re-masking less confident earlier choices (MGDM, RDM) | no |
 | `random_order` | DMPO's ROAR: random order inside each block, exact per-token log-probs | yes |
 
 `cache="prefix"` adds Fast-dLLM's prefix cache to the LLaDA and Dream samplers too (DMPO's default training sampler
@@ -89,6 +90,7 @@ from mmrl.models.dllm_samplers import (
     block_schedule,
     GUMBEL_DTYPES,
     generate_dream,
+    generate_easy_first,
     generate_low_confidence,
     generate_random_order,
     generate_threshold,
@@ -96,7 +98,7 @@ from mmrl.models.dllm_samplers import (
 from mmrl.models.prompts import check_max_prompt_length, render_chat, truncate_left
 from mmrl.core.protocol import DEFAULT_NEGATIVE_INSTRUCTION, NoisedBatch, Rollout, TokenScores
 
-SAMPLERS = ("low_confidence", "random", *DREAM_ORDERS, "threshold", "threshold_cache", "random_order")
+SAMPLERS = ("low_confidence", "random", *DREAM_ORDERS, "threshold", "threshold_cache", "easy_first", "random_order")
 STOCHASTIC_AT_ZERO_TEMPERATURE = ("random", "random_order")
 """Samplers whose unmasking order is random, so that greedy tokens still give different responses."""
 ESTIMATORS = ("mean_field", "elbo", "exact")
@@ -167,6 +169,35 @@ def ensure_default_rope() -> None:
     ROPE_INIT_FUNCTIONS.setdefault("default", _default_rope_parameters)
 
 
+def fill_rope_buffers(model: torch.nn.Module) -> int:
+    """Recompute every RoPE module's non-persistent `inv_freq` buffer from its own `rope_init_fn` (in place, the
+    buffer's dtype and device); returns how many modules were filled.
+
+    transformers 5 builds a model on the meta device and gives each non-persistent buffer `torch.empty_like` memory,
+    trusting `_init_weights` to fill it (its own `PreTrainedModel._init_weights` recomputes RoPE frequencies).
+    Remote code written for transformers 4 overrides `_init_weights` for Linear / Embedding only (Dream's
+    `DreamPreTrainedModel`, NVlabs/Fast-dLLM `dream/model/modeling_dream.py`), so its rotary frequencies stay
+    uninitialised memory: different on every load (the reference and the policy differ), occasionally inf / NaN,
+    which made DMPO's ELBOs and loss NaN at random (found by scripts/check_real_architectures.py, docs/sources.md
+    "Real architectures"). The frequencies are a function of the config only (RoFormer eq. 15 for the default
+    type), so recomputing them is what transformers does for its own classes."""
+    filled = 0
+    for module in model.modules():
+        init_fn = getattr(module, "rope_init_fn", None)
+        if not callable(init_fn) or "inv_freq" not in getattr(module, "_non_persistent_buffers_set", ()):
+            continue
+        buf = module.inv_freq
+        inv_freq, scaling = init_fn(getattr(module, "config", None), buf.device, **(getattr(module, "rope_kwargs", None) or {}))
+        with torch.no_grad():
+            buf.copy_(inv_freq.to(buf.dtype))
+        if hasattr(module, "original_inv_freq"):  # Dream's dynamic-RoPE reset target (an alias of the buffer)
+            module.original_inv_freq = buf
+        if hasattr(module, "attention_scaling"):
+            module.attention_scaling = scaling
+        filled += 1
+    return filled
+
+
 def transformers5_compatible(model_cls):
     """`model_cls` (remote modelling code written for transformers 4.x) made loadable by transformers 5.
 
@@ -176,8 +207,10 @@ def transformers5_compatible(model_cls):
     'all_tied_weights_keys'"); LLaDA's `tie_weights(self)` takes no keyword arguments while transformers 5 passes
     `recompute_mapping`; Dream's `_tied_weights_keys` is transformers 4's list, on which transformers 5's
     `save_pretrained` fails; Dream's `DreamGenerationConfig.validate(self, is_init=False)` is called with
-    `user_set_attributes`. `post_init` only sets static properties (no weights change); undeclared keywords are
-    dropped; the list becomes the {tied: input embedding} mapping it means."""
+    `user_set_attributes`; Dream's `_init_weights` leaves its RoPE frequencies, a non-persistent buffer that
+    transformers 5 allocates empty when loading, unfilled (`fill_rope_buffers`). `post_init` only sets static
+    properties (no weights change); undeclared keywords are dropped; the list becomes the {tied: input embedding}
+    mapping it means; `from_pretrained` fills the RoPE buffers after loading."""
     import sys
 
     if getattr(model_cls, "_mmrl_compat", False):
@@ -198,6 +231,14 @@ def transformers5_compatible(model_cls):
             self.post_init()
 
     model_cls.__init__ = __init__
+    loader = model_cls.from_pretrained.__func__  # the remote class' own classmethod (Dream's) or transformers'
+
+    def from_pretrained(cls, *args, **kwargs):
+        out = loader(cls, *args, **kwargs)
+        fill_rope_buffers(out[0] if isinstance(out, tuple) else out)  # `output_loading_info=True` returns a tuple
+        return out
+
+    model_cls.from_pretrained = classmethod(from_pretrained)
     _drop_new_keywords(model_cls, "tie_weights")
     from transformers import GenerationConfig
 
@@ -540,6 +581,11 @@ class MaskedDiffusionAdapter(BaseAdapter):
                     fn, prompt_ids, block_length=bl, threshold=float(o["threshold"]),
                     cache=o["cache"] or ("prefix" if sampler == "threshold_cache" else None), **common,
                 )
+            elif sampler == "easy_first":
+                if bl < gl:
+                    raise ValueError(f"sampler 'easy_first' decodes the whole span as one block; got block_length={bl} "
+                                     f"< gen_length={gl} (use block_length=None or >= gen_length)")
+                ids = generate_easy_first(fn, prompt_ids, steps=steps, **common)
             else:
                 ids, logp, order = generate_random_order(fn, prompt_ids, block_length=bl, steps=steps, **common)
         return {"ids": ids, "logp": logp, "order": order, "nfe": fn.nfe, "tokens_fed": fn.tokens_fed}

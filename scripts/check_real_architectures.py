@@ -1,7 +1,7 @@
 """Run every paper preset for two optimizer steps on its real architecture, scaled down only in width and depth.
 
     python scripts/check_real_architectures.py --llada /work/fetched/fast-dllm/llada/model \\
-        --dream /work/fetched/fast-dllm/dream/model [--only dmpo_llada_8b ...] [--out record.json]
+        --dream /work/fetched/fast-dllm/dream/model [--dllm-backbone remote] [--only dmpo_llada_8b ...] [--out record.json]
 
 `--llada` / `--dream`: folders holding the public modeling code of LLaDA (`configuration_llada.py`,
 `modeling_llada.py`) and Dream (`configuration_dream.py`, `modeling_dream.py`, `generation_utils.py`), e.g.
@@ -12,18 +12,24 @@ Each architecture keeps its checkpoint's vocabulary size, special-token ids (mas
 token counts, codebook sizes, position scheme (RoPE theta, mRoPE sections scaled to the head size) and chat-template
 layout; hidden sizes, heads and layers are scaled down, weights random. The tokenizer is a layout tokenizer: the
 real vocabulary size with the special tokens at their real ids and one token per printable character (the real
-BPE merges are not public here). LLaDA and Dream load through `auto_map` with `trust_remote_code=True`, as their
-checkpoints do; the others are built from their classes and saved/loaded through the adapters' `from_pretrained`.
+BPE merges are not public here). LLaDA and Dream load with `trust_remote_code=True`, as their
+checkpoints do: with `--dllm-backbone native` (the default, what the adapter does with a real checkpoint) their
+weights go into transformers' Llama / Qwen2 classes (`models/dllm_native.py`); with `--dllm-backbone remote` the
+native conversion is switched off, so they run through the fetched modelling code itself (`auto_map`), as a
+configuration the native classes cannot express would. The others are built from their classes and saved/loaded
+through the adapters' `from_pretrained`.
 
 Each preset then runs its own method, sampler, estimator, LoRA targets and loss settings for two optimizer steps,
 with these scale-downs (named in the record): G = 2 responses of 1 prompt per step, no gradient accumulation,
 completions of 32 tokens (masked diffusion: one block of 32, the presets' block length, diffusion steps scaled by the same factor), float32
-on CPU, and a stand-in reward (a deterministic function of the completion) so that groups have spread. The record
+on CPU, and a stand-in reward (a deterministic function of the completion, tie-broken by row position when a call's
+completions all score the same) so that groups have spread. The record
 (one JSON line per preset: passed, error, loss, grad norm, which LoRA targets matched) goes to `--out` and stdout.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import shutil
 import string
@@ -40,8 +46,9 @@ CONFIGS = ROOT / "configs"
 
 SCALE = {"num_generations": 2, "per_device_train_batch_size": 2, "gradient_accumulation_steps": 1, "max_steps": 2,
          "torch_dtype": "float32", "mixed_precision": "no", "save_steps": 0, "credit_steps": 0, "eval_steps": 0,
-         "progress_bar": False, "log_completions": False, "gradient_checkpointing": False}
-"""Scale-downs every preset gets (batch, steps, precision on CPU)."""
+         "progress_bar": False, "log_completions": False, "gradient_checkpointing": False, "max_nonfinite_steps": 1}
+"""Scale-downs every preset gets (batch, steps, precision on CPU); a non-finite step fails the preset (the trainer
+would skip it and go on)."""
 TEXT_COMPLETION = 32
 """Completion length of the text presets here (the presets: 256 to 8192); masked diffusion: one block of 32."""
 
@@ -208,10 +215,11 @@ def qwen25_vl_policy():
 def janus_policy():
     """Janus-Pro-7B (transformers' `JanusForConditionalGeneration`) scaled to hidden 64: text vocab 102400, VQ
     codebook 16384 of dim 8, 24 x 24 = 576 image tokens, 16x VQ down-sampling (channel multipliers [1, 1, 2, 2, 4]:
-    384 px). Ids: BOS 100000, EOS 100001 (Janus `conversation.py` stop id), pad 100015 (Janus-Pro-7B, as reported in
-    PKU-Alignment/align-anything #188; 100002 in 1B), `<image_placeholder>` 100581 (transformers' `JanusConfig`
-    default); `<begin_of_image>`, `<end_of_image>`, `<|User|>`, `<|Assistant|>` get ids in the same special range
-    whose exact values were not verifiable here (the adapter reads them from the tokenizer and generation config)."""
+    384 px). Ids (docs/sources.md "Real architectures" gives the source of each): BOS 100000, EOS 100001, pad 100015
+    (Janus-Pro-7B; 100002 in 1B), `<image_placeholder>` 100581 (transformers' `JanusConfig` default),
+    `<begin_of_image>` 100016 and `<end_of_image>` 100593 (corroborated by two public codebases, not by the tokenizer
+    file), `<|User|>` / `<|Assistant|>` 100588 / 100589 (unverified placeholders). The adapter reads every id from the
+    tokenizer and generation config, so they matter only to this check."""
     from transformers import JanusConfig, JanusForConditionalGeneration
 
     from mmrl.models import adapter_class
@@ -262,9 +270,22 @@ def text_rows(n: int = 4) -> list[dict]:
             for a, b in zip(range(2, 2 + n), range(3, 3 + n))]
 
 
+TIE_BREAK = 0.05
+"""Added per row position when every completion of a reward call scores the same: a random tiny model at the
+presets' temperature (0.2 for DMPO) often samples one completion twice, and a group of equal rewards gives DMPO
+weights equal to their baseline, hence a zero loss and no gradient, which would show nothing of the update path."""
+
+
 def stand_in_reward(prompts, completions, **kwargs):
     """A deterministic reward with spread: the share of digits among the completion's characters (text), or the mean
-    brightness of the image."""
+    brightness of the image; `TIE_BREAK` times the row position when all of them are equal."""
+    out = _stand_in_scores(completions)
+    if len(out) > 1 and len(set(out)) == 1:
+        out = [v + TIE_BREAK * i for i, v in enumerate(out)]
+    return out
+
+
+def _stand_in_scores(completions) -> list[float]:
     out = []
     for c in completions:
         if hasattr(c, "convert"):
@@ -326,8 +347,31 @@ def lora_matches(policy, targets) -> dict:
     return {t: t in names for t in (targets or [])}
 
 
-def run_preset(name: str, arch: str, checkpoints: dict[str, Path], work: Path) -> dict:
+@contextlib.contextmanager
+def dllm_backbone(kind: str):
+    """`native`: the adapter as it is. `remote`: its native conversion reports "not applicable", so LLaDA / Dream
+    load through their own modelling code (the adapter's remote-code path, with its transformers-5 shims)."""
+    if kind == "native":
+        yield
+        return
+    import mmrl.models.masked_diffusion as md
+
+    original = md.load_native
+    md.load_native = lambda *args, **kwargs: (None, "switched off by --dllm-backbone remote")
+    try:
+        yield
+    finally:
+        md.load_native = original
+
+
+RECORDED_METRICS = ("reward_std", "frac_reward_zero_std", "dmpo/log_ref_minus_v_mean", "dmpo/masked_ce")
+"""Metrics of the last step kept in the record beside loss and grad norm (a zero loss from a group of equal rewards
+is told apart from a broken one)."""
+
+
+def run_preset(name: str, arch: str, checkpoints: dict[str, Path], work: Path, backbone: str = "native") -> dict:
     from mmrl.config import load_config
+    from mmrl.models.dllm_backbone import base_model
     from mmrl.training.trainer import Trainer
 
     path = CONFIGS / f"{name}.yaml"
@@ -349,19 +393,25 @@ def run_preset(name: str, arch: str, checkpoints: dict[str, Path], work: Path) -
         overrides.update(max_completion_length=TEXT_COMPLETION, overlong_buffer_len=16)
     cfg = load_config(path, overrides)
     t0 = time.perf_counter()
-    trainer = Trainer(cfg, policy=policy, dataset=rows, reward_funcs=[stand_in_reward])
+    with dllm_backbone(backbone if arch in ("llada", "dream") else "native"):
+        trainer = Trainer(cfg, policy=policy, dataset=rows, reward_funcs=[stand_in_reward])
     lora = lora_matches(trainer.policy, cfg.lora_target_modules) if cfg.use_peft else {}
     last = trainer.train()
-    return {"preset": name, "architecture": arch, "passed": True, "steps": trainer.step, "loss": last.get("loss"),
-            "grad_norm": last.get("grad_norm"), "reward": last.get("reward"), "method": cfg.method,
-            "sampler": getattr(cfg, "sampler", None), "estimator": cfg.logprob_estimator, "lora_targets_found": lora,
-            "seconds": round(time.perf_counter() - t0, 1)}
+    loss, grad = last.get("loss"), last.get("grad_norm")
+    finite = all(v is None or v == v and abs(v) != float("inf") for v in (loss, grad))
+    return {"preset": name, "architecture": arch, "backbone": type(base_model(trainer.policy.model)).__name__,
+            "passed": finite and trainer.step == cfg.max_steps, "steps": trainer.step, "loss": loss, "grad_norm": grad,
+            "reward": last.get("reward"), **{k: last.get(k) for k in RECORDED_METRICS if k in last},
+            "method": cfg.method, "sampler": getattr(cfg, "sampler", None), "estimator": cfg.logprob_estimator,
+            "lora_targets_found": lora, "seconds": round(time.perf_counter() - t0, 1)}
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--llada", type=Path, help="folder with LLaDA's configuration_llada.py and modeling_llada.py")
     p.add_argument("--dream", type=Path, help="folder with Dream's configuration_dream.py, modeling_dream.py, generation_utils.py")
+    p.add_argument("--dllm-backbone", choices=("native", "remote"), default="native",
+                   help="LLaDA / Dream: transformers' native classes (the adapter's default) or the fetched modelling code")
     p.add_argument("--only", nargs="*", help="preset names (default: all)")
     p.add_argument("--out", type=Path, help="write the record (JSON lines) here")
     args = p.parse_args(argv)
@@ -392,7 +442,7 @@ def main(argv=None) -> int:
             if PRESETS[n] in ("llada", "dream") and PRESETS[n] not in checkpoints:
                 continue
             try:
-                rec = run_preset(n, PRESETS[n], checkpoints, work)
+                rec = run_preset(n, PRESETS[n], checkpoints, work, args.dllm_backbone)
             except Exception as e:  # noqa: BLE001
                 rec = {"preset": n, "architecture": PRESETS[n], "passed": False, "error": f"{type(e).__name__}: {e}",
                        "traceback": traceback.format_exc()}

@@ -3,10 +3,18 @@
 Layout of `<output_dir>/checkpoints/checkpoint-<step>/`:
 - `model/`: the policy as `save_pretrained` writes it (weights as safetensors, tokenizer/processor,
   `mmrl_adapter.json`), or only the LoRA adapter; loadable with `mmrl.models.load_policy(family, path)`.
-- `optimizer.pt`, `scheduler.pt`: state dicts (loaded with `weights_only=True`).
+- the same files again at the top of the checkpoint, as hard links (no second copy on disk), so that the checkpoint
+  folder itself loads as a TRL checkpoint does: `AutoModelForCausalLM.from_pretrained(".../checkpoint-N")`, or
+  peft's adapter files there with the base. Where the file system has no hard links, they are copied.
+- `optimizer.pt`, `scheduler.pt`: state dicts (loaded with `weights_only=True`); in a sharded run (FSDP, ZeRO)
+  `optimizer_shard_<i>.pt` of every process `i` instead of `optimizer.pt`.
 - `buffer.pt`: the rollout buffer in use (tensors and plain Python values only; `weights_only=True`).
-- `trainer_state.json`: step, rollout count, data position, config, the metric history's last values.
-- `rng.pt`: torch's global RNG state (the trainer itself derives every random stream from (seed, step)).
+- `trainer_state.json`: step, rollout count, data position, config, the metric history's last values, and
+  `rank_files` (the process count, whether the optimizer is sharded).
+- `rng_state_<i>.pt`: every random generator's state of process `i` (Python, numpy, torch CPU, CUDA;
+  `mmrl.checkpointing.rank_state`). The trainer derives its own random streams from (seed, step); these serve user
+  code that draws from the global generators. A checkpoint of an older mmrl holds `rng.pt` (torch's CPU state only)
+  instead and is resumed with a warning.
 
 A checkpoint directory either exists complete or not at all: it is written as `.tmp-checkpoint-<step>-<pid>` and
 renamed; `latest_checkpoint` ignores temporary directories, so a process killed mid-write leaves the previous
@@ -35,6 +43,7 @@ from typing import Any, Callable
 import torch
 
 from mmrl.core.faults import fault_point
+from mmrl.checkpointing.rank_state import RANK_FILES_KEY, Ranks, is_dtensor, optimizer_shard_file, rng_file, write_rank_files
 
 CKPT_RE = re.compile(r"^checkpoint-(\d+)$")
 OLD_RE = re.compile(r"^\.old-checkpoint-(\d+)-\d+$")
@@ -83,29 +92,86 @@ def _fsync_tree(path: Path) -> None:
 
 
 def save_checkpoint(output_dir: str | Path, step: int, *, save_model, optimizer, scheduler, buffer: dict | None,
-                    state: dict, keep: int) -> Path:
-    """Write checkpoint `step` atomically and keep the newest `keep` checkpoints. Returns its path.
+                    state: dict | None, keep: int, ranks: Ranks | None = None, sharded: bool = False) -> Path | None:
+    """Write checkpoint `step` atomically and keep the newest `keep` checkpoints. Returns its path (None on the
+    processes other than the main one).
 
-    `save_model(path)` writes the model (adapter `save_pretrained`).
+    Every process of the run calls it (`ranks`; default: one process). The main process writes the model
+    (`save_model(path)`, the adapter's `save_pretrained`), the scheduler, the buffer, `trainer_state.json` (`state`)
+    and, unless `sharded`, the optimizer state; every process writes its own RNG states and, if `sharded`, its
+    optimizer shard (`mmrl.checkpointing.rank_state`). Then the main process writes the manifest over all of them,
+    fsyncs and renames. A failure on any process is known to all (object collectives), the temporary directory is
+    removed and every process raises, naming the process that failed; the previous checkpoint stays the latest.
     """
+    ranks = ranks or Ranks()
     root = checkpoint_dir(output_dir)
-    root.mkdir(parents=True, exist_ok=True)
-    final = root / f"checkpoint-{step:06d}"
-    tmp = root / f".tmp-checkpoint-{step:06d}-{os.getpid()}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    check_free_space(root)
-    tmp.mkdir()
+    tmp: Path | None = None
+    error: BaseException | None = None
+    if ranks.is_main:
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+            tmp = root / f".tmp-checkpoint-{step:06d}-{os.getpid()}"
+            if tmp.exists():
+                shutil.rmtree(tmp)
+            check_free_space(root)
+            tmp.mkdir()
+        except Exception as e:
+            error = e
+    shared = ranks.broadcast((str(tmp) if tmp is not None else None, _describe(error)))
+    if shared[1] is not None:
+        if error is not None:
+            raise error
+        raise CheckpointWriteFailed(f"checkpoint {step}: the main process could not start it ({shared[1]})")
+    tmp = Path(shared[0])
     try:
-        _write_checkpoint_files(tmp, step, save_model, optimizer, scheduler, buffer, state)
+        if ranks.is_main:
+            rank_files = {"world": ranks.world, "optimizer_shards": bool(sharded)}
+            _write_checkpoint_files(tmp, step, save_model, None if sharded else optimizer, scheduler, buffer,
+                                    {**state, RANK_FILES_KEY: rank_files})
+        write_rank_files(tmp, ranks.rank, optimizer if sharded else None)
     except Exception as e:
-        free = shutil.disk_usage(root).free
-        shutil.rmtree(tmp, ignore_errors=True)  # give the space back; the previous checkpoint stays the latest
-        if _out_of_space(e, free):
-            raise OSError(errno.ENOSPC, f"No space left on device while writing checkpoint {step} to {root} "
-                                        f"({free / 2**20:.0f} MiB free; the write failed with {type(e).__name__}: {e}); "
-                                        "the previous checkpoint is intact: free space, then resume with resume_from=auto") from e
-        raise
+        error = e
+    failed = [(r, msg) for r, msg in enumerate(ranks.gather(_describe(error))) if msg is not None]
+    if failed:
+        if ranks.is_main:
+            free = shutil.disk_usage(root).free
+            shutil.rmtree(tmp, ignore_errors=True)  # give the space back; the previous checkpoint stays the latest
+            if error is not None and _out_of_space(error, free):
+                raise OSError(errno.ENOSPC, f"No space left on device while writing checkpoint {step} to {root} "
+                                            f"({free / 2**20:.0f} MiB free; the write failed with {type(error).__name__}: {error}); "
+                                            "the previous checkpoint is intact: free space, then resume with resume_from=auto") from error
+        if error is not None and ranks.world == 1:
+            raise error
+        where = "; ".join(f"rank {r}: {msg}" for r, msg in failed)
+        raise CheckpointWriteFailed(f"writing checkpoint {step} to {root} failed on {where}; the previous checkpoint is "
+                                    "intact: fix the cause, then resume with resume_from=auto") from error
+    final = None
+    if ranks.is_main:
+        try:
+            final = _commit_checkpoint(output_dir, root, tmp, step, keep)
+        except Exception as e:
+            error = e
+    outcome = ranks.broadcast(_describe(error))
+    if outcome is not None:
+        if error is not None:
+            raise error
+        raise CheckpointWriteFailed(f"checkpoint {step}: the main process could not complete it ({outcome})")
+    return final
+
+
+class CheckpointWriteFailed(RuntimeError):
+    """Writing a checkpoint failed on some process (named); the previous checkpoint is intact."""
+
+
+def _describe(e: BaseException | None) -> str | None:
+    return None if e is None else f"{type(e).__name__}: {e}"
+
+
+def _commit_checkpoint(output_dir, root: Path, tmp: Path, step: int, keep: int) -> Path:
+    """The manifest over every process's files, fsync, rename into place, rotation (main process)."""
+    final = root / f"checkpoint-{step:06d}"
+    write_manifest(tmp)
+    fault_point("checkpoint/state", step)
     _fsync_tree(tmp)
     if final.exists():  # re-saving the same step (e.g. final save right after a periodic one)
         old = root / f".old-checkpoint-{step:06d}-{os.getpid()}"
@@ -131,6 +197,7 @@ def save_checkpoint(output_dir: str | Path, step: int, *, save_model, optimizer,
 
 
 def _write_checkpoint_files(tmp: Path, step: int, save_model, optimizer, scheduler, buffer, state) -> None:
+    """The main process's files (the optimizer state unless it is sharded: `optimizer` None)."""
     from transformers.utils import logging as hf_logging
 
     bars = hf_logging.is_progress_bar_enabled()
@@ -140,16 +207,48 @@ def _write_checkpoint_files(tmp: Path, step: int, save_model, optimizer, schedul
     finally:
         if bars:
             hf_logging.enable_progress_bar()
+    link_model_files(tmp)
     fault_point("checkpoint/model", step)
-    torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+    if optimizer is not None:
+        torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
     fault_point("checkpoint/optimizer", step)
     torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
-    torch.save(torch.get_rng_state(), tmp / "rng.pt")
     if buffer is not None:
         torch.save(buffer, tmp / "buffer.pt")
     (tmp / "trainer_state.json").write_text(json.dumps(state, indent=2, default=str))
-    write_manifest(tmp)
-    fault_point("checkpoint/state", step)
+
+
+RUN_STATE_FILES = re.compile(r"^(optimizer\.pt|scheduler\.pt|rng\.pt|buffer\.pt|trainer_state\.json|manifest\.json|"
+                             r"rng_state_\d+\.pt|optimizer_shard_\d+\.pt)$")
+"""The checkpoint's own files at its top level; a model file of such a name is not linked over them."""
+
+
+def link_model_files(ckpt: Path) -> None:
+    """Hard-link every file of `ckpt/model/` (and its subfolders) into `ckpt` itself, the layout of a TRL /
+    transformers checkpoint; a copy where hard links are not supported."""
+    src_root = ckpt / "model"
+    for src in sorted(src_root.rglob("*")):
+        rel = src.relative_to(src_root)
+        dst = ckpt / rel
+        if src.is_dir() or src.is_symlink() or (len(rel.parts) == 1 and RUN_STATE_FILES.match(rel.name)) or dst.exists():
+            continue
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.link(src, dst)
+        except OSError:
+            shutil.copy2(src, dst)
+
+
+def _unique_files(root: Path):
+    """(path, stat) of the regular files under `root`, each inode's first path only (hard links counted once)."""
+    seen = set()
+    for p in sorted(root.rglob("*")):
+        if not p.is_file():
+            continue
+        st = p.stat()
+        if (st.st_dev, st.st_ino) not in seen:
+            seen.add((st.st_dev, st.st_ino))
+            yield p, st
 
 
 LOW_SPACE_BYTES = 64 * 2**20
@@ -165,8 +264,8 @@ def _out_of_space(e: BaseException, free: int) -> bool:
 
 
 def checkpoint_bytes(path: Path) -> int:
-    """Total size of a checkpoint's files."""
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+    """Total size of a checkpoint's files on disk (a hard-linked model file once)."""
+    return sum(st.st_size for _, st in _unique_files(path))
 
 
 def check_free_space(root: Path) -> None:
@@ -204,10 +303,14 @@ def file_sha256(path: Path) -> str:
 
 def write_manifest(ckpt: Path) -> None:
     """Record the size and SHA-256 of every file under `ckpt` (read back from disk) in `ckpt/manifest.json`."""
-    files = {}
+    files, digests = {}, {}
     for p in sorted(ckpt.rglob("*")):
         if p.is_file() and p.name != MANIFEST:
-            files[p.relative_to(ckpt).as_posix()] = {"bytes": p.stat().st_size, "sha256": file_sha256(p)}
+            st = p.stat()
+            key = (st.st_dev, st.st_ino)  # a hard link's content is read once
+            if key not in digests:
+                digests[key] = file_sha256(p)
+            files[p.relative_to(ckpt).as_posix()] = {"bytes": st.st_size, "sha256": digests[key]}
     (ckpt / MANIFEST).write_text(json.dumps({"format": 1, "files": files}, indent=1))
 
 
@@ -226,13 +329,18 @@ def verify_checkpoint(path: str | Path, under: str | None = None) -> bool:
                  if under is None or str(rel).startswith(under.rstrip("/") + "/")]
     except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError) as e:
         raise CheckpointDamaged(f"checkpoint {path}: {MANIFEST} is unreadable ({type(e).__name__}: {e})") from e
+    digests: dict = {}
     for rel, size, digest in items:
         f = path / rel
         if not f.is_file():
             raise CheckpointDamaged(f"checkpoint {path}: {rel} is missing")
-        if f.stat().st_size != size:
-            raise CheckpointDamaged(f"checkpoint {path}: {rel} has {f.stat().st_size} bytes, {size} were written (truncated or overwritten)")
-        if file_sha256(f) != digest:
+        st = f.stat()
+        if st.st_size != size:
+            raise CheckpointDamaged(f"checkpoint {path}: {rel} has {st.st_size} bytes, {size} were written (truncated or overwritten)")
+        key = (st.st_dev, st.st_ino)  # hard links: one read per inode
+        if key not in digests:
+            digests[key] = file_sha256(f)
+        if digests[key] != digest:
             raise CheckpointDamaged(f"checkpoint {path}: {rel} does not match its SHA-256 checksum (damaged on disk)")
     return True
 
@@ -247,9 +355,20 @@ def _read(path: Path, what: Callable[[Path], Any]) -> Any:
         raise CheckpointDamaged(f"checkpoint {path.parent}: {path.name} cannot be read ({type(e).__name__}: {e})") from e
 
 
-def load_checkpoint(path: str | Path) -> dict[str, Any]:
-    """Read a checkpoint's state (weights_only loads); the model is loaded separately from `path/model`.
-    A file that cannot be read or decoded raises `CheckpointDamaged` naming it."""
+class CheckpointIncompatible(RuntimeError):
+    """The checkpoint is intact but cannot resume this run (another process count or sharding); the message says why."""
+
+
+def load_checkpoint(path: str | Path, rank: int = 0, *, world: int | None = None, sharded: bool | None = None,
+                    warn: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Read a checkpoint's state for process `rank` (weights_only loads); the model is loaded separately from
+    `path/model`. A file that cannot be read or decoded raises `CheckpointDamaged` naming it.
+
+    `ck["rng"]` is the process's RNG states (`rank_state.capture_rng`), or `{"torch": ...}` alone for a checkpoint of
+    an older mmrl (`warn` says so); `ck["optimizer"]` the full optimizer state, or the process's shard when the
+    checkpoint was sharded (`ck["optimizer_sharded"]`). `world` / `sharded` (this run's): a checkpoint written with
+    another process count or sharding raises `CheckpointIncompatible`, as does an older mmrl's sharded one (it holds
+    the main process's optimizer shard only)."""
     path = Path(path)
     if not (path / "trainer_state.json").is_file():
         raise FileNotFoundError(f"{path} is not a complete mmrl checkpoint (no trainer_state.json)")
@@ -260,9 +379,34 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     out: dict[str, Any] = {"state": _read(path / "trainer_state.json", lambda p: json.loads(p.read_text()))}
     if not isinstance(out["state"], dict) or "step" not in out["state"]:
         raise CheckpointDamaged(f"checkpoint {path}: trainer_state.json holds no training state")
-    out["optimizer"] = _read(path / "optimizer.pt", torch_file)
+    st = out["state"]
+    files = st.get(RANK_FILES_KEY)
+    if world is not None and int(st.get("world", 1)) != world:
+        raise CheckpointIncompatible(f"checkpoint {path} was written by {st.get('world', 1)} processes; this run has "
+                                     f"{world}: resume with the same number of processes")
+    if files is None:  # an older mmrl's: rng.pt (torch's CPU state) and optimizer.pt of the main process only
+        if sharded:
+            raise CheckpointIncompatible(
+                f"checkpoint {path} was written by an older mmrl, which saved only the main process's optimizer shard "
+                "of a sharded (FSDP / ZeRO) run: it cannot restore the other processes' optimizer state; resume it "
+                "without sharding, or start a new run in a new output_dir")
+        out["rng"] = {"torch": _read(path / "rng.pt", torch_file)}
+        out["optimizer"] = _read(path / "optimizer.pt", torch_file)
+        out["optimizer_sharded"] = False
+        if warn is not None:
+            warn(f"checkpoint {path} was written by an older mmrl: it holds torch's CPU RNG state only, so the Python, "
+                 "numpy and CUDA generators are not restored (the trainer's own random streams are, being derived from "
+                 "the seed and the step; user code drawing from the global generators will differ)")
+    else:
+        if sharded is not None and bool(files.get("optimizer_shards")) != bool(sharded):
+            have = "per-process optimizer shards (a sharded FSDP / ZeRO run)" if files.get("optimizer_shards") else \
+                "a replicated optimizer state"
+            raise CheckpointIncompatible(f"checkpoint {path} holds {have}; this run is {'' if sharded else 'not '}sharded: "
+                                         "resume with the distributed setup that wrote it")
+        out["rng"] = _read(path / rng_file(rank), torch_file)
+        out["optimizer_sharded"] = bool(files.get("optimizer_shards"))
+        out["optimizer"] = _read(path / (optimizer_shard_file(rank) if out["optimizer_sharded"] else "optimizer.pt"), torch_file)
     out["scheduler"] = _read(path / "scheduler.pt", torch_file)
-    out["rng"] = _read(path / "rng.pt", torch_file)
     out["buffer"] = _read(path / "buffer.pt", torch_file) if (path / "buffer.pt").is_file() else None
     return out
 
@@ -275,8 +419,9 @@ def quarantine(path: Path) -> Path:
 
 
 def resume_newest_intact(candidates: list[Path], restore: Callable[[Path, dict], None],
-                         warn: Callable[[str], None]) -> tuple[Path, list[Path]]:
-    """Verify and load the newest of `candidates` (oldest first) that is intact, passing it to `restore(path, ck)`.
+                         warn: Callable[[str], None], load: Callable[[Path], dict] | None = None) -> tuple[Path, list[Path]]:
+    """Verify and load (`load`, default `load_checkpoint`) the newest of `candidates` (oldest first) that is intact,
+    passing it to `restore(path, ck)`.
 
     A damaged one (`CheckpointDamaged`, from the manifest check or from reading a file, `restore` included) is
     reported through `warn` and the next older one is tried. Returns (the checkpoint used, the damaged ones); raises
@@ -289,7 +434,7 @@ def resume_newest_intact(candidates: list[Path], restore: Callable[[Path, dict],
             if not verify_checkpoint(path):
                 warn(f"checkpoint {path} has no {MANIFEST} (written by an older mmrl, or the file was lost): its files "
                      "are checked only by loading them, so damage inside a tensor cannot be detected")
-            restore(path, load_checkpoint(path))
+            restore(path, (load or load_checkpoint)(path))
             return path, damaged
         except CheckpointDamaged as e:
             damaged.append(path)
@@ -316,10 +461,21 @@ def load_model_weights(model: torch.nn.Module, model_dir: str | Path) -> None:
     state: dict[str, torch.Tensor] = {}
     for f in files:
         state.update(_read(f, load_file))
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    # tied weights (e.g. lm_head = embeddings) are saved once; a missing key is fine if it shares storage with a loaded one
     params = model.state_dict(keep_vars=True)
-    loaded_ptrs = {params[k].data_ptr() for k in state if k in params}
-    missing = [k for k in missing if params[k].data_ptr() not in loaded_ptrs]
+    if any(is_dtensor(v) for v in params.values()):
+        # FSDP2: the full weights (read by every process) are sliced into each process's shard
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+        missing, unexpected = set_model_state_dict(model, state, options=StateDictOptions(full_state_dict=True, strict=False))
+    else:
+        missing, unexpected = model.load_state_dict(state, strict=False)
+    # tied weights (e.g. lm_head = embeddings) are saved once; a missing key is fine if it is the same tensor as a loaded one
+    loaded_ids = {id(params[k]) for k in state if k in params}
+    loaded_ptrs = {params[k].data_ptr() for k in state if k in params and not is_dtensor(params[k])}
+
+    def tied(k: str) -> bool:
+        return id(params[k]) in loaded_ids or (not is_dtensor(params[k]) and params[k].data_ptr() in loaded_ptrs)
+
+    missing = [k for k in missing if not tied(k)]
     if unexpected or missing:
         raise RuntimeError(f"checkpoint weights in {model_dir} do not match the model: missing {missing[:5]}, unexpected {unexpected[:5]}")

@@ -10,6 +10,10 @@
   TRL writes the name it was given), which transformers' peft integration loads with the base.
 - LoRA on a base with no directory (`tiny`, a model object given in Python): the adapters merged into the weights,
   so that the folder loads on its own.
+- DoRA (`use_dora`): the adapters merged into the weights, and the adapter in peft's format in `adapter/`
+  (`peft.PeftModel.from_pretrained(base, output_dir / "adapter")`): transformers' peft integration (5.x, with peft
+  0.21) loads a DoRA adapter folder without its magnitude vectors (it reports them missing and re-initialises them),
+  which would give another model than the one trained.
 """
 from __future__ import annotations
 
@@ -24,6 +28,9 @@ logger = logging.getLogger(__name__)
 
 CARD = "README.md"
 """The model card's file name (the Hub shows it)."""
+
+DORA_ADAPTER_DIR = "adapter"
+"""Where a DoRA run's final adapter goes, beside the merged model (see the module docstring)."""
 
 MAX_CARD_SETTINGS = 40
 """Settings the card lists (those that differ from TrainConfig's defaults, most relevant first)."""
@@ -42,7 +49,8 @@ def write_final_model(policy, out_dir: Path, *, base_model: str | None, config: 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     base = _base_dir(base_model)
-    if is_peft_model(policy.model) and base is not None:
+    dora = is_peft_model(policy.model) and uses_dora(policy.unwrapped)
+    if is_peft_model(policy.model) and base is not None and not dora:
         policy.unwrapped.save_pretrained(out_dir)
         _set_adapter_base(out_dir, base)
         (out_dir / "mmrl_adapter.json").write_text(json.dumps(
@@ -56,8 +64,18 @@ def write_final_model(policy, out_dir: Path, *, base_model: str | None, config: 
 
             write_full_weights(out_dir, full_state)
         kind = "full model" + (" (LoRA merged into the base weights)" if is_peft_model(policy.model) else "")
+        if dora and base is not None:
+            policy.unwrapped.save_pretrained(out_dir / DORA_ADAPTER_DIR)
+            _set_adapter_base(out_dir / DORA_ADAPTER_DIR, base)
+            kind = (f"full model (DoRA merged into the base weights); the DoRA adapter on `{base}` is in "
+                    f"`{DORA_ADAPTER_DIR}/`")
     (out_dir / CARD).write_text(model_card(config, reward_names, base_model=base_model, kind=kind))
     return sorted(_model_files(out_dir))
+
+
+def uses_dora(model) -> bool:
+    """Whether a peft model's adapters are DoRA (`use_dora` in any of its LoRA configs)."""
+    return any(bool(getattr(c, "use_dora", False)) for c in getattr(model, "peft_config", {}).values())
 
 
 def _model_files(out_dir: Path) -> set[str]:

@@ -8,8 +8,9 @@ import warnings
 from pathlib import Path
 from typing import Callable
 
-from mmrl.checkpointing.checkpoint import checkpoint_dir, list_checkpoints, quarantine, remove_stale, resume_newest_intact
+from mmrl.checkpointing.checkpoint import CheckpointDamaged, checkpoint_dir, list_checkpoints, quarantine, remove_stale, resume_newest_intact
 from mmrl.models.base import is_peft_model
+from mmrl.checkpointing.rank_state import Ranks
 from mmrl.checkpointing.sharded_save import write_full_weights
 
 
@@ -28,15 +29,27 @@ def save_model_dir(policy, path: Path, base_model: str | None, full_state: dict 
         write_full_weights(path, full_state)
 
 
-def resume_run(run_dir: Path, resume_from: str | None, restore: Callable, accelerator, is_main: bool) -> bool:
-    """Restore (`restore(path, checkpoint)`) the newest intact checkpoint of `resume_from` ("auto": the run's own);
-    damaged ones are named, moved aside and skipped (`resume_newest_intact`). False when there is nothing to resume."""
+def resume_run(run_dir: Path, resume_from: str | None, restore: Callable, accelerator, is_main: bool,
+               load: Callable[[Path], dict] | None = None) -> bool:
+    """Restore (`restore(path, load(path))`; `load`: `load_checkpoint` of this process's files) the newest intact
+    checkpoint of `resume_from` ("auto": the run's own); damaged ones are named, moved aside and skipped
+    (`resume_newest_intact`). Every process must resume the same checkpoint: if they chose differently (a per-process
+    file damaged in a checkpoint without a manifest), all stop naming each one's choice. False when there is nothing
+    to resume."""
     if not resume_from:
         return False
     candidates = list_checkpoints(run_dir) if resume_from == "auto" else [Path(resume_from)]
     if not candidates:
         return False  # nothing to resume: a fresh run
-    _, damaged = resume_newest_intact(candidates, restore, warn=lambda m: warnings.warn(m, RuntimeWarning, stacklevel=4))
+    used, damaged = resume_newest_intact(candidates, restore, warn=lambda m: warnings.warn(m, RuntimeWarning, stacklevel=4),
+                                         load=load)
+    ranks = Ranks(accelerator.process_index, accelerator.num_processes)
+    chosen = ranks.gather(str(used))
+    if len(set(chosen)) > 1:
+        raise CheckpointDamaged("the processes resumed different checkpoints (" +
+                                ", ".join(f"rank {r}: {c}" for r, c in enumerate(chosen)) +
+                                "): a per-process file of the newer one is damaged; restore it or resume from the older one "
+                                "with resume_from=<checkpoint dir>")
     accelerator.wait_for_everyone()
     if is_main:
         for bad in damaged:
@@ -45,4 +58,3 @@ def resume_run(run_dir: Path, resume_from: str | None, restore: Callable, accele
         remove_stale(run_dir)
     accelerator.wait_for_everyone()
     return True
-

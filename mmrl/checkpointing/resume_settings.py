@@ -22,6 +22,7 @@ from mmrl.config.train_config import ConfigError, TrainConfig
 
 FIXED_ON_RESUME = (
     "method", "family", "model_name_or_path", "use_peft", "lora_r", "lora_alpha", "lora_target_modules", "torch_dtype",
+    "use_dora", "use_rslora", "load_in_4bit", "load_in_8bit", "bnb_4bit_quant_type",
     "seed", "num_generations", "per_device_train_batch_size", "gradient_accumulation_steps", "num_iterations",
     "steps_per_generation", "generation_batch_size", "max_completion_length", "block_length", "task", "dataset_path",
 )

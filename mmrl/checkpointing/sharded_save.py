@@ -33,3 +33,11 @@ def write_full_weights(model_dir: Path, state: dict[str, torch.Tensor]) -> None:
     for old in [*model_dir.glob("*.safetensors"), *model_dir.glob("*.safetensors.index.json")]:
         old.unlink()
     save_file(state, str(model_dir / "model.safetensors"), metadata={"format": "pt"})
+
+
+def optimizer_is_sharded(accelerator, optimizer) -> bool:
+    """Each process holds only a shard of the optimizer state: FSDP, DeepSpeed, or DTensor parameters (FSDP2 applied
+    directly); its checkpoint then keeps one optimizer file per process (`mmrl.checkpointing.rank_state`)."""
+    from mmrl.checkpointing.rank_state import is_sharded_optimizer
+
+    return is_sharded(accelerator) or is_sharded_optimizer(optimizer)

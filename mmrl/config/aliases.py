@@ -25,8 +25,9 @@ PRECISION_FLAGS = {"bf16": "bf16", "fp16": "fp16"}
 INVERTED = {"disable_tqdm": "progress_bar"}
 """transformers' boolean -> the mmrl boolean of opposite meaning."""
 
-_VLLM = ("no vLLM rollout engine yet: causal and VLM rollouts run mmrl's own sampler over transformers "
-         "(issue 28); the vllm_* settings have nothing to configure")
+_VLLM = ("vLLM runs in colocate mode only (use_vllm, vllm_mode: colocate, vllm_gpu_memory_utilization, "
+         "vllm_max_model_length); server mode, sleep mode, guided decoding and vLLM-side importance sampling are not "
+         "implemented")
 _DATALOADER = "prompts are drawn by mmrl's own seeded, resumable prompt stream (mmrl.prompt_stream), not a DataLoader"
 _DISTRIBUTED = ("distribution is accelerate's: choose DDP / FSDP / DeepSpeed with `accelerate launch --config_file` "
                 "(configs/accelerate/)")
@@ -41,9 +42,9 @@ _TRACKIO = "trackio runs under the project named by the environment, as the othe
 
 UNSUPPORTED: dict[str, str] = {
     **{k: _VLLM for k in (
-        "use_vllm", "vllm_mode", "vllm_model_impl", "vllm_enable_sleep_mode", "vllm_structured_outputs_regex",
+        "vllm_model_impl", "vllm_enable_sleep_mode", "vllm_structured_outputs_regex",
         "vllm_server_base_url", "vllm_server_host", "vllm_server_port", "vllm_server_timeout", "vllm_group_port",
-        "vllm_gpu_memory_utilization", "vllm_max_model_length", "vllm_tensor_parallel_size",
+        "vllm_tensor_parallel_size",
         "vllm_importance_sampling_correction", "vllm_importance_sampling_mode", "vllm_importance_sampling_clip_max",
         "vllm_importance_sampling_clip_min", "vllm_importance_sampling_cap")},
     **{k: _DATALOADER for k in (
@@ -106,6 +107,8 @@ UNSUPPORTED: dict[str, str] = {
 """trl 1.16 `GRPOConfig` fields mmrl does not take, with the reason (shown when one is given)."""
 
 UNSUPPORTED_VALUES: dict[str, dict[str, str]] = {
+    "vllm_mode": {"server": "vllm_mode server (a separate vLLM server process) is not implemented; colocate runs vLLM in "
+                            "the trainer's process"},
     "loss_type": {"sapo": "loss_type sapo is not implemented",
                   "vespo": "loss_type vespo is not implemented", "luspo": "loss_type luspo is not implemented"},
 }

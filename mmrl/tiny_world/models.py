@@ -17,6 +17,7 @@ import os
 import re
 import shutil
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -61,7 +62,9 @@ class TinySpec:
     `ar_init_steps` (causal next-token steps on the same backbone before the masked-diffusion steps, the AR-to-
     diffusion adaptation of Dream / DiffuLLaMA; needs `shift_logits=True` in `arch`), `time_weight` ("inv_t", LLaDA's
     1/t, the default; "linear"; "none"), `normalise` ("length", LLaDA, the default; "masked": the mean over masked
-    tokens), `token_reweight` ([alpha, gamma]: MGDM's token reweighting)."""
+    tokens), `token_reweight` ([alpha, gamma]: MGDM's token reweighting), `diffusion_lr` (the diffusion steps' learning
+    rate, default `lr`), `suffix_frac` (the share of rows masking a random suffix); of the causal family
+    (`mmrl.tiny_world.pretrain.causal_sft`): `trim_padding` (each batch cut to its longest row)."""
     description: str = ""
     """What the model is for and the competence it reaches."""
 
@@ -132,12 +135,12 @@ TINY_MODELS: dict[str, TinySpec] = {
     "countdown4-steps-ar": TinySpec(
         name="countdown4-steps-ar", family="causal_lm", task="countdown4_steps",
         arch=dict(hidden_size=128, intermediate_size=256, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=4),
-        steps=300, batch_size=32, gen_length=210,
+        steps=1500, batch_size=32, gen_length=170, recipe={"trim_padding": True},
         description="causal Qwen2 (4 layers, 128 wide) for four-number Countdown with the working written out digit by "
-                    "digit (countdown4_steps, answers of 60-200 tokens; issue 25's long-answer base), 300 steps at batch 32 (237 CPU s "
-                    "on one loaded core, final loss 0.37): NOT yet a usable base: 0.00 greedy, sampled pass@1 and pass@16 "
-                    "0.00 on the 300 validation problems; it writes the format (greedy answers 85 tokens) but with wrong "
-                    "column sums and numbers not in its prompt (docs/RESULTS.md, base models)",
+                    "digit (countdown4_steps v2, answers of 60-160 tokens; issue 25's long-answer base), 1500 steps "
+                    "of 32 demonstrations, each batch cut to its longest row (763 CPU s, final loss 0.09); on the 300 "
+                    "validation problems 0.21 greedy, sampled pass@1 0.09 and pass@16 0.57 at T = 1, answers of 73 "
+                    "(greedy) / 79 (sampled) tokens (docs/RESULTS.md; `python scripts/studies/countdown4_steps_base.py`)",
     ),
     "shapes": TinySpec(
         name="shapes", family="janus", task="shapes",
@@ -337,7 +340,7 @@ def pretrain(spec: TinySpec, *, progress: bool = True, curve: Callable | None = 
     if spec.family == "masked_diffusion":
         history = pt.masked_diffusion_sft(policy, prompts, targets, gen_length=spec.gen_length, **kw, **spec.recipe)
     elif spec.family == "causal_lm":
-        history = pt.causal_sft(policy, prompts, targets, **kw)
+        history = pt.causal_sft(policy, prompts, targets, **kw, **spec.recipe)
     elif spec.family == "janus":
         history = pt.janus_sft(policy, prompts, targets, **kw, **_shapes_data(spec, policy))
     elif spec.family == "masked_image":
@@ -404,10 +407,14 @@ def ensure_built(name: str, *, force: bool = False, progress: bool = True, steps
     shutil.rmtree(tmp, ignore_errors=True)
     t0 = time.perf_counter()
     cpu0 = time.process_time()
-    policy, history = pretrain(spec, progress=progress, curve=curve, curve_every=curve_every)
+    with _one_torch_thread():
+        policy, history = pretrain(spec, progress=progress, curve=curve, curve_every=curve_every)
     policy.save_pretrained(tmp)
+    digest = weights_digest(tmp)
     info = {"spec": asdict(spec), "seconds": time.perf_counter() - t0, "cpu_seconds": time.process_time() - cpu0,
-            "final_loss": history[-1]["loss"] if history else None}
+            "final_loss": history[-1]["loss"] if history else None, "weights_sha256": digest,
+            "torch": _torch_version()}
+    _compare_with_reference(final.name if steps is None else None, digest)
     if curve is not None:
         info["curve"] = [{"step": h["step"], "seconds": h["seconds"], "eval": h["eval"]} for h in history if "eval" in h]
     (tmp / "tiny_spec.json").write_text(json.dumps(info, indent=2, default=str))
@@ -418,6 +425,59 @@ def ensure_built(name: str, *, force: bool = False, progress: bool = True, steps
         shutil.rmtree(damaged, ignore_errors=True)
     tmp.rename(final)
     return final
+
+
+REFERENCE_BUILDS: dict[tuple[str, str], str] = {
+    # built on one thread, torch 2.14.1, x86-64 (the machine behind docs/RESULTS.md's protocol tables, 2026-12-02)
+    ("shapes-38b382d914", "2.14.1"): "edd031ceae4ca7269dc283bafac7e8af46acbdf7f5987b87663654830ecb9feb",
+    ("shapes-clean-75c2559005", "2.14.1"): "c4af6304446fa51fd7a91725c392eeaa1ddb9d248535368a52e7d9056ab22e9a",
+    ("countdown3-ar-lazy-e905b512b6", "2.14.1"): "204e3ae55309d45de2b78dfa01aa7856c192d4955ecda01b14978c6cc15b1c9e",
+    ("countdown3-ar-clean-ba1596f4b1", "2.14.1"): "4d905e71e624f3f97003e1eadcf3c5921aa3456e1b24c0873ec6872bc26d2ce1",
+    ("countdown3-md-23921e8e27", "2.14.1"): "580b2788de990d58816e4f8be7d4f006f033d5cee4625e8b6a2c732a8ac31571",
+    ("countdown4-steps-ar-efe17a9124", "2.14.1"): "3f9d7b9c2b09b514ed2b9724b2fa84bfc0c78fd77286f154017bbc19f81ae19e",
+}
+"""(cache folder name `<base>-<spec key>`, torch version) -> `weights_digest` of the build behind docs/RESULTS.md's
+figures. A build whose digest differs (another CPU's kernels, another library version) is another model:
+`ensure_built` warns, since the published figures then are not this base's."""
+
+
+@contextmanager
+def _one_torch_thread():
+    """Builds run on one torch thread whatever the caller set: reductions split over threads add in another order
+    (a sum of 1e5 floats differs by 1.5e-5 between 1 and 2 threads), and over 1000 Adam steps that is another base
+    (issue 23: a fresh-cache quickstart on 2 threads scored 27.3 where the 1-thread base scores 30.5)."""
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(n)
+
+
+def _torch_version() -> str:
+    import torch
+
+    return str(torch.__version__).split("+")[0]
+
+
+def weights_digest(path: Path) -> str:
+    """SHA-256 over the weight files of a saved model (`*.safetensors`, by relative path): the build's identity,
+    apart from the timing fields of `tiny_spec.json`."""
+    h = hashlib.sha256()
+    for p in sorted(Path(path).rglob("*.safetensors")):
+        h.update(p.relative_to(path).as_posix().encode())
+        h.update(hashlib.sha256(p.read_bytes()).digest())
+    return h.hexdigest()
+
+
+def _compare_with_reference(name: str | None, digest: str) -> None:
+    ref = REFERENCE_BUILDS.get((name, _torch_version())) if name else None
+    if ref is not None and ref != digest:
+        logger.warning("tiny-world base %s rebuilt here differs from the reference build behind docs/RESULTS.md "
+                       "(weights %s..., reference %s...): its figures are this machine's, not the published ones",
+                       name, digest[:12], ref[:12])
 
 
 def _cache_intact(path: Path, spec: TinySpec) -> bool:

@@ -70,14 +70,24 @@ def mgdm_token_weights(ce: torch.Tensor, alpha: float, gamma: float) -> torch.Te
     return alpha * (1 - torch.exp(-ce)) ** gamma * ce
 
 
+def suffix_masks(fixed: torch.Tensor, cut: torch.Tensor) -> torch.Tensor:
+    """Block-autoregressive masks [B, T]: every free response position at or after `cut` [B, 1] (values in [0, T))
+    is masked, the prefix before it is visible: the conditionals a left-to-right (block length 1) decode asks for,
+    and the causal phase's next-token task under bidirectional attention."""
+    return (torch.arange(fixed.shape[1], device=fixed.device)[None] >= cut) & ~fixed
+
+
 def masked_sft_loss(policy, x_p: torch.Tensor, m_p: torch.Tensor, x_r: torch.Tensor, fixed: torch.Tensor,
                     generator: torch.Generator, *, eps: float = 1e-3, time_weight: str = "inv_t",
-                    normalise: str = "length", token_reweight: Sequence[float] | None = None) -> torch.Tensor:
+                    normalise: str = "length", token_reweight: Sequence[float] | None = None,
+                    suffix_frac: float = 0.0) -> torch.Tensor:
     """The masked-diffusion SFT loss of one batch, a scalar: t ~ U(eps, 1) per row, every free response token masked
     with probability t; by default LLaDA's eq. 5, `sum(CE over masked tokens / t) / (number of free response tokens)`.
 
     `time_weight` replaces 1/t (`diffusion_time_weights`), `normalise="masked"` divides by the number of masked
-    tokens instead (MGDM's average token loss), `token_reweight=(alpha, gamma)` applies `mgdm_token_weights`.
+    tokens instead (MGDM's average token loss), `token_reweight=(alpha, gamma)` applies `mgdm_token_weights`,
+    `suffix_frac` of the rows (drawn per row) mask a uniformly drawn suffix instead (`suffix_masks`; their t is the
+    masked share of the row).
 
     Args: prompt ids x_p [B, P] and mask m_p [B, P], response ids x_r [B, T], fixed [B, T] (infilled given positions,
     never masked and not counted), a CPU generator for t and the masks.
@@ -87,6 +97,12 @@ def masked_sft_loss(policy, x_p: torch.Tensor, m_p: torch.Tensor, x_r: torch.Ten
     b, t_len = x_r.shape
     t = eps + (1 - eps) * torch.rand(b, 1, generator=generator)  # [B, 1]
     masked = (torch.rand(b, t_len, generator=generator) < t) & ~fixed  # [B, T]
+    if suffix_frac:  # drawn only when asked, so the default recipe's random stream is unchanged
+        cut = torch.randint(0, t_len, (b, 1), generator=generator)  # [B, 1]
+        pick = torch.rand(b, 1, generator=generator) < suffix_frac  # [B, 1]
+        suffix = suffix_masks(fixed, cut)  # [B, T]
+        masked = torch.where(pick, suffix, masked)
+        t = torch.where(pick, suffix.float().mean(-1, keepdim=True).clamp(min=eps), t)
     noisy = torch.where(masked, torch.full_like(x_r, policy.mask_token_id), x_r)
     logits = policy.backbone_logits(m_p, t_len, policy.model)(torch.cat([x_p, noisy], dim=1))[:, -t_len:]  # [B, T, V]
     ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), x_r.reshape(-1), reduction="none").view(b, t_len)
@@ -116,6 +132,8 @@ def masked_diffusion_sft(
     time_weight: str = "inv_t",
     normalise: str = "length",
     token_reweight: Sequence[float] | None = None,
+    diffusion_lr: float | None = None,
+    suffix_frac: float = 0.0,
 ) -> list[dict]:
     """Train a `MaskedDiffusionAdapter` in place with LLaDA's SFT loss (or the `masked_sft_loss` variant that
     `time_weight`, `normalise`, `token_reweight` choose); returns the history of (step, loss, seconds, eval).
@@ -124,6 +142,7 @@ def masked_diffusion_sft(
     runs the `steps` masked-diffusion steps with a fresh optimizer: the AR-to-diffusion adaptation of Dream
     (Ye et al. 2025, initialised from Qwen2.5) and DiffuLLaMA (Gong et al. 2025, arXiv 2410.17891), which needs
     Dream's shifted logits (`policy.shift_logits`) so that position i-1 keeps predicting token i.
+    `diffusion_lr` is the masked-diffusion steps' learning rate (default `lr`, the causal phase's).
     """
     if time_weight not in TIME_WEIGHTS:
         raise ValueError(f"unknown time_weight {time_weight!r}; valid: {list(TIME_WEIGHTS)}")
@@ -131,6 +150,10 @@ def masked_diffusion_sft(
         raise ValueError(f"unknown normalise {normalise!r}; valid: {list(NORMALISATIONS)}")
     if token_reweight is not None and len(token_reweight) != 2:
         raise ValueError(f"token_reweight must be [alpha, gamma], got {token_reweight!r}")
+    if not 0.0 <= float(suffix_frac) <= 1.0:
+        raise ValueError(f"suffix_frac must lie in [0, 1], got {suffix_frac!r}")
+    if diffusion_lr is not None and not float(diffusion_lr) > 0:
+        raise ValueError(f"diffusion_lr must be > 0, got {diffusion_lr!r}")
     model = policy.model
     tok = policy.tokenizer
     texts = [policy._prompt_text(p) for p in prompts]
@@ -142,7 +165,7 @@ def masked_diffusion_sft(
     fixed = (templates != policy.mask_token_id).cpu() if templates is not None else torch.zeros_like(resp, dtype=torch.bool)
     n = prompt.shape[0]
     g = torch.Generator().manual_seed(seed)
-    opt, sched = sft_optimizer(model, lr, steps)
+    opt, sched = sft_optimizer(model, lr if diffusion_lr is None else float(diffusion_lr), steps)
     history: list[dict] = []
     t0 = time.perf_counter()
     model.train()
@@ -155,7 +178,7 @@ def masked_diffusion_sft(
         idx = order[cursor : cursor + batch_size]
         cursor += batch_size
         loss = masked_sft_loss(policy, prompt[idx], pmask[idx], resp[idx], fixed[idx], g, eps=eps, time_weight=time_weight,
-                               normalise=normalise, token_reweight=token_reweight)
+                               normalise=normalise, token_reweight=token_reweight, suffix_frac=float(suffix_frac))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -197,9 +220,14 @@ def causal_phase(policy, prompts: Sequence[str], targets: Sequence[str], *, step
 
 def causal_sft(policy, prompts: Sequence[str], targets: Sequence[str], *, steps: int, batch_size: int = 64, lr: float = 2e-3,
                seed: int = 0, eval_fn: Callable[[], float] | None = None, eval_every: int = 0, progress: bool = True,
-               desc: str = "pretrain", eos_id: int | None = None, pad_id: int | None = None) -> list[dict]:
+               desc: str = "pretrain", eos_id: int | None = None, pad_id: int | None = None,
+               trim_padding: bool = False) -> list[dict]:
     """Train a `CausalLMAdapter` in place on prompt -> target + EOS (loss on the target tokens only); `eos_id` /
-    `pad_id` default to the adapter's generation defaults (`causal_phase` passes a diffusion model's)."""
+    `pad_id` default to the adapter's generation defaults (`causal_phase` passes a diffusion model's).
+    `trim_padding`: cut each batch to its longest row (TRL's dynamic padding) instead of the longest row of the data;
+    the loss is the same function of the weights (right padding under a causal mask is never attended to), the
+    step is cheaper when lengths vary (countdown4_steps: 60-160 tokens). Off by default, so the bases built before
+    it keep their exact floating-point history."""
     from mmrl.models.base import right_pad
 
     model, tok = policy.model, policy.tokenizer
@@ -226,8 +254,10 @@ def causal_sft(policy, prompts: Sequence[str], targets: Sequence[str], *, steps:
             order, cursor = torch.randperm(n, generator=g), 0
         idx = order[cursor : cursor + batch_size]
         cursor += batch_size
-        logits = model(input_ids=ids[idx], attention_mask=mask[idx]).logits[:, :-1]  # [B, L-1, V]
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels[idx][:, 1:].reshape(-1), ignore_index=-100)
+        width = int(mask[idx].sum(1).max()) if trim_padding else ids.shape[1]
+        b_ids, b_mask, b_labels = ids[idx, :width], mask[idx, :width], labels[idx, :width]  # [B, W]
+        logits = model(input_ids=b_ids, attention_mask=b_mask).logits[:, :-1]  # [B, W-1, V]
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), b_labels[:, 1:].reshape(-1), ignore_index=-100)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

@@ -35,22 +35,46 @@ def held_out(policy, rows: Sequence[dict], metric: str, family: str, length: int
 
 
 def held_out_items(policy, rows: Sequence[dict], metric: str, family: str, length: int, k: int = 4,
-                   batch_size: int = 128) -> tuple[dict[str, float], dict[str, list[float]]]:
+                   batch_size: int = 128, shortcut_op: str | None = None) -> tuple[dict[str, float], dict[str, list[float]]]:
     """(`held_out`'s figures, the per-row scores behind them: {"greedy": [R], "sampled": [R] (mean of the row's
-    k samples), "pass": [R] (1 if any sample scores 1)}), for the paired intervals of `mmrl.tiny_world.stats`."""
+    k samples), "pass": [R] (1 if any sample scores 1)}), for the paired intervals of `mmrl.tiny_world.stats`.
+
+    With `shortcut_op` (countdown3 and a shortcut demonstrator's operator, `is_shortcut`) the items also hold, per
+    row, "shortcut" (share of the k sampled answers that are the shortcut), "right_not_shortcut" (share that are
+    right and not the shortcut) and "greedy_shortcut" (1 / 0); the summary adds the held-out shortcut share and the
+    accuracy among the non-shortcut answers, sum(right_not_shortcut) / sum(1 - shortcut) (`non_shortcut_ratio`)."""
     from mmrl.training.evaluate import d1_generation, evaluate
 
     greedy = evaluate(policy, rows, metric, batch_size=batch_size, progress=False,
                       **d1_generation(family, length, length, length))
     scores = torch.zeros(len(rows), k)  # [R, K]
+    short = torch.zeros(len(rows), k)  # [R, K] 1 where the sample is the shortcut
     for j in range(k):
         res = evaluate(policy, rows, metric, batch_size=batch_size, progress=False, seed=1000 + j,
                        **sampled_generation(family, length))
         scores[:, j] = torch.tensor(res.scores)
+        if shortcut_op is not None:
+            short[:, j] = torch.tensor([float(is_shortcut(r["prompt"], c if isinstance(c, str) else "", shortcut_op))
+                                        for r, c in zip(rows, res.completions)])
     passed = (scores >= 1).any(1).float()  # [R]
     summary = {"greedy": float(greedy.accuracy), "sampled": float(scores.mean()), f"pass@{k}": float(passed.mean())}
     items = {"greedy": [float(x) for x in greedy.scores], "sampled": scores.mean(1).tolist(), "pass": passed.tolist()}
+    if shortcut_op is not None:
+        right_not = ((scores >= 1) & (short == 0)).float()  # [R, K]
+        items["shortcut"] = short.mean(1).tolist()
+        items["right_not_shortcut"] = right_not.mean(1).tolist()
+        items["greedy_shortcut"] = [float(is_shortcut(r["prompt"], c if isinstance(c, str) else "", shortcut_op))
+                                    for r, c in zip(rows, greedy.completions)]
+        summary["shortcut"] = float(short.mean())
+        summary["non_shortcut_accuracy"] = non_shortcut_ratio(items["right_not_shortcut"], items["shortcut"])
     return summary, items
+
+
+def non_shortcut_ratio(right_not_shortcut: Sequence[float], shortcut: Sequence[float]) -> float:
+    """Accuracy among the sampled answers that are not the shortcut: sum of the rows' right non-shortcut shares over
+    the sum of their non-shortcut shares (nan when every answer is the shortcut)."""
+    den = sum(1.0 - s for s in shortcut)
+    return sum(right_not_shortcut) / den if den > 0 else float("nan")
 
 
 _PROBLEM = re.compile(r"(\d+),(\d+),(\d+)=(\d+)")
@@ -155,6 +179,22 @@ COMPARISONS: dict[str, dict[str, Any]] = {
         "DMPO F=8, trust region 0.05": {**DMPO_ARM, "num_iterations": 8, "dmpo_trust_region": 0.05},
     }},
 }
+SHARED_OPTIMIZER: dict[str, Any] = {"adam_beta2": 0.999, "max_grad_norm": 1.0, "weight_decay": 0.0}
+"""The one optimizer setting of `dmpo-kl-countdown3`'s 2 x 2 (AdamW (0.9, 0.999), grad clip 1.0, no weight decay: the
+library's and the policy-gradient arms' defaults, written out so that DMPO's method defaults (clip 0.2, beta2 0.99,
+weight decay 0.1) do not apply)."""
+
+COMPARISONS["dmpo-kl-countdown3"] = {
+    # issue 23 item 5 / issue 24 item 2: {DMPO, diffu-GRPO} x {no KL, KL 0.1} on one optimizer setting; the arms
+    # differ only in the method (and its own options) and beta. 12 rollout batches of 32 x 16 per run (not the
+    # other comparisons' 120): the CPU budget stated in docs/RESULTS.md ("DMPO vs diffu-GRPO as a 2 x 2") before the
+    # runs; the validation curves on 128 rows
+    "recipe": {**COUNTDOWN_RL, **SHARED_OPTIMIZER, "diagnostics_reference": True, "eval_limit": 128}, "rollouts": 12, "arms": {
+        "diffu-GRPO, KL 0.1": {"method": "diffu_grpo", "num_iterations": 1, "beta": 0.1},
+        "diffu-GRPO, no KL": {"method": "diffu_grpo", "num_iterations": 1, "beta": 0.0},
+        "DMPO, KL 0.1": {**DMPO_ARM, "beta": 0.1},
+        "DMPO, no KL": {**DMPO_ARM, "beta": 0.0},
+    }}
 """comparison -> shared recipe, rollout batches per arm, arm label -> overrides."""
 
 SMOKE = {"per_device_train_batch_size": 32, "num_generations": 4, "eval_limit": 16}
@@ -236,7 +276,8 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
     from mmrl.tiny_world.models import TINY_MODELS, load_base_policy
     from mmrl.tiny_world.report import curve, fmt, markdown_table, mean_std, plot_curves
     from mmrl.tiny_world.rft import rejection_sampling_ft
-    from mmrl.tiny_world.stats import difference_interval, gap_closed_interval, mean_interval
+    from mmrl.tiny_world.stats import (difference_interval, gap_closed_interval, mean_interval, ratio_difference_interval,
+                                       ratio_interval)
     from mmrl.training.trainer import Trainer
 
     if name not in COMPARISONS:
@@ -262,15 +303,16 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
     val_rows = task.validation[: 16 if smoke else recipe["eval_limit"]]  # the curves (and any choice) use validation
     k = 2 if smoke else FINAL_SAMPLES
     L = recipe["max_completion_length"]
+    sc_op = op if recipe["task"] == "countdown3" else None  # the held-out shortcut share: countdown3's demonstrator
     t_all = time.perf_counter()
     base_steps = SMOKE_BASE_STEPS if smoke else None
     before, before_items = held_out_items(load_base_policy(base_name, progress=progress, steps=base_steps), rows, task.metric,
-                                          recipe["family"], L, k)
+                                          recipe["family"], L, k, shortcut_op=sc_op)
     say(f"[{name}] base: " + "  ".join(f"{a} {v:.3f}" for a, v in before.items()))
     ref, ref_items = None, None
     if baselines and base_name in CLEAN_REFERENCES:
         ref, ref_items = held_out_items(load_base_policy(CLEAN_REFERENCES[base_name], progress=progress, steps=base_steps), rows,
-                                        task.metric, recipe["family"], L, k)
+                                        task.metric, recipe["family"], L, k, shortcut_op=sc_op)
         say(f"[{name}] clean SFT reference: " + "  ".join(f"{a} {v:.3f}" for a, v in ref.items()))
     selected = arms or list(COMPARISONS[name]["arms"])
     arms: dict[str, list[dict]] = {}
@@ -284,7 +326,7 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
             Trainer(cfg, policy=policy, dataset=task.train, reward_funcs=cfg.reward_funcs, eval_dataset=val_rows,
                     eval_metric=task.metric).train()
             secs = time.perf_counter() - t0
-            after, items = held_out_items(policy, rows, task.metric, recipe["family"], L, k)
+            after, items = held_out_items(policy, rows, task.metric, recipe["family"], L, k, shortcut_op=sc_op)
             arms.setdefault(arm, []).append({"seed": seed, "after": after, "items": items, "seconds": secs,
                                              "records": read_metrics(run_dir),
                                              "shortcut": shortcut_share(run_dir, op)})
@@ -301,7 +343,7 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
                                         prompts_per_rollout=cfg.prompts_per_rollout, group_size=cfg.num_generations,
                                         lr=cfg.learning_rate, seed=seed, generation=sampled_generation(recipe["family"], L))
             secs = time.perf_counter() - t0
-            after, items = held_out_items(policy, rows, task.metric, recipe["family"], L, k)
+            after, items = held_out_items(policy, rows, task.metric, recipe["family"], L, k, shortcut_op=sc_op)
             arms.setdefault(RFT_ARM, []).append({"seed": seed, "after": after, "items": items, "seconds": secs, "records": [],
                                                  "shortcut": [], "rft_accepted": sum(rft["accepted"])})
             say(f"[{name}] {RFT_ARM}, seed {seed}: {sum(rft['accepted'])} of {rft['sampled']} samples kept, {secs:.0f} s: "
@@ -309,16 +351,29 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
     pk = f"pass@{k}"
     base_m = {m: [before_items[m]] for m in ("sampled", "greedy")}
     ref_m = {m: [ref_items[m]] for m in ("sampled", "greedy")} if ref_items else None
+    def shortcut_cells(item_runs: list[dict[str, list[float]]]) -> list[str]:
+        """[held-out shortcut share [CI], accuracy among non-shortcut answers [CI]] of one row's runs (or "-")."""
+        if sc_op is None:
+            return []
+        share = mean_interval([r["shortcut"] for r in item_runs]).fmt()
+        den = [[1.0 - x for x in r["shortcut"]] for r in item_runs]
+        if sum(map(sum, den)) == 0:
+            return [share, "- (every answer is the shortcut)"]
+        return [share, ratio_interval([r["right_not_shortcut"] for r in item_runs], den).fmt()]
+
+    sc_head = ([f"held-out shortcut share (sampled) [95% CI]", "accuracy among non-shortcut answers [95% CI]"]
+               if sc_op is not None else [])
     head = ["model", f"sampled acc. (T=1, {k} per row) [95% CI]", "gain (points) [95% CI]", "greedy acc.",
-            "greedy gain [95% CI]", pk, "share of the gap to clean SFT closed (sampled) [95% CI]",
-            "train reward, first / last 5 steps", "shortcut answers, first / last 5 steps", "KL to base (last step)", "s per run"]
+            "greedy gain [95% CI]", pk, *sc_head, "share of the gap to clean SFT closed (sampled) [95% CI]",
+            "train reward, first / last 5 steps", "shortcut answers in the rollouts, first / last 5 steps",
+            "KL to base (last step)", "s per run"]
     table_rows = [["base model", mean_interval(base_m["sampled"]).fmt(), "-", fmt(before["greedy"]), "-", fmt(before[pk]),
-                   "-", "-", "-", "-", "-"]]
+                   *shortcut_cells([before_items]), "-", "-", "-", "-", "-"]]
     if ref is not None:
         table_rows.append([f"clean SFT at the same compute (`{CLEAN_REFERENCES[base_name]}`)", mean_interval(ref_m["sampled"]).fmt(),
                            difference_interval(ref_m["sampled"], base_m["sampled"]).fmt(signed=True), fmt(ref["greedy"]),
-                           difference_interval(ref_m["greedy"], base_m["greedy"]).fmt(signed=True), fmt(ref[pk]), "1 (by definition)",
-                           "-", "-", "-", "-"])
+                           difference_interval(ref_m["greedy"], base_m["greedy"]).fmt(signed=True), fmt(ref[pk]),
+                           *shortcut_cells([ref_items]), "1 (by definition)", "-", "-", "-", "-"])
     intervals: dict[str, dict] = {}
     for arm, runs in arms.items():
         samp = [r["items"]["sampled"] for r in runs]
@@ -337,7 +392,7 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
         short = f"{100 * mean_std([mean_std(y[:5])[0] for y in sc])[0]:.1f} / {100 * mean_std([mean_std(y[-5:])[0] for y in sc])[0]:.1f}"
         table_rows.append([f"{arm} ({len(runs)} seeds)", ivs["sampled"].fmt(), ivs["gain"].fmt(signed=True),
                            fmt(*mean_std([r["after"]["greedy"] for r in runs])), ivs["greedy_gain"].fmt(signed=True),
-                           fmt(*mean_std([r["after"][pk] for r in runs])),
+                           fmt(*mean_std([r["after"][pk] for r in runs])), *shortcut_cells([r["items"] for r in runs]),
                            ivs["gap_closed"].fmt(scale=1.0, digits=2) if "gap_closed" in ivs else "-",
                            f"{100 * first:.1f} / {100 * last:.1f}", short, f"{kl:.3f}", f"{mean_std([r['seconds'] for r in runs])[0]:.0f}"])
     table = markdown_table(head, table_rows)
@@ -352,6 +407,27 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
     if diffs:
         table += "\n\n" + markdown_table(["difference, sampled accuracy (points)", "estimate [95% CI]", "claimed (interval excludes 0)"],
                                           [[k_, v.fmt(signed=True), "yes" if v.excludes_zero else "no"] for k_, v in diffs.items()])
+    sc_diffs: dict[str, dict[str, Any]] = {}
+    if sc_op is not None:  # the same pairs on the held-out shortcut share and the accuracy among non-shortcut answers
+        items_of = {a: [r["items"] for r in runs] for a, runs in arms.items()}
+        if ref_items is not None:
+            items_of["clean SFT"] = [ref_items]
+        pairs = [(a, b) for i, a in enumerate(labels) for b in labels[i + 1:] + ([RFT_ARM] if RFT_ARM in arms else [])
+                 + (["clean SFT"] if ref_items is not None else [])]
+        for a, b in pairs:
+            xa, xb = items_of[a], items_of[b]
+            share = difference_interval([r["shortcut"] for r in xa], [r["shortcut"] for r in xb])
+            dens = [[[1.0 - x for x in r["shortcut"]] for r in x_] for x_ in (xa, xb)]
+            acc = (ratio_difference_interval([r["right_not_shortcut"] for r in xa], dens[0], [r["right_not_shortcut"] for r in xb], dens[1])
+                   if all(sum(map(sum, d)) > 0 for d in dens) else None)
+            sc_diffs[f"{a} - {b}"] = {"shortcut": share, "non_shortcut_accuracy": acc}
+        if sc_diffs:
+            table += "\n\n" + markdown_table(
+                ["difference (points)", "held-out shortcut share [95% CI]", "claimed", "accuracy among non-shortcut answers [95% CI]", "claimed"],
+                [[k_, v["shortcut"].fmt(signed=True), "yes" if v["shortcut"].excludes_zero else "no",
+                  v["non_shortcut_accuracy"].fmt(signed=True) if v["non_shortcut_accuracy"] else "-",
+                  ("yes" if v["non_shortcut_accuracy"].excludes_zero else "no") if v["non_shortcut_accuracy"] else "-"]
+                 for k_, v in sc_diffs.items()])
     plot_curves({a: [curve(r["records"], "eval/accuracy") for r in runs] for a, runs in arms.items() if a != RFT_ARM}, root / "accuracy.png",
                 title=f"{name}: validation accuracy (one sampled answer per row, T = 1)", ylabel="accuracy")
     plot_curves({a: [curve(r["records"], "reward", smooth=5) for r in runs] for a, runs in arms.items()}, root / "reward.png",
@@ -372,6 +448,8 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
                "intervals": paired,
                "arm_intervals": {a: {x: v.to_dict() for x, v in ivs.items()} for a, ivs in intervals.items()},
                "differences": {x: v.to_dict() for x, v in diffs.items()},
+               "shortcut_differences": {x: {m: (iv.to_dict() if iv else None) for m, iv in v.items()} for x, v in sc_diffs.items()},
+               "shortcut_op": sc_op,
                "arms": {a: [{x: v for x, v in r.items() if x not in ("records", "shortcut")} for r in runs] for a, runs in arms.items()},
                "configs": {a: arm_config(name, a, seed=0, out=Path("."), rollouts=rollouts, smoke=smoke, base=base)
                            for a in arms if a != RFT_ARM}}

@@ -169,3 +169,57 @@ def gap_closed_interval(after, base, reference, *, groups: Sequence | None = Non
     ok = (rr - rb) != 0.0
     reps = (ra[ok] - rb[ok]) / (rr[ok] - rb[ok])
     return _interval(est, reps, xa.shape[1], xa.shape[0], level)
+
+
+def _ratio_replicates(xn: np.ndarray, xd: np.ndarray, weights: np.ndarray, item_idx: np.ndarray,
+                      rng: np.random.Generator) -> np.ndarray:
+    """[B] replicated ratios mean(num) / mean(den) of one arm: numerator and denominator share every item and seed
+    resample (they are two scores of the same runs); a replicate with a zero denominator is nan."""
+    n_boot = item_idx.shape[0]
+    num = np.stack([(xn[:, row] * weights).sum(axis=1) for row in item_idx], axis=1)  # [S, B]
+    den = np.stack([(xd[:, row] * weights).sum(axis=1) for row in item_idx], axis=1)  # [S, B]
+    seed_idx = rng.integers(0, xn.shape[0], size=(n_boot, xn.shape[0]))  # [B, S]
+    cols = np.arange(n_boot)[:, None]
+    n, d = num[seed_idx, cols].mean(axis=1), den[seed_idx, cols].mean(axis=1)  # [B]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(d > 0, n / np.where(d > 0, d, 1.0), np.nan)
+
+
+def _ratio_inputs(num, den, label: str) -> tuple[np.ndarray, np.ndarray]:
+    xn, xd = as_matrix(num, f"{label} numerator"), as_matrix(den, f"{label} denominator")
+    if xn.shape != xd.shape:
+        raise ValueError(f"{label}: numerator and denominator must have the same [seeds, items] shape, got {xn.shape} and {xd.shape}")
+    if (xd < 0).any():
+        raise ValueError(f"{label}: the denominator must be >= 0 (a count or share of answers)")
+    if xd.sum() == 0:
+        raise ValueError(f"{label}: the denominator is 0 on every item: the ratio is undefined")
+    return xn, xd
+
+
+def ratio_interval(num, den, *, n_boot: int = N_BOOT, level: float = LEVEL, seed: int = 0) -> Interval:
+    """The interval of one arm's ratio of means, sum(num) / sum(den) over seeds and items (e.g. the accuracy among
+    the answers that are not the shortcut: num = each item's share of right non-shortcut answers, den = its share of
+    non-shortcut answers); `num`, `den` [S, I] (or [I]). Items and seeds are resampled together for both."""
+    _check(level, n_boot)
+    xn, xd = _ratio_inputs(num, den, "ratio")
+    rng = np.random.default_rng(seed)
+    weights, item_idx = _item_weights_and_resampler(xn.shape[1], None, rng, n_boot)
+    reps = _ratio_replicates(xn, xd, weights, item_idx, rng)
+    est = float((xn @ weights).mean() / (xd @ weights).mean())
+    return _interval(est, reps[np.isfinite(reps)], xn.shape[1], xn.shape[0], level)
+
+
+def ratio_difference_interval(num_a, den_a, num_b, den_b, *, n_boot: int = N_BOOT, level: float = LEVEL,
+                              seed: int = 0) -> Interval:
+    """The paired interval of ratio(a) - ratio(b) (`ratio_interval`) on the same items: items shared by both arms in
+    every replicate, seeds resampled per arm (replicates with a zero denominator in either arm are dropped)."""
+    _check(level, n_boot)
+    an, ad = _ratio_inputs(num_a, den_a, "a")
+    bn, bd = _ratio_inputs(num_b, den_b, "b")
+    if an.shape[1] != bn.shape[1]:
+        raise ValueError(f"a and b must score the same items: {an.shape[1]} vs {bn.shape[1]} items")
+    rng = np.random.default_rng(seed)
+    weights, item_idx = _item_weights_and_resampler(an.shape[1], None, rng, n_boot)
+    reps = _ratio_replicates(an, ad, weights, item_idx, rng) - _ratio_replicates(bn, bd, weights, item_idx, rng)
+    est = float((an @ weights).mean() / (ad @ weights).mean() - (bn @ weights).mean() / (bd @ weights).mean())
+    return _interval(est, reps[np.isfinite(reps)], an.shape[1], min(an.shape[0], bn.shape[0]), level)

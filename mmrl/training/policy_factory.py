@@ -116,8 +116,9 @@ def build_policy(cfg: TrainConfig, device: torch.device | str | None = None):
     elif source is not None:
         policy = source(src.split(":", 1)[1], family=cfg.family)
     else:
+        quant = {"quantization_config": quantization_config(cfg)} if cfg.load_in_4bit or cfg.load_in_8bit else {}
         policy = cls.from_pretrained(src, trust_remote_code=cfg.trust_remote_code, dtype=dtype, device=device,
-                                     ref_model=(cfg.ref_model_name_or_path or True) if want_ref else False)
+                                     ref_model=(cfg.ref_model_name_or_path or True) if want_ref else False, **quant)
     set_generation_defaults(policy, gen)
     if (want_ref and policy.ref_model is None) or wants_reference(cfg, policy):
         if cfg.ref_model_name_or_path:
@@ -134,7 +135,8 @@ def build_policy(cfg: TrainConfig, device: torch.device | str | None = None):
         if policy.ref_model is not None:
             policy.ref_model.to(dtype)
     if device is not None:
-        policy.model.to(device)
+        if not is_quantized(policy.model):  # placed by device_map as it loaded; bitsandbytes models cannot move
+            policy.model.to(device)
         if policy.ref_model is not None:
             policy.ref_model.to(device)
     policy.model.eval()  # dropout off: the importance ratio must be exactly 1 at the first inner step
@@ -161,6 +163,40 @@ def set_attention(policy, name: str) -> None:
             raise AttentionError(f"attn_implementation={name!r} cannot be used with {type(model).__name__}: {first}") from None
 
 
+def quantization_config(cfg: TrainConfig):
+    """transformers' `BitsAndBytesConfig` of `load_in_4bit` / `load_in_8bit`, as TRL's `get_quantization_config`
+    builds it: the 4-bit compute dtype is torch_dtype (TRL: `dtype`), the storage dtype `bnb_4bit_quant_storage`."""
+    from transformers import BitsAndBytesConfig
+
+    if cfg.load_in_4bit:
+        dtypes = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "uint8": torch.uint8}
+        return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_compute_dtype=dtypes[cfg.torch_dtype],
+                                  bnb_4bit_quant_type=cfg.bnb_4bit_quant_type, bnb_4bit_use_double_quant=cfg.use_bnb_nested_quant,
+                                  bnb_4bit_quant_storage=dtypes[cfg.bnb_4bit_quant_storage or "uint8"])
+    return BitsAndBytesConfig(load_in_8bit=True)
+
+
+def is_quantized(model: torch.nn.Module) -> bool:
+    """Whether `model` (or the base under its peft wrapper) was loaded in 4 or 8 bits by bitsandbytes."""
+    base = getattr(model, "base_model", model)
+    base = getattr(base, "model", base)
+    return any(bool(getattr(m, flag, False)) for m in (model, base) for flag in ("is_loaded_in_4bit", "is_loaded_in_8bit"))
+
+
+def attach_rollout_engine(policy, cfg: TrainConfig) -> None:
+    """use_vllm: a colocated vLLM engine over the policy's model directory generates its rollouts
+    (`models/vllm_engine.py`); the policy's own sampler otherwise."""
+    if not cfg.use_vllm:
+        return
+    if cfg.vllm_mode != "colocate":  # validation refuses the others; a config built without validation lands here
+        raise ValueError(f"vllm_mode={cfg.vllm_mode!r}: only colocate is implemented")
+    from mmrl.models.vllm_engine import VLLMEngine
+
+    policy.rollout_engine = VLLMEngine(cfg.model_name_or_path, dtype=cfg.torch_dtype,
+                                       gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
+                                       max_model_len=cfg.vllm_max_model_length, seed=cfg.seed)
+
+
 def set_generation_defaults(policy, gen: dict[str, Any]) -> None:
     """Merge the config's sampling options into the adapter's defaults, keeping only options it knows."""
     known = getattr(policy, "generation_defaults", {})
@@ -183,6 +219,16 @@ def apply_lora(model: torch.nn.Module, cfg: TrainConfig, peft_config=None) -> to
         from peft import LoraConfig, get_peft_model
     except ImportError as e:  # pragma: no cover - peft is in the lora / test extras
         raise ImportError("use_peft=true needs peft: pip install 'mmrl[lora]'") from e
+    if is_quantized(model):  # QLoRA, as TRL prepares a k-bit base: frozen, norms in float32, input grads on
+        from peft import prepare_model_for_kbit_training
+
+        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=bool(cfg.gradient_checkpointing))
+        for m in model.modules():
+            # bitsandbytes' CPU backend repacks a 4-bit weight into an inference-only layout on the first no-grad
+            # forward in eval mode, after which a forward with gradients fails; RL runs both in eval mode (rollouts,
+            # then updates), so the weights keep their training layout
+            if hasattr(m, "support_avx512bf16_for_cpu"):
+                m.support_avx512bf16_for_cpu = False
     lcfg = peft_config if peft_config is not None else LoraConfig(
         r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout, target_modules=cfg.lora_target_modules,
         use_dora=cfg.use_dora, use_rslora=cfg.use_rslora)

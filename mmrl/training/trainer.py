@@ -47,18 +47,19 @@ from mmrl.reporting.metrics_log import MetricLogger
 from mmrl.core.optim import build_optimizer, build_scheduler
 from mmrl.methods import METHODS, MicroBatch, behaviour_is_current
 from mmrl.training.peer_failure import is_peer_failure, peer_failure_message
-from mmrl.training.policy_factory import (build_policy, check_model_source, ensure_lora, estimator_options, family_class,
+from mmrl.training.policy_factory import (attach_rollout_engine, build_policy, check_model_source, ensure_lora, estimator_options, family_class,
                                           generation_options, mix_into_reference, set_generation_defaults, wants_reference)
 from mmrl.training.prompt_stream import PromptStream
 from mmrl.core.protocol import Rollout
 from mmrl.training.reward_inputs import build_eval_rewards, build_rewards, make_trainer_state, reward_arguments
 from mmrl.core.seeds import derived_seed
 from mmrl.training.stop_signals import RewardsInterrupted, StopRequests
-from mmrl.checkpointing.checkpoint import load_model_weights
+from mmrl.checkpointing.checkpoint import CheckpointDamaged, CheckpointIncompatible, load_checkpoint, load_model_weights
+from mmrl.checkpointing.rank_state import Ranks, load_optimizer_shard, optimizer_shard_file, restore_rng
 from mmrl.checkpointing.resume_settings import apply_resume_settings, check_before_loading, check_dataset_unchanged, dataset_digest
 from mmrl.checkpointing.run_lock import RunLock
 from mmrl.checkpointing.resume import resume_run, save_model_dir
-from mmrl.checkpointing.sharded_save import gather_full_state_dict
+from mmrl.checkpointing.sharded_save import gather_full_state_dict, optimizer_is_sharded
 
 
 class TrainingError(RuntimeError):
@@ -180,6 +181,7 @@ class Trainer:
         self.policy = policy if policy is not None else build_policy(cfg, device=self.accelerator.device)
         set_generation_defaults(self.policy, generation_options(cfg))  # the config's sampling options, also for a given policy
         self.policy.model = ensure_lora(self.policy.model, cfg, self._peft_config)
+        attach_rollout_engine(self.policy, cfg)  # use_vllm; after LoRA, whose merged weights the engine is given
         if cfg.gradient_checkpointing:
             grad_checkpointing.enable(self.policy.model)
         self.policy.model.eval()  # dropout off (ratio exactly 1 at the first inner step)
@@ -549,16 +551,19 @@ class Trainer:
         """Write a checkpoint of the current step (main process; the others wait)."""
         acc = self.accelerator
         acc.wait_for_everyone()
-        path = None
         self._full_state = gather_full_state_dict(acc, self.policy.model)  # FSDP / ZeRO-3: every process takes part
+        state = buffer = None
         if self.is_main:
             positions = [self.stream.position]
             state = {"step": self.step, "rollout_index": self.rollout_index, "positions": positions,
                      "nonfinite_in_a_row": self.nonfinite_in_a_row, "config": self.cfg.to_dict(), "world": self.world,
                      "num_tokens": self.num_tokens, "dataset_sha256": self._dataset_sha256}
-            path = save_checkpoint(
-                self.run_dir, self.step, save_model=self._save_model, optimizer=self.optimizer, scheduler=self.scheduler,
-                buffer=self.buffer.to_state() if self.buffer is not None else None, state=state, keep=self.cfg.save_total_limit)
+            buffer = self.buffer.to_state() if self.buffer is not None else None
+        # every process writes its RNG states (and its optimizer shard when sharded); the main process the rest
+        path = save_checkpoint(
+            self.run_dir, self.step, save_model=self._save_model, optimizer=self.optimizer, scheduler=self.scheduler,
+            buffer=buffer, state=state, keep=self.cfg.save_total_limit, ranks=Ranks(self.rank, self.world),
+            sharded=optimizer_is_sharded(acc, self.optimizer))
         acc.wait_for_everyone()
         return path
 
@@ -595,7 +600,13 @@ class Trainer:
         save_model_dir(self.policy, path, self.cfg.model_name_or_path, full)
 
     def _maybe_resume(self) -> bool:
-        return resume_run(self.run_dir, self.cfg.resume_from, self._restore, self.accelerator, self.is_main)
+        warn = lambda m: warnings.warn(m, RuntimeWarning, stacklevel=5)  # noqa: E731
+        load = partial(load_checkpoint, rank=self.rank, world=self.world,
+                       sharded=optimizer_is_sharded(self.accelerator, self.optimizer), warn=warn)
+        try:
+            return resume_run(self.run_dir, self.cfg.resume_from, self._restore, self.accelerator, self.is_main, load=load)
+        except CheckpointIncompatible as e:
+            raise TrainingError(str(e)) from None
 
     def _restore(self, path: Path, ck: dict) -> None:
         """Put a loaded checkpoint `ck` (`mmrl.checkpointing.checkpoint.load_checkpoint`) back: the settings that win
@@ -606,9 +617,19 @@ class Trainer:
             raise TrainingError(f"checkpoint {path} was written by {st.get('world')} processes; this run has {self.world}")
         self.cfg = apply_resume_settings(self.cfg, st.get("config") or {}, path)
         load_model_weights(self.policy.unwrapped, path / "model")
-        self.optimizer.load_state_dict(ck["optimizer"])
+        if ck["optimizer_sharded"]:  # this process's shard
+            shard = optimizer_shard_file(self.rank)
+            try:
+                load_optimizer_shard(self.optimizer, ck["optimizer"], f"checkpoint {path}: {shard}")
+            except (ValueError, KeyError, TypeError) as e:
+                raise CheckpointDamaged(f"checkpoint {path}: {shard} does not fit this run ({e})") from e
+        else:
+            self.optimizer.load_state_dict(ck["optimizer"])
         self.scheduler.load_state_dict(ck["scheduler"])
-        torch.set_rng_state(ck["rng"])
+        if set(ck["rng"]) == {"torch"}:  # an older mmrl's checkpoint (load_checkpoint warned)
+            torch.set_rng_state(ck["rng"]["torch"])
+        else:
+            restore_rng(ck["rng"], warn=lambda m: warnings.warn(m, RuntimeWarning, stacklevel=2))
         self.step, self.rollout_index = int(st["step"]), int(st["rollout_index"])
         self.nonfinite_in_a_row, self.num_tokens = int(st.get("nonfinite_in_a_row", 0)), int(st.get("num_tokens", 0))
         self.stream.position = int(st["positions"][0])

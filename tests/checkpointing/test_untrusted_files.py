@@ -43,7 +43,7 @@ def trained_checkpoint(tmp_path_factory):
     return next((run / "checkpoints").glob("checkpoint-*"))
 
 
-@pytest.mark.parametrize("name", ["optimizer.pt", "scheduler.pt", "rng.pt", "buffer.pt"])
+@pytest.mark.parametrize("name", ["optimizer.pt", "scheduler.pt", "rng_state_0.pt", "buffer.pt"])
 def test_checkpoint_pickles_cannot_run_code(name, trained_checkpoint, tmp_path):
     import shutil
 

@@ -267,11 +267,16 @@ def test_push_to_hub_without_a_token_fails_at_start_up(tmp_path, monkeypatch):
 
 # ------------------------------------------------------------------------ unsupported keys and values
 
-def test_use_vllm_alone_is_an_unsupported_key_with_its_reason():
-    r = subprocess.run([sys.executable, "-m", "mmrl.cli", "train", "--use_vllm"], capture_output=True, text=True)
-    assert r.returncode == 2
-    assert "'use_vllm' is a TRL GRPOConfig field mmrl does not support: no vLLM rollout engine" in r.stderr
-    assert "needs a value" not in r.stderr
+def test_use_vllm_alone_is_a_flag_and_vllm_server_keys_say_why_they_are_refused():
+    import importlib.util
+
+    r = subprocess.run([sys.executable, "-m", "mmrl.cli", "train", "--use_vllm", "--vllm_server_host", "0.0.0.0"],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "needs a value" not in r.stderr
+    assert "'vllm_server_host' is a TRL GRPOConfig field mmrl does not support: vLLM runs in colocate mode only" in r.stderr
+    if importlib.util.find_spec("vllm") is None:
+        r = subprocess.run([sys.executable, "-m", "mmrl.cli", "train", "--use_vllm"], capture_output=True, text=True)
+        assert r.returncode == 2 and "use_vllm=true needs vLLM, which is not importable here" in r.stderr
     with pytest.raises(ConfigError, match="'use_liger_kernel' is a TRL GRPOConfig field mmrl does not support"):
         load_config(None, {"use_liger_kernel": True})
     with pytest.raises(ConfigError, match="loss_type='sapo': loss_type sapo is not implemented"):

@@ -99,3 +99,30 @@ def tiny_grounding_dino_dir(path: Path, seed: int = 0) -> Path:
     GroundingDinoProcessor(image_processor=GroundingDinoImageProcessor(size={"height": 64, "width": 64}),
                            tokenizer=tok).save_pretrained(path)
     return path
+
+
+def tiny_stable_diffusion_dir(path: Path, words=("a", "photo", "of", "red", "blue", "square", "circle"), seed: int = 0) -> Path:
+    """A tiny random `StableDiffusionPipeline` (UNet 8/16 channels, one-block VAE, one-layer CLIP text encoder, the
+    offline tiny CLIP tokenizer, DDIM, no safety checker) saved with `save_pretrained`: 16 x 16 images at 8 x 8
+    latents."""
+    import torch
+    from diffusers import AutoencoderKL, DDIMScheduler, StableDiffusionPipeline, UNet2DConditionModel
+    from transformers import CLIPTextConfig, CLIPTextModel
+
+    from mmrl.models.clip_tokenizer import tiny_clip_tokenizer
+
+    torch.manual_seed(seed)
+    unet = UNet2DConditionModel(block_out_channels=(8, 16), layers_per_block=1, sample_size=8, in_channels=4,
+                                out_channels=4, down_block_types=("DownBlock2D", "CrossAttnDownBlock2D"),
+                                up_block_types=("CrossAttnUpBlock2D", "UpBlock2D"), cross_attention_dim=16,
+                                norm_num_groups=4, attention_head_dim=2)
+    vae = AutoencoderKL(block_out_channels=(8,), in_channels=3, out_channels=3, down_block_types=("DownEncoderBlock2D",),
+                        up_block_types=("UpDecoderBlock2D",), latent_channels=4, norm_num_groups=4, sample_size=16)
+    tok = tiny_clip_tokenizer(words, model_max_length=8)
+    text = CLIPTextModel(CLIPTextConfig(vocab_size=len(tok), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                        num_attention_heads=2, max_position_embeddings=8, bos_token_id=tok.bos_token_id,
+                                        eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id))
+    pipe = StableDiffusionPipeline(unet=unet, vae=vae, text_encoder=text, tokenizer=tok, scheduler=DDIMScheduler(),
+                                   safety_checker=None, feature_extractor=None, requires_safety_checker=False)
+    pipe.save_pretrained(path)
+    return path

@@ -146,3 +146,48 @@ def test_method_hooks_validate_and_shape_the_rewards(tmp_path):
     buf = t._collect()
     assert buf.rewards.tolist() == [0.0, 1.0, 0.0, 1.0] and buf.metrics["rewards/x"] == 3.0
     assert buf.advantages.tolist() == pytest.approx([-0.866, 0.866, -0.866, 0.866], abs=1e-3)  # (r - 0.5) / std
+
+
+def test_dmpo_kl_term_is_beta_times_the_token_mean_k3_to_the_reference(tmp_path):
+    # DMPO's optional KL term (issue 24 item 2): loss(beta) - loss(0) on the same buffer and weights must be beta x
+    # the global token mean of k3(policy, reference), with the reference's scores, not the policy's (k3 is asymmetric)
+    import dataclasses
+
+    from mmrl.methods.base import MicroBatch
+
+    policy = adapter_class("causal_lm").tiny(seed=0)
+    ref = adapter_class("causal_lm").tiny(seed=1).model.requires_grad_(False).eval()
+    with torch.no_grad():  # a sharp reference far from the near-uniform policy: k3 is far from 0
+        ref.get_output_embeddings().weight.mul_(30.0)
+    policy.ref_model = ref
+    beta = 0.3
+    trainer, initial = one_step("dmpo", "causal_lm", tmp_path, policy=policy, beta=beta, dmpo_target="behaviour",
+                                dmpo_baseline="group", gradient_accumulation_steps=1, per_device_train_batch_size=8)
+    buf, method = trainer.buffer, trainer.method
+    with torch.no_grad():
+        want_ref = initial.logprob(buf.rollout, use_reference=True).logp  # [N, T]
+        behaviour = initial.logprob(buf.rollout).logp  # [N, T]
+    mask = buf.loss_mask.bool()
+    torch.testing.assert_close(buf.ref_logp[0] * mask, want_ref * mask, rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(want_ref * mask, behaviour * mask, atol=1e-2), "the reference must differ for the test to mean anything"
+    idx = torch.arange(buf.rollout.num_responses)
+    g_tokens = float(mask.sum())
+    mb = MicroBatch(idx, 0, 0, 0, 0, g_tokens, float(len(idx)), float(len(idx) // trainer.cfg.num_generations))
+    no_kl = type(method)(dataclasses.replace(trainer.cfg, beta=0.0), policy, method.estimator_options)
+    cur = policy.logprob(buf.rollout).logp  # [N, T] the updated policy, with its gradient
+    d = want_ref - cur
+    k3 = ((torch.exp(d) - d - 1) * mask).sum() / g_tokens
+    swapped = (((torch.exp(-d) + d - 1) * mask).sum() / g_tokens).detach()
+    assert abs(float(k3.detach()) - float(swapped)) > 1e-3
+    with_kl = method.loss(buf, mb)
+    without = no_kl.loss(buf, mb)
+    torch.testing.assert_close(with_kl.loss - without.loss, beta * k3, rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(torch.tensor(with_kl.metrics["kl"]), k3.detach(), rtol=1e-4, atol=1e-6)
+    # and the gradient the KL adds is beta x grad k3
+    params = [p for p in policy.model.parameters() if p.requires_grad]
+    g_with = torch.autograd.grad(with_kl.loss, params, allow_unused=True)
+    g_without = torch.autograd.grad(without.loss, params, allow_unused=True)
+    g_k3 = torch.autograd.grad(beta * k3, params, allow_unused=True)
+    for a, b, c in zip(g_with, g_without, g_k3):
+        if c is not None:
+            torch.testing.assert_close(a - b, c, rtol=1e-3, atol=1e-6)

@@ -22,6 +22,20 @@ from mmrl.models.dllm_samplers import (
 from mmrl.models.masked_diffusion import MaskedDiffusionAdapter as MDA
 from mmrl.core.protocol import DEFAULT_NEGATIVE_INSTRUCTION
 
+
+def _import_source(tmp_path, name: str, code: str):
+    """Import `code` as module `name` from a file under tmp_path, as transformers imports a checkpoint's remote code."""
+    import importlib.util
+    import sys
+
+    src = tmp_path / f"{name}.py"
+    src.write_text(code)
+    spec = importlib.util.spec_from_file_location(name, src)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
 MASK = 4  # <mask> of models/tokenizers.py::char_tokenizer
 PROMPTS = ["ab", "hello world", "4x4 sudoku?"]
 
@@ -693,18 +707,11 @@ class FakeDreamModel(_Model):
 def test_remote_code_checkpoints_load_only_with_trust_and_sample(tmp_path, name, kind, shift):
     """Local stand-ins with LLaDA's / Dream's call signatures (no position ids / a 4-D boolean mask, no cache) and
     their model_type, loaded through `auto_map` like the real checkpoints."""
-    import importlib.util
-    import sys
     import warnings
 
     from mmrl.models.tokenizers import char_tokenizer
 
-    src = tmp_path / "modeling_fake_dllm.py"
-    src.write_text(FAKE_REMOTE_CODE)
-    spec = importlib.util.spec_from_file_location("modeling_fake_dllm", src)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["modeling_fake_dllm"] = mod
-    spec.loader.exec_module(mod)
+    mod = _import_source(tmp_path, "modeling_fake_dllm", FAKE_REMOTE_CODE)
     cfg = getattr(mod, f"Fake{name}Config")()
     torch.manual_seed(0)
     model = getattr(mod, f"Fake{name}Model")(cfg)
@@ -753,8 +760,6 @@ def test_remote_code_written_for_transformers_4_loads(tmp_path):
     """LLaDA's modelling code (NVlabs/Fast-dLLM llada/model, found by scripts/check_real_architectures.py) never calls
     `post_init()`, defines `tie_weights(self)` without keywords and reads `config.use_cache`, which its config does not
     declare: transformers 5 loads none of that unaided; the adapter does, and the weights are the saved ones."""
-    import importlib.util
-    import sys
 
     from mmrl.models.tokenizers import char_tokenizer
 
@@ -763,12 +768,7 @@ def test_remote_code_written_for_transformers_4_loads(tmp_path):
         "    def tie_weights(self):\n        pass\n\n"
         "    def forward(self, input_ids, attention_mask=None):  # LLaDA: no position ids, no cache\n"
         "        assert self.config.use_cache is False\n")
-    src = tmp_path / "modeling_old_llada.py"
-    src.write_text(code)
-    spec = importlib.util.spec_from_file_location("modeling_old_llada", src)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["modeling_old_llada"] = mod
-    spec.loader.exec_module(mod)
+    mod = _import_source(tmp_path, "modeling_old_llada", code)
     cfg = mod.FakeLLaDAConfig()
     torch.manual_seed(0)
     model = mod.FakeLLaDAModel(cfg)
@@ -836,3 +836,94 @@ def test_transformers_4_tied_names_and_generation_config_validate(tmp_path):
     assert (tmp_path / "m" / "model.safetensors").is_file()
     OldGenerationConfig().save_pretrained(tmp_path / "g")
     assert isinstance(OldGenerationConfig.from_pretrained(tmp_path / "g", do_sample=False), OldGenerationConfig)
+
+
+ROPE_REMOTE_CODE = """'''A stand-in for Dream's modelling code as written for transformers 4 (NVlabs/Fast-dLLM dream/model): RoPE
+frequencies in a non-persistent buffer computed by `rope_init_fn` in `__init__`, an `_init_weights` that knows only
+Linear and Embedding modules.'''
+import torch
+from transformers import PretrainedConfig, PreTrainedModel
+from transformers.modeling_outputs import CausalLMOutput
+from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+
+class RopeDreamConfig(PretrainedConfig):
+    model_type = "Dream"
+
+    def __init__(self, vocab_size=102, hidden_size=32, num_attention_heads=4, rope_theta=10000.0, mask_token_id=4,
+                 pad_token_id=0, eos_token_id=2, **kwargs):
+        self.vocab_size, self.hidden_size, self.num_attention_heads = vocab_size, hidden_size, num_attention_heads
+        self.rope_theta, self.mask_token_id = rope_theta, mask_token_id
+        super().__init__(pad_token_id=pad_token_id, eos_token_id=eos_token_id, **kwargs)
+
+
+class RopeDreamRotaryEmbedding(torch.nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.config, self.rope_kwargs, self.rope_type = config, {}, "default"
+        self.rope_init_fn = ROPE_INIT_FUNCTIONS[self.rope_type]
+        inv_freq, self.attention_scaling = self.rope_init_fn(self.config, None, **self.rope_kwargs)
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+        self.original_inv_freq = self.inv_freq
+
+
+class RopeDreamModel(PreTrainedModel):
+    config_class = RopeDreamConfig
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.embed_tokens = torch.nn.Embedding(config.vocab_size, config.hidden_size)
+        self.rotary_emb = RopeDreamRotaryEmbedding(config)
+        self.lm_head = torch.nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.post_init()
+
+    def _init_weights(self, module):  # Dream's: Linear and Embedding only
+        if isinstance(module, (torch.nn.Linear, torch.nn.Embedding)):
+            module.weight.data.normal_(mean=0.0, std=0.5)
+
+    def forward(self, input_ids, attention_mask=None, position_ids=None):
+        if position_ids is None:
+            position_ids = torch.arange(input_ids.shape[1], device=input_ids.device)[None].expand_as(input_ids)
+        angles = position_ids[..., None].float() * self.rotary_emb.inv_freq  # [B, L, d/2]
+        heads = self.config.num_attention_heads
+        rope = torch.cat([angles, angles], dim=-1).cos().repeat(1, 1, heads)  # [B, L, H]
+        return CausalLMOutput(logits=self.lm_head(self.embed_tokens(input_ids) * rope))
+"""
+
+
+def test_remote_rope_frequencies_are_filled_after_loading(tmp_path):
+    """transformers 5 loads a model's non-persistent buffers as uninitialised memory and leaves them to
+    `_init_weights`, which Dream's modelling code overrides without its RoPE module: the frequencies were garbage,
+    different on every load (policy and reference disagreed) and at times inf / NaN, the cause of the random NaN DMPO
+    losses on the real Dream architecture. Loaded through the adapter they are theta^(-2i/d) again: with theta 1e4 and
+    head dim 8, [1, 0.1, 0.01, 0.001]; logits equal the saved model's, and the reference (a second load) equals the
+    policy, so DMPO's log p_ref - log p_v is exactly 0 at the start."""
+
+    from mmrl.models.masked_diffusion import ensure_default_rope
+    from mmrl.models.tokenizers import char_tokenizer
+
+    ensure_default_rope()  # the code looks up ROPE_INIT_FUNCTIONS["default"], as Dream's does
+    mod = _import_source(tmp_path, "modeling_rope_dream", ROPE_REMOTE_CODE)
+    cfg = mod.RopeDreamConfig()
+    torch.manual_seed(0)
+    model = mod.RopeDreamModel(cfg).eval()
+    expected = torch.tensor([1.0, 0.1, 0.01, 0.001])
+    assert torch.allclose(model.rotary_emb.inv_freq, expected)
+    cfg.register_for_auto_class()
+    model.register_for_auto_class("AutoModel")
+    d = tmp_path / "RopeDream"
+    model.save_pretrained(d)
+    char_tokenizer().save_pretrained(d)
+    opts = dict(temperature=0.0, gen_length=8, block_length=4)
+    a = MDA.from_pretrained(d, trust_remote_code=True, ref_model=True, **opts)
+    assert a.backbone == "dream"
+    for m in (a.unwrapped, a.ref_model):
+        assert torch.allclose(m.rotary_emb.inv_freq, expected)
+        assert m.rotary_emb.original_inv_freq is m.rotary_emb.inv_freq
+    original = MDA(model, char_tokenizer(), **opts)
+    out = original.sample(PROMPTS, 2, seeds=list(range(6)))
+    want = original.logprob(out, estimator="elbo", num_copies=2).logp  # [N, T]
+    got = a.logprob(out, estimator="elbo", num_copies=2).logp
+    ref = a.logprob(out, estimator="elbo", num_copies=2, use_reference=True).logp
+    assert torch.isfinite(got).all() and torch.allclose(got, want, atol=1e-5)
+    assert torch.equal(got, ref)

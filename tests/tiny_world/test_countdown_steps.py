@@ -1,5 +1,6 @@
 """countdown4_steps (issue 25, item 1): splits, exact reward on hand-written answers, decisive-token marks."""
 import pytest
+import torch
 
 import mmrl.tiny_world.tasks  # noqa: F401  registers the tiny-world tasks
 from mmrl.core.registry import REWARDS
@@ -60,3 +61,34 @@ def test_base_spec_trains_on_the_demonstrations_within_its_span():
     task = load_task("countdown4_steps")
     assert prompts == [r["prompt"] for r in task.train] and targets == [r["solution"] for r in task.train]
     assert max(len(t) for t in targets) + 1 <= spec.gen_length  # char tokenizer: one token a character, plus EOS
+
+
+def test_version_2_keeps_results_to_two_digits():
+    from mmrl.tiny_world.tasks import TASK_VERSIONS
+
+    assert TASK_VERSIONS["countdown4_steps"] == 2 and cs.MAX_VALUE == 99
+    for r in load_task("countdown4_steps").train[:300]:
+        results = [int(s.rsplit("=", 1)[1]) for s in r["solution"].split(cs.STEP_SEP)]
+        assert max(results) <= cs.MAX_VALUE and results[-1] == r["target"] and 10 <= r["target"] <= 99
+
+
+def test_base_recipe_trims_each_batch_to_its_longest_row_without_changing_the_loss():
+    import copy
+
+    from mmrl.models import adapter_class
+    from mmrl.tiny_world.models import spec_for
+    from mmrl.tiny_world.pretrain import causal_sft
+
+    spec = spec_for("countdown4-steps-ar")
+    assert spec.recipe == {"trim_padding": True} and spec.steps == 1500 and spec.family == "causal_lm"
+    prompts, targets = ["1,2,3,4=10", "5,6,7,8=26", "9,1,2,3=15", "2,2,2,2=16"], ["1+2", "5+6:6+5+0=11", "9", "2*2:x=4|4*4"]
+    a = adapter_class("causal_lm").tiny(seed=0)
+    b = copy.deepcopy(a)
+    widths = []
+    b.model.register_forward_pre_hook(lambda m, args, kw: widths.append(kw["input_ids"].shape[1]), with_kwargs=True)
+    full = causal_sft(a, prompts, targets, steps=4, batch_size=2, progress=False, seed=3)
+    trimmed = causal_sft(b, prompts, targets, steps=4, batch_size=2, progress=False, seed=3, trim_padding=True)
+    longest = max(len(p) + len(t) for p, t in zip(prompts, targets)) + 1  # + EOS (char tokenizer)
+    assert max(widths) <= longest and min(widths) < longest  # some batch was cut
+    torch.testing.assert_close(torch.tensor([h["loss"] for h in trimmed]), torch.tensor([h["loss"] for h in full]),
+                               rtol=1e-4, atol=1e-5)

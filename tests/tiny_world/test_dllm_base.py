@@ -97,3 +97,59 @@ def test_countdown3_md_smoke_build(tmp_path, monkeypatch):
     assert policy.shift_logits and policy.model.config.is_causal is False
     out = policy.sample(["3,4,5=27"], 2, temperature=1.0)
     assert out.response_ids.shape == (2, 16) and len(out.completions) == 2
+
+
+def test_suffix_masks_by_hand():
+    fixed = torch.tensor([[False, False, False, False], [True, False, False, False], [False, False, False, False]])
+    cut = torch.tensor([[2], [0], [3]])
+    want = [[False, False, True, True], [False, True, True, True], [False, False, False, True]]
+    assert pt.suffix_masks(fixed, cut).tolist() == want  # the given cell of row 1 stays visible
+
+
+def test_suffix_frac_one_masks_a_suffix_of_every_row():
+    """With `suffix_frac=1` every row's masked set is a suffix: the loss equals the hand computation over the suffix
+    the same generator draws (t first, the random masks, then the cut and the pick)."""
+    policy = _policy()
+    x_p, m_p = policy.encode_prompts(["1,2=3", "12,3=4"])
+    x_r = torch.tensor([[6, 7, 8, 2, 2, 2], [9, 10, 11, 12, 2, 2]])
+    fixed = torch.zeros_like(x_r, dtype=torch.bool)
+    g, g2 = torch.Generator().manual_seed(5), torch.Generator().manual_seed(5)
+    loss = pt.masked_sft_loss(policy, x_p, m_p, x_r, fixed, g, time_weight="none", normalise="masked", suffix_frac=1.0)
+    torch.rand(2, 1, generator=g2)
+    torch.rand(2, 6, generator=g2)
+    cut = torch.randint(0, 6, (2, 1), generator=g2)
+    masked = torch.arange(6)[None] >= cut
+    noisy = torch.where(masked, torch.full_like(x_r, policy.mask_token_id), x_r)
+    with torch.no_grad():
+        logits = policy.backbone_logits(m_p, 6, policy.model)(torch.cat([x_p, noisy], 1))[:, -6:]
+    ce = -torch.log_softmax(logits, -1).gather(-1, x_r[..., None]).squeeze(-1)
+    assert loss.item() == pytest.approx(float(ce[masked].mean()), rel=1e-5)
+
+
+def test_suffix_frac_zero_leaves_the_default_draws_unchanged():
+    policy = _policy()
+    x_p, m_p = policy.encode_prompts(["1,2=3"])
+    x_r = torch.tensor([[6, 7, 8, 2, 2, 2]])
+    fixed = torch.zeros_like(x_r, dtype=torch.bool)
+    a = pt.masked_sft_loss(policy, x_p, m_p, x_r, fixed, torch.Generator().manual_seed(1))
+    b = pt.masked_sft_loss(policy, x_p, m_p, x_r, fixed, torch.Generator().manual_seed(1), suffix_frac=0.0)
+    assert a.item() == b.item()
+
+
+def test_bad_diffusion_phase_options_fail_before_training():
+    policy = _policy()
+    with pytest.raises(ValueError, match="suffix_frac must lie in"):
+        pt.masked_diffusion_sft(policy, ["1=1"], ["1"], gen_length=6, steps=1, suffix_frac=1.5, progress=False)
+    with pytest.raises(ValueError, match="diffusion_lr must be > 0"):
+        pt.masked_diffusion_sft(policy, ["1=1"], ["1"], gen_length=6, steps=1, diffusion_lr=0.0, progress=False)
+
+
+def test_diffusion_lr_sets_the_diffusion_steps_learning_rate():
+    """`lr` stays the causal phase's; a vanishing `diffusion_lr` leaves the weights where the causal phase put them."""
+    policy = _policy(shift_logits=True)
+    before = [p.detach().clone() for p in policy.model.parameters()]
+    pt.masked_diffusion_sft(policy, ["1,2=3"] * 4, ["1+2"] * 4, gen_length=6, steps=2, batch_size=4, lr=1e-2,
+                            diffusion_lr=1e-30, progress=False)
+    assert all(torch.equal(a, b) for a, b in zip(before, policy.model.parameters()))
+    pt.masked_diffusion_sft(policy, ["1,2=3"] * 4, ["1+2"] * 4, gen_length=6, steps=2, batch_size=4, lr=1e-2, progress=False)
+    assert not all(torch.equal(a, b) for a, b in zip(before, policy.model.parameters()))

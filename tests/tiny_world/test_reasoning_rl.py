@@ -192,3 +192,81 @@ def test_dllm_comparison_smoke_with_the_trust_region(tmp_path, monkeypatch):
     assert gain["low"] <= gain["estimate"] <= gain["high"] and gain["n_items"] == 16
     records = (tmp_path / "rep" / "dllm-countdown3" / "runs" / "dmpo_f_8_trust_region_0_05-seed0" / "metrics.jsonl").read_text()
     assert "dmpo/trust_region_clipped" in records
+
+
+def test_held_out_items_count_the_shortcut_and_the_non_shortcut_accuracy(monkeypatch):
+    """The held-out shortcut share and the accuracy among non-shortcut answers, by hand: the evaluation's answers
+    and scores are fixed here so the bookkeeping is what is checked (a shortcut answer that happens to be right
+    counts as shortcut, not as a right non-shortcut answer)."""
+    from mmrl.training import evaluate as ev
+
+    rows = [{"prompt": "2,3,4=24"}, {"prompt": "5,1,7=12"}]
+    answers = {None: (["(2*3)*4", "5+7"], [1.0, 1.0]),  # greedy
+               1000: (["(2*3)*4", "5+7*1"], [1.0, 0.0]),  # sample 0: A is the shortcut (and right), B a wrong non-shortcut
+               1001: (["2*3*4", "(5*1)*7"], [1.0, 0.0])}  # sample 1: A right, not the shortcut string; B the shortcut
+
+    def fixed(policy, rows_, metric, *, seed=None, **kw):
+        comps, scores = answers[seed]
+        return ev.EvalResult("countdown3", metric, sum(scores) / len(scores), len(rows_), 0.0, scores, comps)
+
+    monkeypatch.setattr(ev, "evaluate", fixed)
+    summary, items = reasoning_rl.held_out_items(None, rows, "countdown3_accuracy", "causal_lm", 16, k=2, shortcut_op="*")
+    assert items["shortcut"] == [0.5, 0.5]
+    assert items["right_not_shortcut"] == [0.5, 0.0]  # A: only sample 1 counts; B: none right
+    assert items["greedy_shortcut"] == [1.0, 0.0]
+    assert summary["shortcut"] == pytest.approx(0.5)
+    assert summary["non_shortcut_accuracy"] == pytest.approx(0.5 / 1.0)  # 1 right of the 2 non-shortcut answers
+    assert summary["sampled"] == pytest.approx(0.5)  # the plain accuracy still counts the right shortcut
+    plain, plain_items = reasoning_rl.held_out_items(None, rows, "countdown3_accuracy", "causal_lm", 16, k=2)
+    assert "shortcut" not in plain_items and "shortcut" not in plain
+
+
+def test_dmpo_kl_2x2_arms_differ_only_in_method_and_beta(tmp_path):
+    """`dmpo-kl-countdown3` (issue 23 item 5): {DMPO, diffu-GRPO} x {no KL, KL 0.1} on one optimizer setting. The
+    resolved configs (method defaults applied) of two arms differ only in the method, its own options and beta."""
+    import dataclasses
+
+    from mmrl.config.train_config import METHOD_DEFAULTS
+
+    name = "dmpo-kl-countdown3"
+    arms = reasoning_rl.COMPARISONS[name]["arms"]
+    cfgs = {a: load_config(None, reasoning_rl.arm_config(name, a, seed=0, out=tmp_path)) for a in arms}
+    assert {(c.method, c.beta) for c in cfgs.values()} == {("dmpo", 0.0), ("dmpo", 0.1), ("diffu_grpo", 0.0), ("diffu_grpo", 0.1)}
+    fields = [f.name for f in dataclasses.fields(next(iter(cfgs.values()))) if not f.name.startswith("_")]
+    own = {"method", "beta"} | set(METHOD_DEFAULTS["diffu_grpo"]) | set(METHOD_DEFAULTS["dmpo"]) | {f for f in fields if f.startswith("dmpo_")}
+    optimizer = ("learning_rate", "lr_scheduler_type", "warmup_ratio", "adam_beta1", "adam_beta2", "max_grad_norm",
+                 "weight_decay", "num_iterations", "max_steps", "per_device_train_batch_size", "num_generations")
+    for a, ca in cfgs.items():
+        for b, cb in cfgs.items():
+            differ = {f for f in fields if getattr(ca, f) != getattr(cb, f)} - {"output_dir"}
+            assert differ <= own, (a, b, differ - own)
+            for f in optimizer:  # one optimizer setting: DMPO's own defaults (clip 0.2, beta2 0.99, wd 0.1) do not apply
+                assert getattr(ca, f) == getattr(cb, f), (a, b, f)
+            if ca.method == cb.method:
+                assert differ <= {"beta"}, (a, b, differ)
+    assert cfgs["DMPO, no KL"].max_grad_norm == 1.0 and cfgs["DMPO, no KL"].adam_beta2 == 0.999
+    assert cfgs["DMPO, no KL"].weight_decay == 0.0 and cfgs["DMPO, KL 0.1"].num_iterations == 1
+
+
+def test_dmpo_kl_comparison_smoke(tmp_path, monkeypatch):
+    """The 2 x 2's DMPO-with-KL arm end to end at smoke size: the KL term is logged every step, the test items carry
+    the shortcut counts, and the table has the shortcut columns and their differences."""
+    monkeypatch.setenv("MMRL_CACHE", str(tmp_path / "cache"))
+    res = reasoning_rl.run_reasoning_comparison("dmpo-kl-countdown3", tmp_path / "rep", seeds=1, smoke=True, progress=False,
+                                                arms=["DMPO, KL 0.1", "diffu-GRPO, no KL"], baselines=False)
+    n = len(res["test_prompts"])
+    for arm in ("DMPO, KL 0.1", "diffu-GRPO, no KL"):
+        run = res["arms"][arm][0]
+        items, after = run["items"], run["after"]
+        assert len(items["shortcut"]) == len(items["right_not_shortcut"]) == len(items["greedy_shortcut"]) == n
+        assert all(r <= s + 1e-9 for r, s in zip(items["right_not_shortcut"], items["sampled"]))
+        assert sum(items["shortcut"]) / n == pytest.approx(after["shortcut"])
+    root = tmp_path / "rep" / "dmpo-kl-countdown3"
+    records = [json.loads(x) for x in (root / "runs" / "dmpo_kl_0_1-seed0" / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in records if "loss" in r]
+    assert len(steps) == 2 and all("kl" in r and "diag/kl_k3" in r for r in steps)
+    grpo0 = [json.loads(x) for x in (root / "runs" / "diffu_grpo_no_kl-seed0" / "metrics.jsonl").read_text().splitlines()]
+    assert any("diag/kl_k3" in r for r in grpo0)  # the diagnostics reference measures the KL of the beta-0 arm too
+    table = (root / "table.md").read_text()
+    assert "held-out shortcut share" in table and "accuracy among non-shortcut answers" in table
+    assert "DMPO, KL 0.1 - diffu-GRPO, no KL" in res["shortcut_differences"]

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from mmrl.tiny_world.stats import (Interval, difference_interval, gain_interval, gap_closed_interval, mean_interval,
-                                   point_estimate)
+                                   point_estimate, ratio_difference_interval, ratio_interval)
 
 
 def test_constant_difference_gives_a_zero_width_interval():
@@ -91,3 +91,38 @@ def test_bad_input_is_refused():
         mean_interval([0.0, 1.0], level=1.5)
     with pytest.raises(ValueError, match="groups has"):
         mean_interval([0.0, 1.0], groups=["a"])
+
+
+def test_ratio_is_the_ratio_of_pooled_means_by_hand():
+    # accuracy among non-shortcut answers: item shares of right non-shortcut answers / of non-shortcut answers
+    num = np.array([[0.5, 0.0, 0.25], [0.25, 0.25, 0.0]])  # [S=2, I=3]
+    den = np.array([[1.0, 0.5, 0.25], [0.5, 1.0, 0.0]])
+    iv = ratio_interval(num, den, n_boot=500)
+    assert iv.estimate == pytest.approx((1.25 / 6) / (3.25 / 6))  # sum(num) / sum(den) = 1.25 / 3.25, not the mean of item ratios
+    assert iv.low <= iv.estimate <= iv.high and (iv.n_seeds, iv.n_items) == (2, 3)
+    # a numerator proportional to the denominator gives that constant in every replicate: a zero-width interval
+    rng = np.random.default_rng(0)
+    d = rng.random((4, 30))
+    c = ratio_interval(0.3 * d, d, n_boot=300)
+    assert c.estimate == pytest.approx(0.3) and c.low == pytest.approx(0.3) and c.high == pytest.approx(0.3)
+    # with a denominator of 1 everywhere the ratio is the plain mean and its interval the plain mean's
+    m = rng.random((3, 25))
+    r, p = ratio_interval(m, np.ones_like(m), n_boot=400, seed=3), mean_interval(m, n_boot=400, seed=3)
+    assert r.estimate == pytest.approx(p.estimate)
+    assert r.low == pytest.approx(p.low) and r.high == pytest.approx(p.high)
+
+
+def test_ratio_difference_by_hand_and_refusals():
+    rng = np.random.default_rng(2)
+    d = rng.random((5, 40)) + 0.1
+    iv = ratio_difference_interval(0.6 * d, d, 0.2 * d, d, n_boot=300)
+    assert iv.estimate == pytest.approx(0.4) and iv.low == pytest.approx(0.4) and iv.high == pytest.approx(0.4)
+    assert iv.excludes_zero
+    noisy = ratio_difference_interval(rng.random((3, 40)) * d[:3], d[:3], rng.random((3, 40)) * d[:3], d[:3], n_boot=300)
+    assert noisy.low < noisy.estimate < noisy.high and not noisy.excludes_zero  # same distribution: 0 inside
+    with pytest.raises(ValueError, match="same"):
+        ratio_interval(np.ones((2, 3)), np.ones((2, 4)))
+    with pytest.raises(ValueError, match="denominator is 0"):
+        ratio_interval(np.zeros((2, 3)), np.zeros((2, 3)))
+    with pytest.raises(ValueError, match="same items"):
+        ratio_difference_interval(np.ones((1, 3)), np.ones((1, 3)), np.ones((1, 4)), np.ones((1, 4)))
