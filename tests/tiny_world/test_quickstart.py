@@ -145,4 +145,4 @@ def test_lr_flag_rejected_outside_gcpo_vs_grpo(tmp_path):
     with pytest.raises(SystemExit, match="--lr applies to gcpo-vs-grpo only"):
         main(["replicate", "dmpo-small-batch", "--lr", "1e-4", "--out", str(tmp_path)])
     with pytest.raises(SystemExit, match="--lr must be > 0, got -0.001"):
-        main(["replicate", "gcpo-vs-grpo", "--lr", "-1e-3", "--out", str(tmp_path)])
+        main(["replicate", "gcpo-vs-grpo", "--lr=-1e-3", "--out", str(tmp_path)])
