@@ -102,10 +102,10 @@ def _goal_rows(results: Path) -> list[tuple[str, list[str]]]:
                                        verdict(None)]))
     b4 = load(results, "trl_comparison")
     for beta, e in (b4 or {}).get("betas", {}).items():
-        rows.append((f"trl_beta_{beta}", [f"mmrl GRPO step <= 0.75 x TRL's (beta {beta})", ratio_cell(e["mmrl_over_trl"]),
+        rows.append((f"trl_beta_{beta}", [f"mmrl GRPO step <= 0.50 x TRL's (beta {beta})", ratio_cell(e["mmrl_over_trl"]),
                                           verdict(e["goal_met"])]))
     if not b4:
-        rows.append(("trl_beta_0.0", ["mmrl GRPO step <= 0.75 x TRL's", "-", verdict(None)]))
+        rows.append(("trl_beta_0.0", ["mmrl GRPO step <= 0.50 x TRL's", "-", verdict(None)]))
     b5 = load(results, "janus_sampling")
     rows.append(("janus_sampling", ["Janus sampling >= 0.9x transformers' speed", f"{b5['speed_ratio']:.2f}x" if b5 else "-",
                                     verdict(b5.get("goal_met") if b5 else None)]))

@@ -149,6 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         cmd = command(name, size, out, device, args.threads)
         print(f"== {name} ({BENCHMARKS[name]['issue']}): {' '.join(cmd[1:])}", flush=True)
         with exclusive(args.lock):
+            load_start = os.getloadavg()  # the machine's load: timings on a shared machine are read as ratios
             t0 = time.perf_counter()
             with open(out / f"{name}.log", "w") as log:
                 try:
@@ -156,13 +157,15 @@ def main(argv: list[str] | None = None) -> int:
                 except subprocess.TimeoutExpired:
                     code = None
             seconds = time.perf_counter() - t0
+            load_end = os.getloadavg()
         status = "ok" if code == 0 else "timeout" if code is None else "failed"
         if status != "ok":
             failed.append(name)
         json_path = out / f"{name}.json"
         summary["benchmarks"][name] = {"issue": BENCHMARKS[name]["issue"], "command": cmd[1:], "exit_code": code, "status": status,
                                        "seconds": seconds, "json": json_path.name if json_path.exists() else None,
-                                       "threads": args.threads, "finished": time.strftime("%Y-%m-%d %H:%M:%S")}
+                                       "threads": args.threads, "finished": time.strftime("%Y-%m-%d %H:%M:%S"),
+                                       "loadavg_start": list(load_start), "loadavg_end": list(load_end)}
         print(f"   {status} in {seconds:.0f} s" + ("" if status == "ok" else f" (see {out / (name + '.log')})"), flush=True)
         write_json(out / "summary.json", summary)
     summary["finished"] = time.strftime("%Y-%m-%d %H:%M:%S")

@@ -57,7 +57,7 @@ def test_method_costs_json(results):
         assert set(f["methods"]) == expected[family]
         assert f["params"] > 0 and f["sizes"]["responses"] == 4
         for name, m in f["methods"].items():
-            for part in ("step", "rollout", "reward", "buffer", "update", "train"):
+            for part in ("step", "rollout", "reward", "buffer", "update", "train", "cpu"):
                 check_summary(m[part], d["repeats"])
             for i in range(d["repeats"]):  # the split adds up to the step, per step
                 parts = sum(m[p]["values"][i] for p in ("rollout", "reward", "buffer", "update"))
@@ -66,7 +66,7 @@ def test_method_costs_json(results):
             assert mem["peak_bytes"] >= mem["base_bytes"] > 0 and mem["extra_bytes"] == mem["peak_bytes"] - mem["base_bytes"]
             assert ("step_amortised_F8" in m) == (name == "dmpo")
         for r in f["ratios"]:
-            for k in ("step_time", "train_time", "update_time"):
+            for k in ("step_time", "train_time", "update_time", "cpu_step_time"):
                 assert {"ratio", "round_min", "round_max"} <= set(r[k])
             assert r["peak_memory"] > 0
     pairs = {(r["numerator"], r["denominator"]): r for r in d["families"]["causal_lm"]["ratios"]}
@@ -94,6 +94,9 @@ def test_trl_comparison_json(results):
         check_summary(e["trl_step_s"], 1)
         check_summary(e["mmrl_step_s"], 1)
         assert e["mmrl_over_trl"]["ratio"] == pytest.approx(e["mmrl_step_s"]["median"] / e["trl_step_s"]["median"])
+        check_summary(e["trl_cpu_s"], 1)
+        check_summary(e["mmrl_cpu_s"], 1)
+        assert e["mmrl_over_trl_cpu"]["ratio"] == pytest.approx(e["mmrl_cpu_s"]["median"] / e["trl_cpu_s"]["median"])
         assert isinstance(e["goal_met"], bool)
     assert d["environment"]["trl"]
 
