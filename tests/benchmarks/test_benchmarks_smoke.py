@@ -146,10 +146,25 @@ def test_report_writes_a_replaceable_section(results, tmp_path):
     for heading in ("Cost per method", "Diffusion-LM samplers", "mmrl against TRL", "Janus CFG sampling", "README main command"):
         assert heading in first, heading
     assert "Smoke sizes" in first
+    assert "ratios (both sides measured in the same process, interleaved) are the figures to read" in first
+    assert "| benchmark | commit | finished | load at start | load at end |" in first
     readme.write_text(first + "\n## After\n\nkept\n")
     subprocess.run(cmd, check=True, capture_output=True, timeout=60)
     second = readme.read_text()
     assert second == first + "\n## After\n\nkept\n"  # regenerated in place: same section, text around it kept
+
+
+def test_run_all_extra_arguments(tmp_path):
+    import run_all
+
+    cmd = run_all.command("method_costs", "full", tmp_path, "cpu", 1, ["--methods", "dgpo,grpo_beta0.04", "--repeats", "2"])
+    # after the size's own arguments (so the last --repeats wins in argparse), before --out and --threads
+    assert cmd[2:] == ["--repeats", "3", "--methods", "dgpo,grpo_beta0.04", "--repeats", "2", "--out",
+                       str(tmp_path / "method_costs.json"), "--threads", "1"]
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "run_all.py"), "--out", str(tmp_path), "--extra", "nosuch=1"],
+                          capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert proc.returncode != 0 and "--extra 'nosuch=1': expected NAME=ARGS" in proc.stderr
+    assert not (tmp_path / "summary.json").exists()  # refused before anything ran
 
 
 def test_summaries_and_ratios_by_hand():
