@@ -406,13 +406,36 @@ def math_equal(pred: str | None, gold: str | None) -> bool:
         return False
 
 
-@functools.lru_cache(maxsize=4096)
+_PARSED: dict[tuple[str, int | None], tuple] = {}
+_PARSED_MAX = 4096
+
+
 def _parse_latex(answer: str, timeout: int | None):
     """math-verify's LaTeX parser only: its plain-expression parser goes through sympy's `parse_expr`, which
-    `eval`s, and model outputs are never evaluated."""
+    `eval`s, and model outputs are never evaluated. Parses are remembered, except an empty one: math-verify returns
+    nothing on a timeout too, and on a busy machine a correct answer would stay "wrong" for the rest of the run."""
+    key = (answer, timeout)
+    if key in _PARSED:
+        return _PARSED[key]
     from math_verify import LatexExtractionConfig, parse
 
-    return tuple(parse("\\boxed{" + answer + "}", extraction_config=[LatexExtractionConfig()], parsing_timeout=timeout))
+    _warm_up_math_verify()
+    out = tuple(parse("\\boxed{" + answer + "}", extraction_config=[LatexExtractionConfig()], parsing_timeout=timeout))
+    if out:
+        if len(_PARSED) >= _PARSED_MAX:
+            _PARSED.clear()
+        _PARSED[key] = out
+    return out
+
+
+@functools.cache
+def _warm_up_math_verify() -> None:
+    """One untimed parse and verify of a trivial answer: the first call builds math-verify's LaTeX grammar (0.2 s on
+    an idle core, over its 1 s timeout on a loaded one), which must not count against the first real answer."""
+    from math_verify import LatexExtractionConfig, parse, verify
+
+    one = parse("\\boxed{1}", extraction_config=[LatexExtractionConfig()], parsing_timeout=None)
+    verify(one, one, timeout_seconds=None)
 
 
 def math_prediction(text: str) -> str | None:

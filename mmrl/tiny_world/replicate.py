@@ -9,6 +9,7 @@ and is scored by greedy d1-style decoding on held-out puzzles (`mmrl.training.ev
 `<out>/<name>/results.json`, `table.md` (mean ± std over seeds) and `accuracy.png` / `reward.png`.
 
     mmrl replicate gcpo-vs-grpo       # GCPO vs GRPO on the shapes world (tiny Janus, GenEval), mmrl/tiny_world/shapes_rl.py
+    mmrl replicate gcpo-vs-grpo-lr    # its learning rate chosen on the validation prompts only (test never scored)
     mmrl replicate gcpo-vs-grpo-vqa   # GCPO vs GRPO on shapes questions (tiny Qwen2.5-VL), mmrl/tiny_world/vqa_rl.py
     mmrl replicate dmpo-vs-grpo-masked  # DMPO vs GRPO on the tiny aMUSEd (masked image tokens), mmrl/tiny_world/masked_image_rl.py
 
@@ -155,6 +156,7 @@ def run_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int 
 
 
 RUNNERS: dict[str, str] = {"gcpo-vs-grpo": "mmrl.tiny_world.shapes_rl:run_gcpo_vs_grpo",
+                           "gcpo-vs-grpo-lr": "mmrl.tiny_world.shapes_rl:choose_lr",
                            "gcpo-vs-grpo-vqa": "mmrl.tiny_world.vqa_rl:run_gcpo_vs_grpo_vqa",
                            "overfit-pool": "mmrl.tiny_world.overfit_pool:run_overfit_pool",
                            "dmpo-vs-grpo-masked": "mmrl.tiny_world.masked_image_rl:run_dmpo_vs_grpo_masked"}
@@ -175,23 +177,33 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--base", default=None, help="the Countdown comparisons: another tiny causal Countdown base "
                         "(default: the recipe's; e.g. countdown3-ar, the base trained on right answers only); "
                         "gcpo-vs-grpo: shapes (default, noisy captions) or shapes-clean")
+    parser.add_argument("--lr", type=float, default=None, help="gcpo-vs-grpo: the learning rate (default: the recipe's "
+                        "5e-4; pass the one `gcpo-vs-grpo-lr` chose on validation)")
     parser.add_argument("--smoke", action="store_true", help="2 rollouts per arm, 16 test puzzles (plumbing check)")
 
 
 def run(args: argparse.Namespace) -> int:
     from mmrl.tiny_world.reasoning_rl import COMPARISONS as REASONING, run_reasoning_comparison
 
-    if args.base is not None and args.name not in REASONING and args.name != "gcpo-vs-grpo":
+    if args.base is not None and args.name not in REASONING and args.name not in ("gcpo-vs-grpo", "gcpo-vs-grpo-lr"):
         raise SystemExit(f"--base applies to gcpo-vs-grpo and the Countdown comparisons {sorted(REASONING)}, not {args.name!r}")
     if args.seeds < 1:
         raise SystemExit(f"--seeds must be >= 1, got {args.seeds}")
-    if args.name == "gcpo-vs-grpo":
-        from mmrl.tiny_world.shapes_rl import run_gcpo_vs_grpo
+    if args.lr is not None and args.name != "gcpo-vs-grpo":
+        raise SystemExit(f"--lr applies to gcpo-vs-grpo only, not {args.name!r}")
+    if args.lr is not None and not args.lr > 0:
+        raise SystemExit(f"--lr must be > 0, got {args.lr}")
+    if args.name in ("gcpo-vs-grpo", "gcpo-vs-grpo-lr"):
+        from mmrl.tiny_world.shapes_rl import choose_lr, run_gcpo_vs_grpo
 
         if args.base not in (None, "shapes", "shapes-clean"):
-            raise SystemExit(f"gcpo-vs-grpo --base must be shapes or shapes-clean, got {args.base!r}")
+            raise SystemExit(f"{args.name} --base must be shapes or shapes-clean, got {args.base!r}")
+        if args.name == "gcpo-vs-grpo-lr":
+            choose_lr(args.out, seeds=args.seeds, smoke=args.smoke, steps=args.steps, n_samples=args.n_samples,
+                      base=args.base or "shapes")
+            return 0
         run_gcpo_vs_grpo(args.out, seeds=args.seeds, smoke=args.smoke, steps=args.steps, n_samples=args.n_samples,
-                         base=args.base or "shapes", baselines=not args.no_baselines)
+                         base=args.base or "shapes", baselines=not args.no_baselines, lr=args.lr)
         return 0
     if args.name in REASONING:
         run_reasoning_comparison(args.name, args.out, seeds=args.seeds, smoke=args.smoke, rollouts=args.rollouts,

@@ -92,12 +92,60 @@ def _images(policy, rows: list[dict], generation: dict[str, Any] | None = None) 
 
 def run_gcpo_vs_grpo(out: str | Path = "runs/replicate", *, seeds: int = 5, smoke: bool = False, steps: int | None = None,
                      progress: bool = True, n_samples: int | None = None, base: str = "shapes",
-                     baselines: bool = True) -> dict[str, Any]:
+                     baselines: bool = True, lr: float | None = None) -> dict[str, Any]:
     """Run both arms over `seeds` from `base`, beside the baselines; returns the results dict also written to
-    `<out>/gcpo-vs-grpo[-<base>]/results.json`."""
+    `<out>/gcpo-vs-grpo[-<base>]/results.json`. `lr` overrides the recipe's learning rate (the value chosen on
+    validation by `choose_lr`)."""
     name = "gcpo-vs-grpo" if base == "shapes" else f"gcpo-vs-grpo-{base}"
+    recipe = None if lr is None else {**SHAPES_RL, "learning_rate": float(lr)}
     return run_shapes_rl(Path(out) / name, list(ARMS), seeds=seeds, smoke=smoke, steps=steps, progress=progress,
-                         n_samples=n_samples, name=name, base=base, baselines=baselines)
+                         n_samples=n_samples, name=name, base=base, baselines=baselines, recipe=recipe)
+
+
+LR_CHOICES = (2.5e-4, 5e-4)
+"""The learning rates `choose_lr` compares (the recipe's 5e-4 and half of it)."""
+
+
+def choose_lr(out: str | Path = "runs/replicate", *, lrs: tuple[float, ...] = LR_CHOICES, seeds: int = 1,
+              base: str = "shapes", smoke: bool = False, steps: int | None = None, progress: bool = True,
+              n_samples: int | None = None) -> dict[str, Any]:
+    """Choose `gcpo-vs-grpo`'s learning rate on the validation prompts only (`mmrl replicate gcpo-vs-grpo-lr`).
+
+    Both arms train at every lr in `lrs` over `seeds` from `base`, each scored once at the end on all the
+    validation prompts (`n_samples` images each; the test prompts are never touched); the chosen lr is the one with
+    the highest validation GenEval averaged over the two arms (one recipe for both, so the choice favours neither).
+    Writes `<out>/gcpo-vs-grpo-lr[-<base>]/choice.json` and `table.md`; returns the choice dict."""
+    from mmrl.tiny_world.report import markdown_table
+
+    if not lrs or any(float(x) <= 0 for x in lrs):
+        raise ValueError(f"lrs must be positive learning rates, got {lrs!r}")
+    name = "gcpo-vs-grpo-lr" if base == "shapes" else f"gcpo-vs-grpo-lr-{base}"
+    root = Path(out) / name
+    if root.exists():
+        shutil.rmtree(root)
+    root.mkdir(parents=True)
+    t0 = time.perf_counter()
+    figures: dict[str, dict[str, float]] = {}
+    base_val = None
+    for lr in lrs:
+        res = run_shapes_rl(root / f"lr{lr:g}", list(ARMS), seeds=seeds, smoke=smoke, steps=steps, progress=progress,
+                            n_samples=n_samples, name=f"{name} lr {lr:g}", base=base, split="validation",
+                            recipe={**SHAPES_RL, "learning_rate": float(lr)})
+        base_val = res["before"]["overall"]
+        per_arm = {a: sum(r["after"]["overall"] for r in runs) / len(runs) for a, runs in res["arms"].items()}
+        figures[f"{lr:g}"] = {**per_arm, "mean of the arms": sum(per_arm.values()) / len(per_arm)}
+    chosen = max(figures, key=lambda k: figures[k]["mean of the arms"])
+    head = ["lr"] + list(next(iter(figures.values())))
+    table = markdown_table(head, [[k] + [f"{100 * v:.1f}" for v in row.values()] for k, row in figures.items()])
+    table += (f"\n\nValidation GenEval overall (points), base `{base}` {100 * base_val:.1f}; {seeds} seed(s) per arm and lr, "
+              f"all validation prompts x {n_samples or 'the default'} images. Chosen: lr {chosen} (highest mean of the arms).\n")
+    choice = {"name": name, "split": "validation", "base": base, "seeds": seeds, "lrs": [float(x) for x in lrs],
+              "validation_overall": figures, "base_validation_overall": base_val, "chosen_lr": float(chosen),
+              "seconds": time.perf_counter() - t0, "smoke": smoke}
+    (root / "choice.json").write_text(json.dumps(choice, indent=2))
+    (root / "table.md").write_text(table)
+    logger.info("\n" + table)
+    return choice
 
 
 BASE_SMOKE_STEPS = 20
@@ -123,7 +171,8 @@ def _rft(policy, cfg, rows: list[dict]) -> dict[str, Any]:
 def run_shapes_rl(root: str | Path, arms: list[str], *, seeds: int = 5, smoke: bool = False, steps: int | None = None,
                   progress: bool = True, n_samples: int | None = None, name: str = "shapes-rl", base: str = "shapes",
                   recipe: dict[str, Any] | None = None, arm_table: dict[str, dict[str, Any]] | None = None,
-                  eval_generation: dict[str, Any] | None = None, baselines: bool = False) -> dict[str, Any]:
+                  eval_generation: dict[str, Any] | None = None, baselines: bool = False,
+                  split: str = "test") -> dict[str, Any]:
     """Train each arm of `arm_table` (default `ARMS`) named in `arms` over `seeds` from the tiny-world base `base`
     with `recipe` (default `SHAPES_RL`) and report into `root` (replaced if it exists).
 
@@ -133,7 +182,9 @@ def run_shapes_rl(root: str | Path, arms: list[str], *, seeds: int = 5, smoke: b
     task) for every gain over the base and for the difference between the first two arms. With `baselines`, the
     table also has the base pre-trained on clean captions at the same compute (`CLEAN_REFERENCE`, and each arm's
     share of the base-to-clean gap), best-of-n from the base (n = `n_samples`, the GenEval verifier picking) and
-    rejection-sampling fine-tuning at the arms' rollouts (`RFT_ARM`, over the same seeds)."""
+    rejection-sampling fine-tuning at the arms' rollouts (`RFT_ARM`, over the same seeds). `split="validation"`
+    scores every validation prompt in place of the test prompts (for a choice: `choose_lr`; the test prompts are
+    then never evaluated)."""
     from mmrl.config.train_config import load_config
     from mmrl.data.tasks import load_task
     from mmrl.geneval.rules import TASKS
@@ -151,6 +202,8 @@ def run_shapes_rl(root: str | Path, arms: list[str], *, seeds: int = 5, smoke: b
         raise ValueError(f"unknown arms {unknown or arms}; valid: {list(arm_table)}")
     if int(seeds) < 1:
         raise ValueError(f"seeds must be >= 1, got {seeds}")
+    if split not in ("test", "validation"):
+        raise ValueError(f"split must be 'test' or 'validation', got {split!r}")
     arm_kw = {"recipe": recipe, "arm_table": arm_table}
     say = print if progress else (lambda *a, **k: None)
     n_samples = n_samples or (1 if smoke else N_SAMPLES)
@@ -166,7 +219,8 @@ def run_shapes_rl(root: str | Path, arms: list[str], *, seeds: int = 5, smoke: b
     base_dir = ensure_built(base, progress=progress, steps=base_steps)
     build_s = time.perf_counter() - t0
     task = load_task("shapes")
-    test = task.test[:: max(1, len(task.test) // 24)] if smoke else task.test  # once per run, at the end
+    scored = task.test if split == "test" else task.validation
+    test = scored[:: max(1, len(scored) // 24)] if smoke else scored  # once per run, at the end
     val_rows = balanced_rows(task.validation, curve_per_task)  # the curves and every choice
     eval_gen = dict(eval_generation or {})
 
@@ -175,12 +229,12 @@ def run_shapes_rl(root: str | Path, arms: list[str], *, seeds: int = 5, smoke: b
 
     base_policy = load_base_policy(base, progress=False, steps=base_steps)
     before = test_items(base_policy)
-    say("base model, test GenEval: " + "  ".join(f"{k} {v:.3f}" for k, v in before["per_task"].items()))
+    say(f"base model, {split} GenEval: " + "  ".join(f"{k} {v:.3f}" for k, v in before["per_task"].items()))
     reference = None
     if baselines:
         ensure_built(CLEAN_REFERENCE, progress=progress, steps=base_steps)
         reference = test_items(load_base_policy(CLEAN_REFERENCE, progress=False, steps=base_steps))
-        say("clean-caption base, test GenEval: " + "  ".join(f"{k} {v:.3f}" for k, v in reference["per_task"].items()))
+        say(f"clean-caption base, {split} GenEval: " + "  ".join(f"{k} {v:.3f}" for k, v in reference["per_task"].items()))
     grid_rows = _grid_rows(test)
     grid_images = {"base": _images(base_policy, grid_rows, eval_gen)}
     by_arm: dict[str, list[dict]] = {}
@@ -209,7 +263,7 @@ def run_shapes_rl(root: str | Path, arms: list[str], *, seeds: int = 5, smoke: b
                                              "train_seconds": train_s, "records": records, **extra})
             if seed == 0:
                 grid_images[arm] = _images(policy, grid_rows, eval_gen)
-            say(f"      test overall {after['per_task']['overall']:.3f} (base {before['per_task']['overall']:.3f}), {train_s:.0f} s")
+            say(f"      {split} overall {after['per_task']['overall']:.3f} (base {before['per_task']['overall']:.3f}), {train_s:.0f} s")
     # ---- intervals (paired over prompts, grouped by GenEval task; seeds resampled per arm)
     groups = before["tags"]
     base_m = [before["scores"]]
@@ -288,7 +342,7 @@ def run_shapes_rl(root: str | Path, arms: list[str], *, seeds: int = 5, smoke: b
     total = time.perf_counter() - t_all
     results = {"name": name, "protocol": "curves on validation, test once per run; paired bootstrap 95% CI over prompts "
                                          "(grouped by GenEval task) and seeds",
-               "base": base, "seeds": seeds, "seconds": total, "smoke": smoke, "build_seconds": build_s, "model": str(base_dir),
+               "split": split, "base": base, "seeds": seeds, "seconds": total, "smoke": smoke, "build_seconds": build_s, "model": str(base_dir),
                "n_samples": n_samples, "table": table, "eval_generation": eval_gen,
                "test_prompts": before["prompts"], "test_tags": groups,
                "before": before["per_task"], "before_items": before["scores"], "before_samples": before["samples"],
@@ -301,7 +355,7 @@ def run_shapes_rl(root: str | Path, arms: list[str], *, seeds: int = 5, smoke: b
                "configs": {a: arm_config(a, seed=0, out=Path("."), smoke=smoke, steps=steps, **arm_kw) for a in arms},
                "grid_prompts": [r["prompt"] for r in grid_rows]}
     (root / "results.json").write_text(json.dumps(results, indent=2, default=str))
-    (root / "table.md").write_text(table + f"\n\nBase `{base}`, {seeds} seeds per arm, {len(test)} test prompts x "
+    (root / "table.md").write_text(table + f"\n\nBase `{base}`, {seeds} seeds per arm, {len(test)} {split} prompts x "
                                    f"{n_samples} images, {total:.0f} s in all.\n")
     logger.info("\n" + table + f"\n\n{root}  ({total:.0f} s)")
     return results

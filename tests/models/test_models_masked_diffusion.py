@@ -22,6 +22,20 @@ from mmrl.models.dllm_samplers import (
 from mmrl.models.masked_diffusion import MaskedDiffusionAdapter as MDA
 from mmrl.core.protocol import DEFAULT_NEGATIVE_INSTRUCTION
 
+
+def _import_source(tmp_path, name: str, code: str):
+    """Import `code` as module `name` from a file under tmp_path, as transformers imports a checkpoint's remote code."""
+    import importlib.util
+    import sys
+
+    src = tmp_path / f"{name}.py"
+    src.write_text(code)
+    spec = importlib.util.spec_from_file_location(name, src)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
 MASK = 4  # <mask> of models/tokenizers.py::char_tokenizer
 PROMPTS = ["ab", "hello world", "4x4 sudoku?"]
 
@@ -693,18 +707,11 @@ class FakeDreamModel(_Model):
 def test_remote_code_checkpoints_load_only_with_trust_and_sample(tmp_path, name, kind, shift):
     """Local stand-ins with LLaDA's / Dream's call signatures (no position ids / a 4-D boolean mask, no cache) and
     their model_type, loaded through `auto_map` like the real checkpoints."""
-    import importlib.util
-    import sys
     import warnings
 
     from mmrl.models.tokenizers import char_tokenizer
 
-    src = tmp_path / "modeling_fake_dllm.py"
-    src.write_text(FAKE_REMOTE_CODE)
-    spec = importlib.util.spec_from_file_location("modeling_fake_dllm", src)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["modeling_fake_dllm"] = mod
-    spec.loader.exec_module(mod)
+    mod = _import_source(tmp_path, "modeling_fake_dllm", FAKE_REMOTE_CODE)
     cfg = getattr(mod, f"Fake{name}Config")()
     torch.manual_seed(0)
     model = getattr(mod, f"Fake{name}Model")(cfg)
@@ -753,8 +760,6 @@ def test_remote_code_written_for_transformers_4_loads(tmp_path):
     """LLaDA's modelling code (NVlabs/Fast-dLLM llada/model, found by scripts/check_real_architectures.py) never calls
     `post_init()`, defines `tie_weights(self)` without keywords and reads `config.use_cache`, which its config does not
     declare: transformers 5 loads none of that unaided; the adapter does, and the weights are the saved ones."""
-    import importlib.util
-    import sys
 
     from mmrl.models.tokenizers import char_tokenizer
 
@@ -763,12 +768,7 @@ def test_remote_code_written_for_transformers_4_loads(tmp_path):
         "    def tie_weights(self):\n        pass\n\n"
         "    def forward(self, input_ids, attention_mask=None):  # LLaDA: no position ids, no cache\n"
         "        assert self.config.use_cache is False\n")
-    src = tmp_path / "modeling_old_llada.py"
-    src.write_text(code)
-    spec = importlib.util.spec_from_file_location("modeling_old_llada", src)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["modeling_old_llada"] = mod
-    spec.loader.exec_module(mod)
+    mod = _import_source(tmp_path, "modeling_old_llada", code)
     cfg = mod.FakeLLaDAConfig()
     torch.manual_seed(0)
     model = mod.FakeLLaDAModel(cfg)
@@ -898,19 +898,12 @@ def test_remote_rope_frequencies_are_filled_after_loading(tmp_path):
     losses on the real Dream architecture. Loaded through the adapter they are theta^(-2i/d) again: with theta 1e4 and
     head dim 8, [1, 0.1, 0.01, 0.001]; logits equal the saved model's, and the reference (a second load) equals the
     policy, so DMPO's log p_ref - log p_v is exactly 0 at the start."""
-    import importlib.util
-    import sys
 
     from mmrl.models.masked_diffusion import ensure_default_rope
     from mmrl.models.tokenizers import char_tokenizer
 
     ensure_default_rope()  # the code looks up ROPE_INIT_FUNCTIONS["default"], as Dream's does
-    src = tmp_path / "modeling_rope_dream.py"
-    src.write_text(ROPE_REMOTE_CODE)
-    spec = importlib.util.spec_from_file_location("modeling_rope_dream", src)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["modeling_rope_dream"] = mod
-    spec.loader.exec_module(mod)
+    mod = _import_source(tmp_path, "modeling_rope_dream", ROPE_REMOTE_CODE)
     cfg = mod.RopeDreamConfig()
     torch.manual_seed(0)
     model = mod.RopeDreamModel(cfg).eval()

@@ -21,8 +21,8 @@ PROMPTS = ["say a 1", "say b"]
 
 
 def tiny_dir(path):
-    """A tiny Qwen2 with head_dim 64 (vLLM's CPU attention kernels take 32 / 64 / 80 / ...), saved with mmrl's
-    char tokenizer."""
+    """A tiny Qwen2 with head_dim 64 (vLLM's CPU attention refuses the default tiny model's head_dim 8), saved with
+    mmrl's char tokenizer."""
     adapter_class("causal_lm").tiny(seed=0, hidden_size=128, intermediate_size=256, num_attention_heads=2,
                                     num_key_value_heads=1, max_position_embeddings=256).save_pretrained(path)
     return path
@@ -114,6 +114,9 @@ def test_use_vllm_settings_are_validated_in_one_line(tmp_path):
     assert "configure the vLLM engine: set use_vllm=true too" in errors_of(vllm_gpu_memory_utilization=0.5)
     assert "is built in memory" in errors_of(use_vllm=True, model_name_or_path="tiny")
     assert "family='janus' uses mmrl's own sampler" in errors_of(use_vllm=True, family="janus", model_name_or_path=d)
+    vlm = errors_of(use_vllm=True, family="vlm", model_name_or_path=d)
+    line = next(ln for ln in vlm.splitlines() if "family='vlm'" in ln)  # one line: what was tried and its error
+    assert "uses mmrl's own sampler: vLLM rollouts for VLMs are not implemented" in line and "No module named torchvision" in line
     if HAS_VLLM:
         assert load_config(overrides={"use_vllm": True, "model_name_or_path": d}).use_vllm
     else:

@@ -340,3 +340,26 @@ def test_plain_callables_get_only_the_arguments_they_name_and_trl_logging_hooks(
     assert seen["args"] == (["a", "b"], ["a", "c"])
     assert out.total.tolist() == [1.5, 0.5]
     assert out.metrics["custom/metric"] == 7.0 and out.extras["custom/column"] == ["x", "x"]
+
+
+def test_a_parse_that_timed_out_is_tried_again_not_remembered_as_unparseable(monkeypatch):
+    """math-verify returns [] when its timeout fires (a busy machine); remembering that would score a correct answer
+    0 for the rest of the run."""
+    import math_verify
+
+    from mmrl.rewards import text_math
+
+    real = math_verify.parse
+    fired = []
+
+    def parse_timing_out_once(text, *args, **kw):
+        if "\\frac{5}{7}" in text and not fired:
+            fired.append(text)
+            return []  # what math-verify returns on a timeout
+        return real(text, *args, **kw)
+
+    monkeypatch.setattr(math_verify, "parse", parse_timing_out_once)
+    monkeypatch.setattr(text_math, "_PARSED", {}, raising=False)
+    assert text_math.math_equal("\\frac{5}{7}", "\\frac{10}{14}") is False  # the timed-out parse
+    assert fired
+    assert text_math.math_equal("\\frac{5}{7}", "\\frac{10}{14}") is True

@@ -89,10 +89,11 @@ def test_shapes_quickstart_smoke_writes_report(tmp_path, monkeypatch):
 
 def test_gcpo_vs_grpo_smoke(tmp_path, monkeypatch):
     monkeypatch.setenv("MMRL_CACHE", str(tmp_path / "cache"))
-    assert main(["replicate", "gcpo-vs-grpo", "--smoke", "--seeds", "1", "--out", str(tmp_path / "rep")]) == 0
+    assert main(["replicate", "gcpo-vs-grpo", "--smoke", "--seeds", "1", "--lr", "2.5e-4", "--out", str(tmp_path / "rep")]) == 0
     root = tmp_path / "rep" / "gcpo-vs-grpo"
     res = json.loads((root / "results.json").read_text())
     assert set(res["arms"]) == {"GRPO", "GCPO", "RFT"}
+    assert res["split"] == "test" and {c["learning_rate"] for c in res["configs"].values()} == {2.5e-4}
     # same prompts, batch, learning rate and KL: the arms differ only in the method
     a, b = res["configs"]["GRPO"], res["configs"]["GCPO"]
     assert {k for k in a if a[k] != b.get(k)} == {"method"}
@@ -104,3 +105,44 @@ def test_gcpo_vs_grpo_smoke(tmp_path, monkeypatch):
     assert {"GCPO - GRPO", "GRPO - RFT", "GCPO - RFT"} == set(res["differences"])
     table = (root / "table.md").read_text()
     assert "GRPO (1 seed)" in table and "GCPO (1 seed)" in table and "gain vs base" in table and "share of the gap" in table
+
+
+def test_gcpo_vs_grpo_lr_choice_scores_validation_only(tmp_path, monkeypatch):
+    """`mmrl replicate gcpo-vs-grpo-lr` trains both arms at each lr and scores validation prompts only: no test
+    prompt is ever evaluated, and the chosen lr is the one with the best validation mean over the two arms."""
+    from mmrl.data.tasks import load_task
+    from mmrl.tiny_world import register
+    from mmrl.tiny_world.shapes_rl import LR_CHOICES
+
+    monkeypatch.setenv("MMRL_CACHE", str(tmp_path / "cache"))
+    assert main(["replicate", "gcpo-vs-grpo-lr", "--smoke", "--seeds", "1", "--out", str(tmp_path / "rep")]) == 0
+    root = tmp_path / "rep" / "gcpo-vs-grpo-lr"
+    choice = json.loads((root / "choice.json").read_text())
+    register()
+    task = load_task("shapes")
+    validation = {r["prompt"]: r["metadata"]["tag"] for r in task.validation}
+    test = {r["prompt"] for r in task.test}
+    means = {}
+    for lr in LR_CHOICES:
+        res = json.loads((root / f"lr{lr:g}" / "results.json").read_text())
+        scored = set(res["test_prompts"])
+        assert res["split"] == "validation" and scored and scored <= set(validation)
+        # the only prompts shared with the test split are single_object ones (one shape named: nothing to hold out)
+        assert {validation[p] for p in scored & test} <= {"single_object"}
+        assert any(validation[p] != "single_object" for p in scored)
+        assert {c["learning_rate"] for c in res["configs"].values()} == {lr}
+        overall = [runs[0]["after"]["overall"] for runs in res["arms"].values()]
+        assert len(overall) == 2  # GRPO and GCPO, no baselines in a choice run
+        means[lr] = sum(overall) / 2
+        assert abs(choice["validation_overall"][f"{lr:g}"]["mean of the arms"] - means[lr]) < 1e-12
+    assert choice["chosen_lr"] == max(means, key=means.get) and choice["split"] == "validation"
+    assert "Chosen: lr" in (root / "table.md").read_text()
+
+
+def test_lr_flag_rejected_outside_gcpo_vs_grpo(tmp_path):
+    import pytest
+
+    with pytest.raises(SystemExit, match="--lr applies to gcpo-vs-grpo only"):
+        main(["replicate", "dmpo-small-batch", "--lr", "1e-4", "--out", str(tmp_path)])
+    with pytest.raises(SystemExit, match="--lr must be > 0, got -0.001"):
+        main(["replicate", "gcpo-vs-grpo", "--lr=-1e-3", "--out", str(tmp_path)])
