@@ -184,11 +184,13 @@ def make_trainer(family: str, name: str, sz: dict[str, Any], out_root: str, seed
 def one_step(trainer) -> dict[str, float]:
     """Run exactly one more optimizer step through `Trainer.train` and split its time."""
     trainer.cfg.max_steps = trainer.step + 1
+    c0 = time.process_time()  # CPU time beside wall time: on a shared machine it is what the other jobs cannot inflate
     m = trainer.train()
+    cpu = time.process_time() - c0
     rollout, reward, buffer = m["perf/rollout_time"], m["perf/reward_time"], m["perf/buffer_time"]
     step = m["perf/step_time"]
     return {"step": step, "rollout": rollout, "reward": reward, "buffer": buffer, "update": step - rollout - reward - buffer,
-            "train": step - rollout - reward}
+            "train": step - rollout - reward, "cpu": cpu}
 
 
 # ------------------------------------------------------------------------------------------------ memory (B2)
@@ -297,6 +299,7 @@ def run_family(family: str, args: argparse.Namespace) -> dict[str, Any]:
         row: dict[str, Any] = {"numerator": num, "denominator": den, "label": label,
                                "step_time": paired_ratio(splits[num]["step"], splits[den]["step"]),
                                "train_time": paired_ratio(splits[num]["train"], splits[den]["train"]),
+                               "cpu_step_time": paired_ratio(splits[num]["cpu"], splits[den]["cpu"]),
                                "update_time": paired_ratio(splits[num]["update"], splits[den]["update"])}
         if num in memory and den in memory:
             row["peak_memory"] = memory[num]["peak_bytes"] / memory[den]["peak_bytes"]

@@ -56,7 +56,8 @@ def table(header: list[str], rows: list[list[Any]]) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------------------ sections
-GOAL_KEYS = ("dgpo_step_time", "gcpo_step_time", "dgpo_peak_memory", "gcpo_peak_memory", "dllm_samplers",
+GOAL_KEYS = ("dgpo_step_time", "gcpo_step_time", "dgpo_peak_memory", "gcpo_peak_memory", "dmpo_step_time", "dmpo_peak_memory",
+             "dllm_samplers",
              "dllm_samplers_single", "trl_beta_0.0", "trl_beta_0.04", "janus_sampling", "quickstart_time")
 """Keys of `notes.json`, one per row of the goals table."""
 
@@ -73,18 +74,23 @@ def _goal_rows(results: Path) -> list[tuple[str, list[str]]]:
     """(key, [what, measured, verdict]) per goal."""
     rows = []
     mc = load(results, "method_costs")
-    fam = (mc or {}).get("families", {}).get("causal_lm", {})
-    by_pair = {(r["numerator"], r["denominator"]): r for r in fam.get("ratios", [])}
-    for num, den, what in (("dgpo", "grpo_beta0.04", "DGPO / GRPO (beta 0.04, same forwards) step time <= 1.03"),
-                           ("gcpo", "grpo_beta0", "GCPO / GRPO step time <= 1.40")):
-        r = by_pair.get((num, den))
-        rows.append((f"{num}_step_time", [what, ratio_cell(r["step_time"]) if r else "-",
-                                           verdict(r["goal_met"].get("step_time") if r else None)]))
-    for num, den, what in (("dgpo", "grpo_beta0.04", "DGPO / GRPO (beta 0.04) peak memory <= 1.05"),
-                           ("gcpo", "grpo_beta0", "GCPO / GRPO peak memory <= 1.05")):
-        r = by_pair.get((num, den))
-        val = f"{r['peak_memory']:.3f}" if r and "peak_memory" in r else "-"
-        rows.append((f"{num}_peak_memory", [what, val, verdict(r["goal_met"].get("peak_memory") if r else None)]))
+    families = (mc or {}).get("families", {})
+    pairs = {(fam, r["numerator"], r["denominator"]): r for fam, f in families.items() for r in f.get("ratios", [])}
+    checked = (("causal_lm", "dgpo", "grpo_beta0.04", "DGPO / GRPO (beta 0.04, same forwards)", "dgpo"),
+               ("causal_lm", "gcpo", "grpo_beta0", "GCPO / GRPO", "gcpo"),
+               ("masked_diffusion", "dmpo", "diffu_grpo", "DMPO (R = 4) / diffu-GRPO, masked diffusion", "dmpo"))
+    for part, label in (("step_time", "step time"), ("peak_memory", "peak memory")):
+        for fam, num, den, what, key in checked:
+            r = pairs.get((fam, num, den))
+            if r is None:
+                rows.append((f"{key}_{part}", [f"{what} {label}", "-", verdict(None)]))
+                continue
+            goal = r.get("goal", {}).get(part)
+            val = ratio_cell(r[part]) if part == "step_time" else (f"{r[part]:.3f}" if part in r else "-")
+            if part == "step_time" and "cpu_step_time" in r:
+                val += f" (CPU time {ratio_cell(r['cpu_step_time'])})"
+            rows.append((f"{key}_{part}", [f"{what} {label}" + (f" <= {goal}" if goal else ""), val,
+                                           verdict(r.get("goal_met", {}).get(part))]))
     found = False
     for name in ("dllm_samplers", "dllm_samplers_single"):
         b3 = load(results, name)
@@ -102,10 +108,11 @@ def _goal_rows(results: Path) -> list[tuple[str, list[str]]]:
                                        verdict(None)]))
     b4 = load(results, "trl_comparison")
     for beta, e in (b4 or {}).get("betas", {}).items():
-        rows.append((f"trl_beta_{beta}", [f"mmrl GRPO step <= 0.75 x TRL's (beta {beta})", ratio_cell(e["mmrl_over_trl"]),
+        cpu = f" (CPU time {ratio_cell(e['mmrl_over_trl_cpu'])})" if "mmrl_over_trl_cpu" in e else ""
+        rows.append((f"trl_beta_{beta}", [f"mmrl GRPO step <= 0.50 x TRL's (beta {beta})", ratio_cell(e["mmrl_over_trl"]) + cpu,
                                           verdict(e["goal_met"])]))
     if not b4:
-        rows.append(("trl_beta_0.0", ["mmrl GRPO step <= 0.75 x TRL's", "-", verdict(None)]))
+        rows.append(("trl_beta_0.0", ["mmrl GRPO step <= 0.50 x TRL's", "-", verdict(None)]))
     b5 = load(results, "janus_sampling")
     rows.append(("janus_sampling", ["Janus sampling >= 0.9x transformers' speed", f"{b5['speed_ratio']:.2f}x" if b5 else "-",
                                     verdict(b5.get("goal_met") if b5 else None)]))
@@ -134,18 +141,18 @@ def method_costs(d: dict) -> list[str]:
         rows = []
         for name, e in f["methods"].items():
             mem = e.get("memory")
-            rows.append([name, spread(e["step"]), spread(e["rollout"]), spread(e["buffer"]), spread(e["update"]),
+            rows.append([name, spread(e["step"]), spread(e.get("cpu")), spread(e["rollout"]), spread(e["buffer"]), spread(e["update"]),
                          f"{mem['peak_bytes'] / MIB:.0f}" if mem else "-",
                          spread(e["step_amortised_F8"]) if "step_amortised_F8" in e else ""])
-        out += table(["method", "step (s)", "rollout (s)", "buffer (s)", "update (s)", "peak MiB", "step at F = 8 (s)"], rows)
+        out += table(["method", "step (s)", "CPU time (s)", "rollout (s)", "buffer (s)", "update (s)", "peak MiB", "step at F = 8 (s)"], rows)
         out += [""]
         rows = []
         for r in f["ratios"]:
             g = r.get("goal")
             goal = "; ".join(f"{k} <= {v}: {verdict(r['goal_met'].get(k))}" for k, v in g.items()) if g else ""
-            rows.append([r["label"], ratio_cell(r["step_time"]), ratio_cell(r["train_time"]),
+            rows.append([r["label"], ratio_cell(r["step_time"]), ratio_cell(r.get("cpu_step_time")), ratio_cell(r["train_time"]),
                          f"{r['peak_memory']:.3f}" if "peak_memory" in r else "-", goal])
-        out += table(["ratio", "step time", "without rollout", "peak memory", "goal"], rows)
+        out += table(["ratio", "step time", "CPU time", "without rollout", "peak memory", "goal"], rows)
     out += ["", "Ratios are of medians; brackets: the range of the per-round (paired) ratios. *step at F = 8*: DMPO's "
             "amortised step when each rollout is reused for 8 optimizer steps (its default), update + (rollout + reward + "
             "buffer) / 8."]
@@ -174,8 +181,10 @@ def trl_comparison(d: dict) -> list[str]:
            f"{s['responses']} completions per step (num_generations {s['group']}, micro-batch {s['micro_batch']}) x "
            f"{s['tokens']} tokens, identical settings; seconds per step including generation, median [min-max] over "
            f"{s['blocks']} alternating blocks of {s['repeats']} steps (TRL {d['environment'].get('trl')}).", ""]
-    rows = [[beta, spread(e["trl_step_s"]), spread(e["mmrl_step_s"]), ratio_cell(e["mmrl_over_trl"])] for beta, e in d["betas"].items()]
-    out += table(["beta", "TRL GRPOTrainer (s)", "mmrl Trainer (s)", "mmrl / TRL"], rows)
+    rows = [[beta, spread(e["trl_step_s"]), spread(e["mmrl_step_s"]), ratio_cell(e["mmrl_over_trl"]), spread(e.get("trl_cpu_s")),
+             spread(e.get("mmrl_cpu_s")), ratio_cell(e.get("mmrl_over_trl_cpu"))] for beta, e in d["betas"].items()]
+    out += table(["beta", "TRL GRPOTrainer (s)", "mmrl Trainer (s)", "mmrl / TRL", "TRL CPU time (s)", "mmrl CPU time (s)",
+                  "mmrl / TRL (CPU time)"], rows)
     return out
 
 
@@ -219,6 +228,29 @@ SECTIONS = [("method_costs", method_costs), ("dllm_samplers", dllm_samplers), ("
             ("hellinger_memory", hellinger_memory)]
 
 
+def _load(avg: list | None) -> str:
+    return "-" if not avg else f"{avg[0]:.2f} / {avg[1]:.2f}"
+
+
+def provenance(results: Path) -> list[str]:
+    """When, on which commit and under what load each benchmark shown was run (from summary.json and the JSON)."""
+    runs = (load(results, "summary") or {}).get("benchmarks", {})
+    rows = []
+    for name, _ in SECTIONS:
+        d = load(results, name)
+        if d is None:
+            continue
+        r = runs.get(name, {})
+        rows.append([name, (d.get("environment") or {}).get("git_commit") or "-", r.get("finished", "-"),
+                     _load(r.get("loadavg_start")), _load(r.get("loadavg_end"))])
+    if not rows:
+        return []
+    return ["**On a shared machine the ratios (both sides measured in the same process, interleaved) are the figures to read; "
+            "the absolute seconds depend on the load and are no speed claim.** Load: the machine's 1-minute / 5-minute load "
+            "averages (2 cores) when a benchmark started and ended.", ""] + table(
+        ["benchmark", "commit", "finished", "load at start", "load at end"], rows) + [""]
+
+
 def render(results: Path) -> str:
     envs = [d["environment"] for n, _ in SECTIONS if (d := load(results, n)) and "environment" in d]
     env = next((e for e in envs if "torch" in e), envs[0] if envs else {})
@@ -226,13 +258,13 @@ def render(results: Path) -> str:
     threads = (load(results, "summary") or {}).get("threads")
     where = (f"; {env.get('cpu_count')} CPU cores" if env.get("device", "cpu") == "cpu" else f"; {env.get('gpu')}")
     if threads and env.get("device", "cpu") == "cpu":
-        where = (f"; CPU, {threads} torch thread{'s' if threads != 1 else ''} per benchmark (pinned to one core of a shared "
+        where = (f"; CPU, {threads} torch thread{'s' if threads != 1 else ''} per benchmark (a shared "
                  f"{env.get('cpu_count')}-core machine, one benchmark at a time)")
     lines = [START, "", "Measured by `python benchmarks/run_all.py` and written by `python benchmarks/report.py` (do not edit by "
              "hand)" + where
-             + (f", torch {env['torch']}" if env.get("torch") else "") + (f", commit {env['git_commit']}" if env.get("git_commit") else "")
-             + "." + (" **Smoke sizes: these numbers say nothing about speed.**" if smoke else ""), ""]
-    lines += ["| goal (issue 7) | measured | | note |", "|---|---|---|---|"]
+             + (f", torch {env['torch']}" if env.get("torch") else "") + "; the commit of each benchmark below." + (" **Smoke sizes: these numbers say nothing about speed.**" if smoke else ""), ""]
+    lines += provenance(results)
+    lines += ["| goal (issues 7, 29) | measured | | note |", "|---|---|---|---|"]
     lines += ["| " + " | ".join(r) + " |" for r in goals(results)]
     for name, fn in SECTIONS:
         d = load(results, name)

@@ -32,6 +32,7 @@ import argparse
 import fcntl
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -97,9 +98,9 @@ def exclusive(lock: str | None):
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def command(name: str, size: str, out: Path, device: str, threads: int | None = None) -> list[str]:
+def command(name: str, size: str, out: Path, device: str, threads: int | None = None, extra: list[str] | None = None) -> list[str]:
     spec = BENCHMARKS[name]
-    args = [sys.executable, str(HERE / spec["script"]), *spec[size], "--out", str(out / f"{name}.json")]
+    args = [sys.executable, str(HERE / spec["script"]), *spec[size], *(extra or []), "--out", str(out / f"{name}.json")]
     if threads and not spec.get("no_threads"):
         args = [a for i, a in enumerate(args) if a != "--threads" and (i == 0 or args[i - 1] != "--threads")]
         args += ["--threads", str(threads)]
@@ -120,7 +121,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lock", default=None, help="flock this file around each benchmark (shared machines)")
     ap.add_argument("--timeout", type=float, default=3600.0, help="seconds per benchmark")
     ap.add_argument("--threads", type=int, default=None, help="torch threads of every benchmark (default: each script's own)")
+    ap.add_argument("--extra", action="append", default=[], metavar="NAME=ARGS",
+                    help="more arguments for one benchmark, after its size's (repeatable), e.g. "
+                         "'method_costs=--methods dgpo,grpo_beta0.04 --no-memory'")
     args = ap.parse_args(argv)
+    extra: dict[str, list[str]] = {}
+    for item in args.extra:
+        name, sep, rest = item.partition("=")
+        if not sep or name not in BENCHMARKS:
+            raise SystemExit(f"--extra {item!r}: expected NAME=ARGS with NAME one of {sorted(BENCHMARKS)}")
+        extra.setdefault(name, []).extend(shlex.split(rest))
     size = "smoke" if args.smoke else "gpu" if args.gpu else "full"
     device = "cuda" if args.gpu else "cpu"
     out = Path(args.out)
@@ -146,9 +156,10 @@ def main(argv: list[str] | None = None) -> int:
             summary["benchmarks"] = {n: b for n, b in old.get("benchmarks", {}).items() if n not in names}
     failed = []
     for name in names:
-        cmd = command(name, size, out, device, args.threads)
+        cmd = command(name, size, out, device, args.threads, extra.get(name))
         print(f"== {name} ({BENCHMARKS[name]['issue']}): {' '.join(cmd[1:])}", flush=True)
         with exclusive(args.lock):
+            load_start = os.getloadavg()  # the machine's load: timings on a shared machine are read as ratios
             t0 = time.perf_counter()
             with open(out / f"{name}.log", "w") as log:
                 try:
@@ -156,13 +167,15 @@ def main(argv: list[str] | None = None) -> int:
                 except subprocess.TimeoutExpired:
                     code = None
             seconds = time.perf_counter() - t0
+            load_end = os.getloadavg()
         status = "ok" if code == 0 else "timeout" if code is None else "failed"
         if status != "ok":
             failed.append(name)
         json_path = out / f"{name}.json"
         summary["benchmarks"][name] = {"issue": BENCHMARKS[name]["issue"], "command": cmd[1:], "exit_code": code, "status": status,
                                        "seconds": seconds, "json": json_path.name if json_path.exists() else None,
-                                       "threads": args.threads, "finished": time.strftime("%Y-%m-%d %H:%M:%S")}
+                                       "threads": args.threads, "finished": time.strftime("%Y-%m-%d %H:%M:%S"),
+                                       "loadavg_start": list(load_start), "loadavg_end": list(load_end)}
         print(f"   {status} in {seconds:.0f} s" + ("" if status == "ok" else f" (see {out / (name + '.log')})"), flush=True)
         write_json(out / "summary.json", summary)
     summary["finished"] = time.strftime("%Y-%m-%d %H:%M:%S")

@@ -57,7 +57,7 @@ def test_method_costs_json(results):
         assert set(f["methods"]) == expected[family]
         assert f["params"] > 0 and f["sizes"]["responses"] == 4
         for name, m in f["methods"].items():
-            for part in ("step", "rollout", "reward", "buffer", "update", "train"):
+            for part in ("step", "rollout", "reward", "buffer", "update", "train", "cpu"):
                 check_summary(m[part], d["repeats"])
             for i in range(d["repeats"]):  # the split adds up to the step, per step
                 parts = sum(m[p]["values"][i] for p in ("rollout", "reward", "buffer", "update"))
@@ -66,7 +66,7 @@ def test_method_costs_json(results):
             assert mem["peak_bytes"] >= mem["base_bytes"] > 0 and mem["extra_bytes"] == mem["peak_bytes"] - mem["base_bytes"]
             assert ("step_amortised_F8" in m) == (name == "dmpo")
         for r in f["ratios"]:
-            for k in ("step_time", "train_time", "update_time"):
+            for k in ("step_time", "train_time", "update_time", "cpu_step_time"):
                 assert {"ratio", "round_min", "round_max"} <= set(r[k])
             assert r["peak_memory"] > 0
     pairs = {(r["numerator"], r["denominator"]): r for r in d["families"]["causal_lm"]["ratios"]}
@@ -94,6 +94,9 @@ def test_trl_comparison_json(results):
         check_summary(e["trl_step_s"], 1)
         check_summary(e["mmrl_step_s"], 1)
         assert e["mmrl_over_trl"]["ratio"] == pytest.approx(e["mmrl_step_s"]["median"] / e["trl_step_s"]["median"])
+        check_summary(e["trl_cpu_s"], 1)
+        check_summary(e["mmrl_cpu_s"], 1)
+        assert e["mmrl_over_trl_cpu"]["ratio"] == pytest.approx(e["mmrl_cpu_s"]["median"] / e["trl_cpu_s"]["median"])
         assert isinstance(e["goal_met"], bool)
     assert d["environment"]["trl"]
 
@@ -143,10 +146,25 @@ def test_report_writes_a_replaceable_section(results, tmp_path):
     for heading in ("Cost per method", "Diffusion-LM samplers", "mmrl against TRL", "Janus CFG sampling", "README main command"):
         assert heading in first, heading
     assert "Smoke sizes" in first
+    assert "ratios (both sides measured in the same process, interleaved) are the figures to read" in first
+    assert "| benchmark | commit | finished | load at start | load at end |" in first
     readme.write_text(first + "\n## After\n\nkept\n")
     subprocess.run(cmd, check=True, capture_output=True, timeout=60)
     second = readme.read_text()
     assert second == first + "\n## After\n\nkept\n"  # regenerated in place: same section, text around it kept
+
+
+def test_run_all_extra_arguments(tmp_path):
+    import run_all
+
+    cmd = run_all.command("method_costs", "full", tmp_path, "cpu", 1, ["--methods", "dgpo,grpo_beta0.04", "--repeats", "2"])
+    # after the size's own arguments (so the last --repeats wins in argparse), before --out and --threads
+    assert cmd[2:] == ["--repeats", "3", "--methods", "dgpo,grpo_beta0.04", "--repeats", "2", "--out",
+                       str(tmp_path / "method_costs.json"), "--threads", "1"]
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "run_all.py"), "--out", str(tmp_path), "--extra", "nosuch=1"],
+                          capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert proc.returncode != 0 and "--extra 'nosuch=1': expected NAME=ARGS" in proc.stderr
+    assert not (tmp_path / "summary.json").exists()  # refused before anything ran
 
 
 def test_summaries_and_ratios_by_hand():
