@@ -53,15 +53,21 @@ def tiny_causal_lm(cls=None, *, seed: int = 0, **overrides: Any) -> "causal_lm.C
     config = Qwen2Config(**cfg)
 
     def build() -> torch.nn.Module:
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            m = Qwen2ForCausalLM(config)
-        m.generation_config.eos_token_id = tok.eos_token_id
-        m.generation_config.pad_token_id = tok.pad_token_id
-        m.generation_config.bos_token_id = tok.bos_token_id
-        return m.eval()
+        return _seeded_model(Qwen2ForCausalLM, config, tok, seed)
 
     return cls(build(), tok, ref_model=build() if with_ref else None, **gen)
+
+
+def _seeded_model(model_cls, config, tok, seed: int) -> torch.nn.Module:
+    """`model_cls(config)` initialised from `seed` without touching the global RNG, its generation config carrying the
+    tokenizer's special ids, in eval mode."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        m = model_cls(config)
+    m.generation_config.eos_token_id = tok.eos_token_id
+    m.generation_config.pad_token_id = tok.pad_token_id
+    m.generation_config.bos_token_id = tok.bos_token_id
+    return m.eval()
 
 
 @_family("vlm")
@@ -99,13 +105,7 @@ def tiny_vlm(cls=None, *, seed: int = 0, **overrides: Any) -> "vlm.VLMAdapter":
     config = Qwen2_5_VLConfig(text_config=text, vision_config=vision, **{**ids, **overrides})
 
     def build() -> torch.nn.Module:
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            m = Qwen2_5_VLForConditionalGeneration(config)
-        m.generation_config.eos_token_id = tok.eos_token_id
-        m.generation_config.pad_token_id = tok.pad_token_id
-        m.generation_config.bos_token_id = tok.bos_token_id
-        return m.eval()
+        return _seeded_model(Qwen2_5_VLForConditionalGeneration, config, tok, seed)
 
     return cls(build(), processor, ref_model=build() if with_ref else None, **gen)
 
