@@ -449,3 +449,30 @@ def test_vlm_training_syncs_the_engine_and_sends_each_rows_image(stand_in_vllm, 
     initial = base.model.state_dict()
     assert all(torch.equal(llm.loads[0][n], initial[n]) for n in initial)
     assert any(not torch.equal(llm.loads[1][n], initial[n]) for n in initial)  # step 2 samples with step 1's weights
+
+
+def test_vlm_trl_image_column_reaches_the_engine(stand_in_vllm, tmp_path):
+    """TRL's VLM dataset form: a `datasets.Dataset` with a string prompt and an `image` column (an Image feature)."""
+    import datasets
+
+    from mmrl import TrainConfig, Trainer
+
+    base = adapter_class("vlm").tiny(seed=0)
+    base.save_pretrained(tmp_path / "base")
+    set_token_range(base.tokenizer)
+    images = [noise_image(16, 16, 200 + i) for i in range(4)]
+    seen = []
+    args = TrainConfig(max_steps=1, num_generations=4, per_device_train_batch_size=8, max_completion_length=MAX_NEW,
+                       output_dir=str(tmp_path / "run"), progress_bar=False, save_steps=0, report_to=["jsonl"], use_vllm=True)
+    t = Trainer(str(tmp_path / "base"), [lambda completions, image, **kw: seen.extend(image) or [0.0] * len(completions)],
+                args=args, train_dataset=datasets.Dataset.from_list([{"prompt": f"say a {i}", "image": im} for i, im in enumerate(images)]))
+    assert t.cfg.family == "vlm"  # from the model directory
+    llm = t.policy.rollout_engine.llm
+    t.train()
+    (requests,) = llm.requests
+    image_id = base.tokenizer.convert_tokens_to_ids("<|image_pad|>")
+    for prompt, _ in requests:
+        row = int(base.tokenizer.decode(prompt["prompt_token_ids"], skip_special_tokens=True).split("say a ")[1][0])
+        assert np.array_equal(np.asarray(prompt["multi_modal_data"]["image"]), np.asarray(images[row]))
+        assert prompt["prompt_token_ids"].count(image_id) == 4
+    assert len(seen) == 8 and all(np.asarray(im).shape == (16, 16, 3) for im in seen)  # the column reaches the reward too
