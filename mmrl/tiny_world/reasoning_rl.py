@@ -155,7 +155,9 @@ COUNTDOWN_MD_RL: dict[str, Any] = {
 COMPARISONS: dict[str, dict[str, Any]] = {
     "dgpo-vs-grpo": {"recipe": COUNTDOWN_RL, "rollouts": 120, "arms": {
         "GRPO": {"method": "grpo"},
-        "DAPO": {"method": "dapo"},
+        # not DAPO's recipe: DAPO's loss (token mean, clip-higher, overlong penalty) under the shared recipe, so without
+        # its dynamic sampling (the arms share their rollouts) and with the shared KL 0.1 (DAPO: none); named for that
+        "DAPO loss (no dynamic sampling, KL 0.1)": {"method": "dapo"},
         "DGPO": {"method": "dgpo"},
     }},
     "dmpo-vs-d1-countdown3": {"recipe": COUNTDOWN_RL, "rollouts": 120, "arms": {

@@ -18,7 +18,7 @@ scores), `table.md` (paired-bootstrap 95% intervals over puzzles and seeds) and 
 Reasoning RL on Countdown with the tiny causal LM (mmrl/tiny_world/reasoning_rl.py: sampled and greedy held-out
 accuracy, pass@k, KL to the base), and the overfit check (mmrl/tiny_world/overfit_pool.py):
 
-    mmrl replicate dgpo-vs-grpo            # GRPO vs DAPO vs DGPO
+    mmrl replicate dgpo-vs-grpo            # GRPO vs DAPO's loss vs DGPO
     mmrl replicate dmpo-vs-d1-countdown3   # DMPO vs diffu-GRPO, same rollouts
     mmrl replicate dmpo-kl-countdown3      # {DMPO, diffu-GRPO} x {no KL, KL 0.1} on one optimizer setting
     mmrl replicate dmpo-reuse-countdown3   # DMPO with buffer reuse F = 1 / 8 / 24 vs diffu-GRPO, same rollouts
