@@ -359,7 +359,7 @@ class CausalLMAdapter(BaseAdapter):
             if seeds_t.numel() != n:
                 raise ValueError(f"seeds must give one seed per response ({len(prompts)} prompts x group_size {g} = {n}), got {seeds_t.numel()}")
         if self.rollout_engine is not None:  # vLLM (use_vllm): its tokens, the policy's log-probs
-            response_ids, terminated = self._engine_decode(pos_ids, g, seeds_t, opts)
+            response_ids, terminated = self._engine_decode(pos_ids, g, seeds_t, opts, images=self._engine_images(prompts))
             old_logp = torch.zeros(response_ids.shape, dtype=torch.float32, device=device)  # filled below
         else:
             u = row_uniforms(seeds_t, opts["max_new_tokens"], device)  # [N, T_max]
@@ -391,13 +391,24 @@ class CausalLMAdapter(BaseAdapter):
     """A `models.vllm_engine.VLLMEngine` that generates the responses instead of `_decode` (use_vllm; None: the
     built-in sampler). It is given the policy's weights before each generation."""
 
-    def _engine_decode(self, prompt_rows: list, group_size: int, seeds: torch.Tensor, opts: dict
-                       ) -> tuple[torch.Tensor, torch.Tensor]:
-        """The rollout engine's responses as (tokens [N, T] long, right padded with pad; terminated [N] bool)."""
+    def _engine_images(self, prompts: list) -> list | None:
+        """Per prompt, the images its engine requests carry (None: a text model's prompts carry none)."""
+        return None
+
+    def _engine_decode(self, prompt_rows: list, group_size: int, seeds: torch.Tensor, opts: dict, *,
+                       images: list | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The rollout engine's responses as (tokens [N, T] long, right padded with pad; terminated [N] bool).
+        `prompt_rows`: the B prompts' token ids (a VLM's image placeholders expanded); `images`: per prompt, its
+        images or None."""
         self.rollout_engine.load_weights(self.unwrapped)
+        suppressed = self._suppressed_ids()
         rows = self.rollout_engine.generate(prompt_rows, group_size, seeds=seeds.tolist(), max_new_tokens=opts["max_new_tokens"],
                                             temperature=opts["temperature"], top_p=opts["top_p"], top_k=opts["top_k"],
-                                            eos_token_ids=opts["eos_token_id"])
+                                            eos_token_ids=opts["eos_token_id"], images=images, suppress_token_ids=suppressed)
+        drawn = sorted({t for r in rows for t in r if t in set(suppressed)})
+        if drawn:  # biased away, never sampled in practice; scoring would take a vision placeholder for an image slot
+            raise RuntimeError(f"the rollout engine sampled suppressed token ids {drawn} (vision special tokens) despite their "
+                               "logit bias; their responses cannot be scored")
         t = max(1, max(len(r) for r in rows))
         tokens = torch.full((len(rows), t), opts["pad_token_id"], dtype=torch.long)  # [N, T]
         for i, r in enumerate(rows):

@@ -85,6 +85,10 @@ class BackboneLogits:
         shift: Dream-style right-shifted logits.
         suppress_ids: token ids whose logits are set to `SUPPRESSED_LOGIT` (the mask token: the policy's
             distribution is over real tokens, the same in sampling and scoring).
+        attend: [B, L, L] bool, query i may attend to key j (native backbones, full forwards without a cache): a
+            custom attention pattern in place of the bidirectional one, e.g. the annealed causal-to-full masks of
+            `mmrl.tiny_world.pretrain.annealed_attention`; left-padding keys stay hidden, and every query attends
+            to itself (a fully hidden row would give NaN values that the masked keys would still carry).
     """
 
     def __init__(
@@ -95,9 +99,14 @@ class BackboneLogits:
         kind: str,
         shift: bool,
         suppress_ids: tuple[int, ...] = (),
+        attend: torch.Tensor | None = None,
     ):
         if kind not in BACKBONES:
             raise ValueError(f"unknown backbone kind {kind!r}; valid: {list(BACKBONES)}")
+        if attend is not None and kind != "native":
+            raise ValueError(f"attend (a custom attention pattern) needs a native backbone, got kind {kind!r}")
+        if attend is not None and (attend.dim() != 3 or attend.shape[1] != attend.shape[2]):
+            raise ValueError(f"attend must be [B, L, L], got shape {tuple(attend.shape)}")
         self.model = model
         self.kind = kind
         self.shift = bool(shift)
@@ -108,6 +117,7 @@ class BackboneLogits:
         self.position_ids = None
         if attention_mask is not None:
             self.position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)  # [B, L]
+        self.attend_bias = None if attend is None else self._attend_bias(attend, attention_mask, model)  # [B, 1, L, L]
         self.cache_arg = _cache_argument(model) if kind == "native" else None
         self.supports_cache = self.cache_arg is not None
         self.cache = None
@@ -115,13 +125,31 @@ class BackboneLogits:
         self.nfe = 0
         self.tokens_fed = 0
 
+    @staticmethod
+    def _attend_bias(attend: torch.Tensor, attention_mask: torch.Tensor | None, model: torch.nn.Module) -> torch.Tensor:
+        """The additive 4-D mask [B, 1, L, L] (0 where allowed, the dtype's minimum elsewhere) of a pattern [B, L, L];
+        transformers passes a 4-D mask through unchanged (`masking_utils`) to both the sdpa and eager backends."""
+        allowed = attend.bool()
+        if attention_mask is not None:
+            allowed = allowed & attention_mask.bool()[:, None, :]  # padding keys hidden
+        allowed = allowed | torch.eye(attend.shape[-1], dtype=torch.bool, device=attend.device)  # [B, L, L]
+        dtype = next(base_model(model).parameters()).dtype
+        bias = torch.zeros(allowed.shape, dtype=dtype, device=attend.device).masked_fill(~allowed, torch.finfo(dtype).min)
+        return bias[:, None]  # [B, 1, L, L]
+
     # ----------------------------------------------------------------------------------------- forward
     def _kwargs(self, start: int, end: int, keep: int | None, device) -> dict:
         """Forward keyword arguments for the inputs x[:, start:end] (start > 0 only with a cache)."""
         am, pos = self.attention_mask, self.position_ids
         if self.kind == "native":
             kw = {}
-            if am is not None:
+            if self.attend_bias is not None:
+                if start > 0 or self.cache is not None:
+                    raise RuntimeError("a custom attention pattern (attend) supports full forwards only, not the prefix cache")
+                kw["attention_mask"] = self.attend_bias
+                if pos is not None:
+                    kw["position_ids"] = pos
+            elif am is not None:
                 kw["attention_mask"] = am.long()  # [B, L]: the cache spans the whole sequence
                 kw["position_ids"] = pos[:, start:end]
             elif start > 0:

@@ -523,14 +523,17 @@ class MaskedDiffusionAdapter(BaseAdapter):
         fn = BackboneLogits(model, attn, kind=self.backbone, shift=self.shift_logits, suppress_ids=(self.mask_token_id,))
         return fn.window(ids, prompt_ids.shape[1])
 
-    def backbone_logits(self, prompt_mask: torch.Tensor, gen_length: int, model: torch.nn.Module | None = None) -> BackboneLogits:
-        """The sampler's `logits_fn` for prompts with padding mask `prompt_mask` [B, P] plus `gen_length` positions."""
+    def backbone_logits(self, prompt_mask: torch.Tensor, gen_length: int, model: torch.nn.Module | None = None,
+                        attend: torch.Tensor | None = None) -> BackboneLogits:
+        """The sampler's `logits_fn` for prompts with padding mask `prompt_mask` [B, P] plus `gen_length` positions;
+        `attend` [B, P + T, P + T] an optional custom attention pattern (`BackboneLogits`, native backbones)."""
         attn = torch.cat(
             [prompt_mask.bool(), torch.ones(prompt_mask.shape[0], gen_length, dtype=torch.bool, device=prompt_mask.device)],
             dim=1,
         )  # [B, P + T]
         return BackboneLogits(
-            model or self.unwrapped, attn, kind=self.backbone, shift=self.shift_logits, suppress_ids=(self.mask_token_id,)
+            model or self.unwrapped, attn, kind=self.backbone, shift=self.shift_logits, suppress_ids=(self.mask_token_id,),
+            attend=attend,
         )
 
     # ------------------------------------------------------------------------------------------ sampling

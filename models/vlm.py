@@ -17,6 +17,8 @@ checkpoints. What differs:
 - The vision special tokens (image / video placeholders, vision start / end) are never sampled: a placeholder in a
   response would be taken for an image slot when the response is scored.
 - The negative condition (GCPO) keeps the images: the instruction is appended to the last user message.
+- With a rollout engine (use_vllm, `models/vllm_engine.py`), each request carries the prompt's expanded token ids and
+  its images, and the rollout's log-probs are recomputed here with the pixel inputs.
 """
 from __future__ import annotations
 
@@ -221,6 +223,11 @@ class VLMAdapter(CausalLMAdapter):
 
     def _suppressed_ids(self) -> list[int]:
         return list(self._vision_ids)
+
+    def _engine_images(self, prompts: list) -> list:
+        """Per prompt, its PIL images (None for a text-only prompt): the rollout engine's `multi_modal_data`, beside the
+        token ids `encode_prompts` gives (placeholders expanded as the processor expands them for these images)."""
+        return [split_vlm_prompt(p)[1] or None for p in prompts]
 
     # ------------------------------------------------------------------ checkpoints
 

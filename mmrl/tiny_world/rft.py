@@ -9,13 +9,19 @@ Language Models", RFT: SFT on the model's own correct samples), and the offline 
 2023): the samples come from the base, never from the model being fine-tuned.
 
 It works for every family through the policy protocol: `sample` for the rollouts, `logprob` (teacher-forced
-log-probs of the accepted response tokens) for the loss `-sum(logp * mask) / sum(mask)`.
+log-probs of the accepted response tokens) for the loss `-sum(logp * mask) / sum(mask)`; a masked-diffusion model
+fits its accepted samples with its own pre-training loss instead (`masked_diffusion_nll`, LLaDA's SFT loss: the
+sequence likelihood is not exact there).
+
+The fitting loop (`fit_batches`: one AdamW step per batch) is shared with the clean-SFT baseline of the Sudoku
+comparison (`truth_batches`: the training puzzles' true solutions instead of accepted samples, same loss, same
+optimizer, same number of steps), so the two rows differ only in the data they fit.
 """
 from __future__ import annotations
 
 import logging
 import random
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -32,11 +38,79 @@ def rft_loss(policy, rollout) -> torch.Tensor:
     return -(scores.logp * mask).sum() / mask.sum().clamp(min=1.0)
 
 
+def masked_diffusion_nll(seed: int = 0) -> Callable[[Any, Any], torch.Tensor]:
+    """A loss function `(policy, batch) -> scalar` for a masked-diffusion policy: LLaDA's SFT loss
+    (`mmrl.tiny_world.pretrain.masked_sft_loss`, the base's own pre-training loss) on a `Rollout`'s responses or on
+    a `truth_batches` tuple (x_p, m_p, x_r, fixed); its mask rates and masks come from one CPU generator seeded
+    `seed`, so a run is reproducible."""
+    from mmrl.tiny_world.pretrain import masked_sft_loss
+
+    g = torch.Generator().manual_seed(seed)
+
+    def loss(policy, batch) -> torch.Tensor:
+        if isinstance(batch, tuple):
+            x_p, m_p, x_r, fixed = batch
+        else:  # a Rollout: the infilled given cells (`extras["fixed"]`) are never masked nor counted
+            x_p, m_p, x_r = batch.prompt_ids, batch.prompt_mask, batch.response_ids
+            fixed = batch.extras.get("fixed")
+            fixed = torch.zeros_like(x_r, dtype=torch.bool) if fixed is None else fixed
+        return masked_sft_loss(policy, x_p, m_p, x_r, fixed.cpu(), g)
+
+    return loss
+
+
+def truth_batches(policy, rows: Sequence[dict], *, steps: int, batch_size: int, gen_length: int, target_key: str = "solution",
+                  seed: int = 0) -> list[tuple[torch.Tensor, ...]]:
+    """`steps` batches of `batch_size` training rows (drawn with replacement, seeded) with their true answers
+    `row[target_key]` as the response, packed as the masked-diffusion pre-training packs them (`pack_pairs`, the
+    given cells of an infilling prompt fixed): [(x_p [B, P], m_p [B, P], x_r [B, gen_length], fixed [B, gen_length])]."""
+    from mmrl.tiny_world.pretrain import pack_pairs
+
+    if steps < 1 or batch_size < 1:
+        raise ValueError(f"steps and batch_size must be >= 1, got {steps}, {batch_size}")
+    rows = list(rows)
+    rng = random.Random(seed)
+    out = []
+    for _ in range(steps):
+        batch = [rows[rng.randrange(len(rows))] for _ in range(batch_size)]
+        prompts = [r["prompt"] for r in batch]
+        x_p, m_p, x_r = pack_pairs(policy.tokenizer, [policy._prompt_text(p) for p in prompts], [r[target_key] for r in batch],
+                                   gen_length, policy.pad_token_id, policy.eos_token_ids[0])
+        templates = policy.response_templates(prompts, gen_length)  # [B, T] or None
+        fixed = (templates != policy.mask_token_id).cpu() if templates is not None else torch.zeros_like(x_r, dtype=torch.bool)
+        out.append((x_p, m_p, x_r, fixed))
+    return out
+
+
+def fit_batches(policy, batches: Sequence[Any], loss_fn: Callable[[Any, Any], torch.Tensor], *, lr: float,
+                max_grad_norm: float = 1.0, weight_decay: float = 0.0) -> list[float]:
+    """Fine-tune `policy` in place, one AdamW step (constant `lr`, gradient clipping) per batch on
+    `loss_fn(policy, batch)`; a `None` batch makes no update (its loss is nan). Returns the per-step losses."""
+    params = [p for p in policy.model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
+    losses = []
+    policy.model.train()
+    for batch in batches:
+        if batch is None:
+            losses.append(float("nan"))
+            continue
+        loss = loss_fn(policy, batch)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
+        opt.step()
+        losses.append(float(loss.detach()))
+    policy.model.eval()
+    return losses
+
+
 def rejection_sampling_ft(policy, rows: Sequence[dict], reward: str, *, rollouts: int, prompts_per_rollout: int,
                           group_size: int, lr: float, seed: int = 0, max_grad_norm: float = 1.0,
-                          generation: dict[str, Any] | None = None, weight_decay: float = 0.0) -> dict[str, Any]:
+                          generation: dict[str, Any] | None = None, weight_decay: float = 0.0,
+                          loss_fn: Callable[[Any, Any], torch.Tensor] | None = None) -> dict[str, Any]:
     """Fine-tune `policy` in place on its own rewarded samples (see the module docstring); returns
-    {"accepted": per-batch counts, "sampled": total responses, "loss": per-step losses}.
+    {"accepted": per-batch counts, "sampled": total responses, "loss": per-step losses}. `loss_fn` (default
+    `rft_loss`, the exact NLL) fits each batch's accepted responses (`masked_diffusion_nll` for a masked-diffusion model).
 
     The samples are all drawn before the first update, from the base itself; a batch with no accepted response
     costs its rollouts and makes no update (as an RL group with no reward signal)."""
@@ -62,21 +136,7 @@ def rejection_sampling_ft(policy, rows: Sequence[dict], reward: str, *, rollouts
         keep = torch.nonzero(out.per_reward[reward] >= ACCEPT).flatten()  # [K]
         accepted.append(int(keep.numel()))
         chunks.append(rollout.select(keep) if keep.numel() else None)
-    params = [p for p in policy.model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
-    losses = []
-    policy.model.train()
-    for chunk in chunks:
-        if chunk is None:
-            losses.append(float("nan"))
-            continue
-        loss = rft_loss(policy, chunk)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
-        opt.step()
-        losses.append(float(loss.detach()))
-    policy.model.eval()
+    losses = fit_batches(policy, chunks, loss_fn or rft_loss, lr=lr, max_grad_norm=max_grad_norm, weight_decay=weight_decay)
     total = rollouts * prompts_per_rollout * group_size
     log.info("RFT: %d of %d sampled responses accepted, %d updates", sum(accepted), total, sum(c is not None for c in chunks))
     return {"accepted": accepted, "sampled": total, "loss": losses}

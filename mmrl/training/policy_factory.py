@@ -185,7 +185,7 @@ def is_quantized(model: torch.nn.Module) -> bool:
 
 def attach_rollout_engine(policy, cfg: TrainConfig) -> None:
     """use_vllm: a colocated vLLM engine over the policy's model directory generates its rollouts
-    (`models/vllm_engine.py`); the policy's own sampler otherwise."""
+    (`models/vllm_engine.py`; multimodal for the vlm family); the policy's own sampler otherwise."""
     if not cfg.use_vllm:
         return
     if cfg.vllm_mode != "colocate":  # validation refuses the others; a config built without validation lands here
@@ -194,7 +194,8 @@ def attach_rollout_engine(policy, cfg: TrainConfig) -> None:
 
     policy.rollout_engine = VLLMEngine(cfg.model_name_or_path, dtype=cfg.torch_dtype,
                                        gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
-                                       max_model_len=cfg.vllm_max_model_length, seed=cfg.seed)
+                                       max_model_len=cfg.vllm_max_model_length, seed=cfg.seed,
+                                       multimodal=getattr(policy, "family", None) == "vlm")
 
 
 def set_generation_defaults(policy, gen: dict[str, Any]) -> None:

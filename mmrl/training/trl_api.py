@@ -131,13 +131,23 @@ def resolve_call(cfg, args, model, peft_config, processing_class, train_dataset,
         changes["use_peft"] = True
     if changes:
         cfg = dataclasses.replace(cfg, **changes)
-    return cfg, policy, _rows(train_dataset), _rows(eval_dataset)
+    vlm = cfg.family == "vlm"
+    return cfg, policy, _rows(train_dataset, vlm), _rows(eval_dataset, vlm)
 
 
-def _rows(ds):
-    """A `datasets.Dataset` (or any sequence of dicts) as a list of row dicts; None stays None."""
+def _rows(ds, vlm: bool = False):
+    """A `datasets.Dataset` (or any sequence of dicts) as a list of row dicts, features decoded (an `Image` column
+    gives PIL images); None stays None. For a VLM, TRL's `image` / `images` column goes into the prompt
+    (`{"prompt": ..., "images": [...]}`, the VLM adapter's form) and stays a column for the rewards."""
     if ds is None:
         return None
-    if hasattr(ds, "to_list"):
-        return ds.to_list()
-    return list(ds)
+    if hasattr(ds, "to_list") and "Image(" not in repr(getattr(ds, "features", "")):
+        rows = ds.to_list()  # arrow's fast path: nothing to decode
+    else:
+        rows = [dict(r) for r in ds]  # row access decodes image features to PIL (to_list gives {"bytes", "path"})
+    if vlm:
+        for r in rows:
+            imgs = r.get("images") if r.get("images") is not None else r.get("image")
+            if imgs is not None and not isinstance(r.get("prompt"), dict):
+                r["prompt"] = {"prompt": r["prompt"], "images": list(imgs) if isinstance(imgs, (list, tuple)) else [imgs]}
+    return rows

@@ -7,7 +7,7 @@ first 256 validation rows, low-confidence order one token per step) and, at the 
 decodings. Build CPU seconds exclude the evaluations. Every choice is made on validation.
 
     python scripts/studies/md_parity.py OUT.jsonl causal=600 diff=600 token_reweight=[0.25,2] diffusion_lr=5e-4 \
-        suffix_frac=0.5 time_weight=none normalise=masked eval_every=150
+        suffix_frac=0.5 anneal_steps=150 time_weight=none normalise=masked eval_every=150
 """
 import ast
 import dataclasses
@@ -94,7 +94,7 @@ def eval_fn():
     return acc
 
 
-recipe = {k: o[k] for k in ("time_weight", "normalise", "token_reweight", "diffusion_lr", "suffix_frac") if k in o}
+recipe = {k: o[k] for k in ("time_weight", "normalise", "token_reweight", "diffusion_lr", "suffix_frac", "anneal_steps") if k in o}
 c0 = time.process_time()
 hist = pt.masked_diffusion_sft(policy, prompts, targets, gen_length=spec.gen_length, steps=o["diff"], batch_size=spec.batch_size,
                                lr=o["lr"], seed=o["seed"], eval_fn=eval_fn, eval_every=o["eval_every"], progress=False, **recipe)

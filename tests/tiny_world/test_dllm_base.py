@@ -153,3 +153,64 @@ def test_diffusion_lr_sets_the_diffusion_steps_learning_rate():
     assert all(torch.equal(a, b) for a, b in zip(before, policy.model.parameters()))
     pt.masked_diffusion_sft(policy, ["1,2=3"] * 4, ["1+2"] * 4, gen_length=6, steps=2, batch_size=4, lr=1e-2, progress=False)
     assert not all(torch.equal(a, b) for a, b in zip(before, policy.model.parameters()))
+
+
+def test_anneal_share_by_hand():
+    assert [pt.anneal_share(d, 4) for d in (0, 1, 2, 4, 9)] == [0.0, 0.25, 0.5, 1.0, 1.0]
+    with pytest.raises(ValueError, match="anneal_steps > 0"):
+        pt.anneal_share(0, 0)
+
+
+def test_annealed_attention_by_hand():
+    """3 positions: causal at share 0, full at share 1; at share 0.5 the future keys whose draw is below 0.5."""
+    u = torch.tensor([[0.9, 0.4, 0.6], [0.0, 0.7, 0.3], [0.2, 0.8, 0.99]])
+    causal = [[True, False, False], [True, True, False], [True, True, True]]
+    assert pt.annealed_attention(u, 0.0).tolist() == causal
+    assert pt.annealed_attention(u, 1.0).tolist() == [[True] * 3] * 3
+    # future entries: (0,1) u=0.4 < 0.5 allowed, (0,2) u=0.6 not, (1,2) u=0.3 allowed; the past always
+    assert pt.annealed_attention(u, 0.5).tolist() == [[True, True, False], [True, True, True], [True, True, True]]
+    with pytest.raises(ValueError, match="share must lie in"):
+        pt.annealed_attention(u, 1.5)
+
+
+def test_annealed_attention_grows_with_the_share():
+    u = torch.rand(2, 7, 7, generator=torch.Generator().manual_seed(0))
+    pats = [pt.annealed_attention(u, pt.anneal_share(d, 5)) for d in range(7)]
+    for a, b in zip(pats, pats[1:]):
+        assert bool((a <= b).all())  # every pattern contains the one before
+    assert pats[0].sum() == 2 * 28 and bool(pats[5].all())  # causal (28 = 7 * 8 / 2 per row), then full
+    assert pats[0].sum() < pats[2].sum() < pats[4].sum() < pats[5].sum()
+
+
+def test_attend_causal_and_full_patterns_reproduce_the_causal_and_bidirectional_forwards():
+    """Through `backbone_logits(attend=...)` with a left-padded batch: the causal pattern gives the logits of the same
+    weights under `config.is_causal = True`, the full pattern those of the default bidirectional forward."""
+    policy = _policy(shift_logits=True)
+    x_p, m_p = policy.encode_prompts(["1,2=3", "12,34=46"])  # row 0 left padded
+    assert not bool(m_p.all())
+    x_r = torch.tensor([[6, 7, policy.mask_token_id, 2, 2, 2], [9, policy.mask_token_id, 11, 12, 2, 2]])
+    x = torch.cat([x_p, x_r], 1)
+    width = x.shape[1]
+    causal = pt.annealed_attention(torch.rand(2, width, width), 0.0)
+    full = pt.annealed_attention(torch.rand(2, width, width), 1.0)
+    with torch.no_grad():
+        bidir = policy.backbone_logits(m_p, 6, policy.model)(x)[:, -6:]
+        got_full = policy.backbone_logits(m_p, 6, policy.model, attend=full)(x)[:, -6:]
+        got_causal = policy.backbone_logits(m_p, 6, policy.model, attend=causal)(x)[:, -6:]
+        policy.model.config.is_causal = True
+        try:
+            want_causal = policy.backbone_logits(m_p, 6, policy.model)(x)[:, -6:]
+        finally:
+            policy.model.config.is_causal = False
+    assert torch.allclose(got_full, bidir, atol=1e-5)
+    assert torch.allclose(got_causal, want_causal, atol=1e-5)
+    assert not torch.allclose(got_causal, bidir, atol=1e-3)  # the pattern matters
+
+
+def test_anneal_steps_trains_and_rejects_bad_values():
+    policy = _policy(shift_logits=True)
+    with pytest.raises(ValueError, match="anneal_steps must be an integer >= 0"):
+        pt.masked_diffusion_sft(policy, ["1=1"], ["1"], gen_length=6, steps=1, anneal_steps=-1, progress=False)
+    hist = pt.masked_diffusion_sft(policy, ["1,2=3", "12,34=46"] * 4, ["1+2", "12+34"] * 4, gen_length=6, steps=4,
+                                   batch_size=4, lr=1e-2, anneal_steps=2, progress=False)
+    assert len(hist) == 4 and all(math.isfinite(h["loss"]) for h in hist)

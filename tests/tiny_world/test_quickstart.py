@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import yaml
 
 from mmrl.cli import main
@@ -36,7 +37,7 @@ def test_quickstart_smoke_writes_report(tmp_path, monkeypatch):
     assert [p.name.split("-")[0] for p in built] == ["sudoku4"]
 
 
-def test_replicate_smoke_same_rollout_budget(tmp_path, monkeypatch):
+def test_replicate_same_rollout_budget(tmp_path):
     from mmrl.tiny_world.replicate import COMPARISONS, arm_config
 
     # every arm samples the same number of rollout batches: optimizer steps = rollouts x reuse F
@@ -45,18 +46,59 @@ def test_replicate_smoke_same_rollout_budget(tmp_path, monkeypatch):
             cfg = arm_config(name, arm, seed=0, rollouts=5, out=tmp_path)
             assert cfg["max_steps"] == 5 * over.get("num_iterations", 1)
             assert cfg["max_steps"] // cfg["num_iterations"] == 5
+    # the end-to-end run of this runner: `test_sudoku_dmpo_vs_d1_smoke_has_the_baseline_rows` (one run for CI's time)
+
+
+def test_sudoku_dmpo_vs_d1_arms_differ_only_in_the_method(tmp_path):
+    """`dmpo-vs-d1` under the protocol: the resolved configs of its arms (method defaults applied) differ only in the
+    method and the method's own options, on one optimizer setting and the same rollouts."""
+    import dataclasses
+
+    from mmrl.config.train_config import METHOD_DEFAULTS, load_config
+    from mmrl.tiny_world.replicate import COMPARISONS, arm_config
+
+    cfgs = {a: load_config(None, arm_config("dmpo-vs-d1", a, seed=0, rollouts=10, out=tmp_path)) for a in COMPARISONS["dmpo-vs-d1"]}
+    assert {c.method for c in cfgs.values()} == {"diffu_grpo", "dmpo"}
+    (a, ca), (b, cb) = cfgs.items()
+    fields = [f.name for f in dataclasses.fields(ca) if not f.name.startswith("_")]
+    own = {"method"} | set(METHOD_DEFAULTS["diffu_grpo"]) | set(METHOD_DEFAULTS["dmpo"]) | {f for f in fields if f.startswith("dmpo_")}
+    differ = {f for f in fields if getattr(ca, f) != getattr(cb, f)}
+    assert differ <= own, differ - own
+    for f in ("learning_rate", "lr_scheduler_type", "warmup_ratio", "beta", "adam_beta1", "adam_beta2", "max_grad_norm",
+              "weight_decay", "num_iterations", "max_steps", "per_device_train_batch_size", "num_generations", "temperature"):
+        assert getattr(ca, f) == getattr(cb, f), f  # DMPO's method defaults (clip 0.2, beta2 0.99, wd 0.1) do not apply
+    assert ca.max_steps == 10 and ca.per_device_train_batch_size == 128 and ca.num_generations == 16 and ca.beta == 0.1
+
+
+def test_sudoku_dmpo_vs_d1_smoke_has_the_baseline_rows(tmp_path, monkeypatch):
+    """The Sudoku comparison end to end at smoke size (20-step base, one rollout batch of 8 x 4, 16 test puzzles):
+    the RL rows and the clean-SFT, RFT and best-of-n rows, per-puzzle scores per seed, the paired intervals."""
+    from mmrl.tiny_world.replicate import CLEAN_SFT_ROW, COMPARISONS, RFT_ROW
+
     monkeypatch.setenv("MMRL_CACHE", str(tmp_path / "cache"))
-    assert main(["replicate", "dmpo-small-batch", "--smoke", "--seeds", "1", "--rollouts", "1", "--out", str(tmp_path / "rep")]) == 0
-    root = tmp_path / "rep" / "dmpo-small-batch"
+    assert main(["replicate", "dmpo-vs-d1", "--smoke", "--seeds", "1", "--rollouts", "1", "--out", str(tmp_path / "rep")]) == 0
+    root = tmp_path / "rep" / "dmpo-vs-d1"
     res = json.loads((root / "results.json").read_text())
-    assert set(res["arms"]) == set(COMPARISONS["dmpo-small-batch"])
-    assert all(len(runs) == 1 and 0 <= runs[0]["accuracy"] <= 1 for runs in res["arms"].values())
+    rl = list(COMPARISONS["dmpo-vs-d1"])
+    assert set(res["arms"]) == set(rl) | {CLEAN_SFT_ROW, RFT_ROW}
     n = len(res["test_puzzles"])
-    assert len(res["base_items"]) == n and all(len(runs[0]["items"]) == n for runs in res["arms"].values())
-    assert set(res["gains"]) == set(COMPARISONS["dmpo-small-batch"])
+    assert n == 16 and len(res["base_items"]) == n
+    for runs in res["arms"].values():
+        assert len(runs) == 1 and len(runs[0]["items"]) == n  # per-puzzle scores, per seed
+        assert sum(runs[0]["items"]) / n == pytest.approx(runs[0]["accuracy"])  # the figure is their mean
+    # same compute: the clean-SFT row fits one step of the arms' 32 sequences, RFT draws the arms' 32 rollouts
+    assert res["compute"] == {"optimizer_steps": 1, "sequences_per_step": 32, "rollouts_per_run": 32}
+    assert len(res["arms"][CLEAN_SFT_ROW][0]["loss"]) == 1 and res["arms"][RFT_ROW][0]["rft_sampled"] == 32
+    best = res["best_of_n"]["items"]  # best-of-4 from the base: each puzzle's best sample, at least its mean sample
+    assert res["n_best"] == 4 and all(b >= s for b, s in zip(best["best"], best["sampled"]))
+    assert best["greedy"] == res["base_items"]  # the same greedy decoding as the base row
+    gain = res["gains"]["dmpo, F=1"]
+    assert gain["low"] <= gain["estimate"] <= gain["high"] and gain["n_items"] == n
+    assert {"dmpo, F=1 - diffu-grpo (d1), F=1", f"dmpo, F=1 - {CLEAN_SFT_ROW}", f"diffu-grpo (d1), F=1 - {RFT_ROW}",
+            "dmpo, F=1 - best-of-4 (base)"} <= set(res["differences"])
     table = (root / "table.md").read_text()
-    assert all(arm in table for arm in COMPARISONS["dmpo-small-batch"]) and "base model" in table
-    assert (root / "accuracy.png").read_bytes()[:4] == b"\x89PNG"
+    assert all(x in table for x in ("base model", "best-of-4", CLEAN_SFT_ROW, RFT_ROW, "[95% CI]", "claimed"))
+    assert (root / "accuracy.png").read_bytes()[:4] == b"\x89PNG"  # the validation curves
 
 
 def test_shapes_quickstart_smoke_writes_report(tmp_path, monkeypatch):

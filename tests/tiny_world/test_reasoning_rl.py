@@ -82,7 +82,7 @@ def test_reasoning_comparison_smoke(tmp_path, monkeypatch):
     assert main(["replicate", "dgpo-vs-grpo", "--smoke", "--seeds", "1", "--out", str(tmp_path / "rep")]) == 0
     root = tmp_path / "rep" / "dgpo-vs-grpo"
     res = json.loads((root / "results.json").read_text())
-    assert set(res["arms"]) == {"GRPO", "DAPO", "DGPO", "RFT"}  # RFT: rejection sampling at the same rollouts
+    assert set(res["arms"]) == {"GRPO", "DAPO loss (no dynamic sampling, KL 0.1)", "DGPO", "RFT"}  # RFT: rejection sampling at the same rollouts
     n = len(res["test_prompts"])
     assert len(res["before_items"]["sampled"]) == n and len(res["reference"]["items"]["greedy"]) == n
     for runs in res["arms"].values():
@@ -92,7 +92,7 @@ def test_reasoning_comparison_smoke(tmp_path, monkeypatch):
         assert sum(runs[0]["items"]["sampled"]) / n == pytest.approx(runs[0]["after"]["sampled"])
     gain = res["arm_intervals"]["GRPO"]["gain"]
     assert gain["low"] <= gain["estimate"] <= gain["high"] and gain["n_items"] == n
-    assert {"GRPO - DAPO", "GRPO - RFT", "GRPO - clean SFT"} <= set(res["differences"])
+    assert {"GRPO - DAPO loss (no dynamic sampling, KL 0.1)", "GRPO - RFT", "GRPO - clean SFT"} <= set(res["differences"])
     table = (root / "table.md").read_text()
     assert "base model" in table and "shortcut answers" in table and "[95% CI]" in table and "clean SFT" in table
     assert "GRPO (1 seeds)" in table or "GRPO (1 seed" in table

@@ -39,3 +39,51 @@ def test_rft_without_rewarded_samples_changes_nothing():
     assert all(torch.equal(a, b) for a, b in zip(before, pol.model.parameters()))
     with pytest.raises(ValueError, match="rollouts"):
         rejection_sampling_ft(pol, [{"prompt": "xy"}], "_rft_never", rollouts=0, prompts_per_rollout=2, group_size=2, lr=1e-2)
+
+
+def test_truth_batches_pack_the_solutions_with_the_given_cells_fixed():
+    """The clean-SFT row's data (`truth_batches`): the response is the true solution, the puzzle's given cells are
+    fixed (never masked nor counted by the loss), `steps` batches of `batch_size` rows."""
+    from mmrl.models.masked_diffusion import MaskedDiffusionAdapter
+    from mmrl.tiny_world.rft import truth_batches
+    from mmrl.tiny_world.tasks import sudoku4_row
+
+    pol = MaskedDiffusionAdapter.tiny(seed=0, gen_length=16, hidden_size=32)
+    puzzles = ("1000041002300004", "1040240302003120")  # blanks (0) of the solution "1342241342313124"
+    rows = [sudoku4_row(p, "1342241342313124") for p in puzzles]
+    batches = truth_batches(pol, rows, steps=3, batch_size=4, gen_length=16, seed=0)
+    assert len(batches) == 3
+    for x_p, m_p, x_r, fixed in batches:
+        assert x_r.shape == fixed.shape == (4, 16) and x_p.shape[0] == m_p.shape[0] == 4
+        for i in range(4):
+            text = pol.tokenizer.decode(x_r[i])
+            assert "1342241342313124" in text.replace(" ", "")  # the solution, whichever row was drawn
+            given = int(fixed[i].sum())
+            assert given in (6, 9)  # the given cells of the row's puzzle (6 and 9 nonzero digits)
+    with pytest.raises(ValueError, match="steps"):
+        truth_batches(pol, rows, steps=0, batch_size=4, gen_length=16)
+
+
+def test_masked_diffusion_nll_fits_and_reads_rollouts_as_tuples():
+    """`masked_diffusion_nll` scores a Rollout as the tuple of its tensors (same seed, same loss); `fit_batches` on
+    the true solutions lowers that loss, and a None batch makes no update."""
+    from mmrl.models.masked_diffusion import MaskedDiffusionAdapter
+    from mmrl.tiny_world.rft import fit_batches, masked_diffusion_nll, truth_batches
+    from mmrl.tiny_world.tasks import sudoku4_row
+
+    pol = MaskedDiffusionAdapter.tiny(seed=0, gen_length=16, hidden_size=32)
+    row = sudoku4_row("1000040002100023", "1342241342313124")
+    ro = pol.sample([row["prompt"]], 2, seeds=[1, 2], gen_length=16, block_length=16, steps=16, temperature=1.0)
+    as_tuple = (ro.prompt_ids, ro.prompt_mask, ro.response_ids, ro.extras["fixed"])
+    with torch.no_grad():
+        assert masked_diffusion_nll(3)(pol, ro) == masked_diffusion_nll(3)(pol, as_tuple)
+    batch = truth_batches(pol, [row], steps=1, batch_size=8, gen_length=16)[0]
+    with torch.no_grad():
+        before = masked_diffusion_nll(5)(pol, batch)
+    params = [p.detach().clone() for p in pol.model.parameters()]
+    assert fit_batches(pol, [None], masked_diffusion_nll(0), lr=1e-2)[0] != fit_batches(pol, [None], masked_diffusion_nll(0), lr=1e-2)[0]  # nan
+    assert all(torch.equal(a, b) for a, b in zip(params, pol.model.parameters()))
+    losses = fit_batches(pol, [batch] * 20, masked_diffusion_nll(0), lr=1e-2)
+    with torch.no_grad():
+        after = masked_diffusion_nll(5)(pol, batch)
+    assert len(losses) == 20 and after < 0.5 * before
