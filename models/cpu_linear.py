@@ -54,24 +54,29 @@ class OneDNNLinear(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, weight, bias):  # noqa: D401 - autograd signature
-        x = x.contiguous()
-        ctx.save_for_backward(x, weight)
-        ctx.has_bias = bias is not None
-        return _onednn_linear(x, weight.detach(), None if bias is None else bias.detach())
+        x2 = x.reshape(-1, x.shape[-1]).contiguous()  # [M, in]: a 2-D product's output is no view (in-place safe)
+        ctx.save_for_backward(x2, weight)
+        ctx.has_bias, ctx.lead = bias is not None, x.shape[:-1]
+        return _onednn_linear(x2, weight.detach(), None if bias is None else bias.detach())  # [M, out]
 
     @staticmethod
     def backward(ctx, grad_out):
-        x, weight = ctx.saved_tensors
-        grad_out = grad_out.contiguous()
+        x2, weight = ctx.saved_tensors
+        g2 = grad_out.contiguous()  # [M, out]
         gx = gw = gb = None
         if ctx.needs_input_grad[0]:
-            gx = _onednn_linear(grad_out, weight.detach().t().contiguous(), None)  # [..., in]
-        g2 = grad_out.reshape(-1, grad_out.shape[-1])  # [M, out]
+            gx = _onednn_linear(g2, weight.detach().t().contiguous(), None).view(*ctx.lead, x2.shape[-1])  # [..., in]
         if ctx.needs_input_grad[1]:
-            gw = g2.t() @ x.reshape(-1, x.shape[-1])  # [out, in]
+            gw = g2.t() @ x2  # [out, in]
         if ctx.has_bias and ctx.needs_input_grad[2]:
             gb = g2.sum(0)  # [out]
         return gx, gw, gb
+
+
+def onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """`OneDNNLinear` on inputs [..., in] -> [..., out] (the 2-D product reshaped outside the autograd function, so
+    callers may modify the output in place, as `suppress_tokens` does)."""
+    return OneDNNLinear.apply(x, weight, bias).view(*x.shape[:-1], weight.shape[0])
 
 
 def _eligible(module: torch.nn.Module) -> bool:
@@ -92,7 +97,7 @@ def _packed_forward(module: torch.nn.Linear, rows: int, grad: bool):
         if torch.is_grad_enabled() and (x.requires_grad or module.weight.requires_grad
                                         or (module.bias is not None and module.bias.requires_grad)):
             if grad:
-                return OneDNNLinear.apply(x, module.weight, module.bias)
+                return onednn_linear(x, module.weight, module.bias)
             return torch.nn.functional.linear(x, module.weight, module.bias)
         if "w" not in state:
             state["w"] = torch.ops.mkldnn._reorder_linear_weight(module.weight.detach(), max(1, rows))
