@@ -506,7 +506,7 @@ class CausalLMAdapter(BaseAdapter):
         mask = torch.cat([prompt_mask.bool(), response_mask[:, :-1].bool()], dim=1)  # [N, P+T-1]
         _, keeps_logits = forward_signature(model)
         keep = {"logits_to_keep": t} if keeps_logits else {}
-        with packed_linears(model, ids.numel(), grad=True):  # oneDNN products on the CPU (models/cpu_linear.py)
+        with packed_linears(model, ids.numel(), grad=True, pack=False):  # oneDNN products on the CPU (models/cpu_linear.py)
             out = model(input_ids=ids, attention_mask=mask, use_cache=False, **self._forward_inputs(ids, mask, extras), **keep)
         # no slice when the model kept only the T positions: a slice's backward allocates a zeroed copy of the logits
         return out.logits if out.logits.shape[1] == t else out.logits[:, -t:]  # [N, T, V]

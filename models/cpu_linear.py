@@ -9,8 +9,9 @@ rounding, max |diff| ~1e-6 of values ~10).
 
 `packed_linears(model, rows)` patches every plain float32 CPU `nn.Linear` of `model` for the duration of a
 `with` block. Under `torch.no_grad()` each weight is reordered lazily at its first call and the packed copies are
-dropped on exit (a second copy of the linear weights lives for the block: the sampler's and the reference
-forward's). With `grad=True`, calls that build a graph go through `OneDNNLinear` (oneDNN forward on the weight as it
+dropped on exit (a second copy of the linear weights lives for the block: the sampler asks for it), or, with
+`pack=False`, oneDNN runs on the weights as they are (no extra memory, about as fast for the large products of
+teacher-forced scoring, which may run while a gradient graph is alive: DGPO's reference pass, GCPO's negative). With `grad=True`, calls that build a graph go through `OneDNNLinear` (oneDNN forward on the weight as it
 is, and oneDNN for the input's gradient `g W`; the weight's gradient `g^T x` stays with MKL, which is faster for that
 shape here); otherwise they fall back to `F.linear`. Under CPU autocast, or anywhere oneDNN is unavailable or gives a
 different result on a small check, the block changes nothing.
@@ -86,9 +87,9 @@ def _eligible(module: torch.nn.Module) -> bool:
             and not module._forward_hooks and not module._forward_pre_hooks and "forward" not in module.__dict__)
 
 
-def _packed_forward(module: torch.nn.Linear, rows: int, grad: bool):
-    """A forward for `module`: a lazily reordered copy of its weight when no graph is being built, `OneDNNLinear`
-    when one is and `grad`, else `F.linear`."""
+def _packed_forward(module: torch.nn.Linear, rows: int, grad: bool, pack: bool):
+    """A forward for `module`: oneDNN on a lazily reordered copy of its weight (`pack`) or on the weight as it is
+    when no graph is being built, `OneDNNLinear` when one is and `grad`, else `F.linear`."""
     state: dict[str, torch.Tensor] = {}
 
     def forward(x: torch.Tensor) -> torch.Tensor:
@@ -99,7 +100,9 @@ def _packed_forward(module: torch.nn.Linear, rows: int, grad: bool):
             if grad:
                 return onednn_linear(x, module.weight, module.bias)
             return torch.nn.functional.linear(x, module.weight, module.bias)
-        if "w" not in state:
+        if not pack:
+            state["w"] = module.weight.detach()
+        elif "w" not in state:
             state["w"] = torch.ops.mkldnn._reorder_linear_weight(module.weight.detach(), max(1, rows))
         bias = module.bias.detach() if module.bias is not None else None
         return _onednn_linear(x.contiguous(), state["w"], bias)
@@ -108,18 +111,20 @@ def _packed_forward(module: torch.nn.Linear, rows: int, grad: bool):
 
 
 @contextlib.contextmanager
-def packed_linears(model: torch.nn.Module, rows: int, *, grad: bool = False) -> Iterator[int]:
-    """Within the block, no-grad calls of `model`'s plain float32 CPU linears use oneDNN with prepacked weights,
-    and with `grad` the calls that build a graph use `OneDNNLinear` (module docstring); `rows` is the expected number
-    of input rows (a packing hint). Yields how many linears were patched (0 when oneDNN is unavailable: nothing
-    changes)."""
+def packed_linears(model: torch.nn.Module, rows: int, *, grad: bool = False, pack: bool = True) -> Iterator[int]:
+    """Within the block, no-grad calls of `model`'s plain float32 CPU linears use oneDNN, on prepacked weights
+    with `pack` (a second copy of the weights for the block: worth it for the many small products of decoding;
+    without it, oneDNN on the weights as they are, about as fast for large products and no extra memory, for
+    forwards that may run while a graph is alive), and with `grad` the calls that build a graph use `OneDNNLinear`
+    (module docstring); `rows` is the expected number of input rows (a packing hint). Yields how many linears were
+    patched (0 when oneDNN is unavailable: nothing changes)."""
     patched: list[torch.nn.Module] = []
     if grad and any(getattr(m, "gradient_checkpointing", False) is True for m in model.modules()):
         grad = False  # a checkpointed layer recomputes its forward after the block: keep the graph F.linear's
     if onednn_linear_available():
         for module in model.modules():
             if _eligible(module):
-                module.forward = _packed_forward(module, rows, grad)
+                module.forward = _packed_forward(module, rows, grad, pack)
                 patched.append(module)
     try:
         yield len(patched)

@@ -181,7 +181,7 @@ class BackboneLogits:
         if use_cache:
             kw[self.cache_arg] = self.cache
             kw["use_cache"] = True
-        fast = packed_linears(self.model, x.shape[0] * (end - start), grad=True) if self.fast_linears else contextlib.nullcontext()
+        fast = packed_linears(self.model, x.shape[0] * (end - start), grad=True, pack=False) if self.fast_linears else contextlib.nullcontext()
         with fast:
             out = self.model(input_ids=x[:, start:end], **kw)
         self.nfe += 1

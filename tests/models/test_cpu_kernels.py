@@ -105,6 +105,8 @@ def test_packed_linears_match_f_linear_without_and_with_the_gradient():
             fast = net(x)
         assert n == 2
     torch.testing.assert_close(fast, ref.detach(), rtol=1e-5, atol=1e-5)
+    with torch.no_grad(), packed_linears(net, 12, pack=False):  # oneDNN on the weights as they are
+        torch.testing.assert_close(net(x), ref.detach(), rtol=1e-5, atol=1e-5)
     with packed_linears(net, 12, grad=True):
         out = net(x)
     assert type(out.grad_fn.next_functions[0][0]).__name__ == "OneDNNLinearBackward"  # under the reshaping view
