@@ -9,7 +9,7 @@ from typing import Any, Iterator, Sequence
 
 import torch
 
-from mmrl.algorithms.distributions import default_chunk_size, token_distribution_stats
+from mmrl.algorithms.distributions import _softmax_parts, default_chunk_size, token_distribution_stats
 from mmrl.core.protocol import TokenScores
 
 
@@ -157,27 +157,94 @@ def mask_through_first_eos(ids: torch.Tensor, eos_ids: Sequence[int]) -> torch.T
     return after == 0
 
 
-def selective_log_softmax(logits: torch.Tensor, index: torch.Tensor, *, temperature: float = 1.0, chunk_size: int | None = None) -> torch.Tensor:
-    """log softmax(logits / temperature) at `index`: [..., V] x [...] -> [...] float32.
+class _PickedLogSoftmax(torch.autograd.Function):
+    """log softmax(x / T)[target] per row of logits x [M, V] (and, on request, the entropy of softmax(x / T),
+    without gradient), walking over cache-sized chunks of rows; only the [M] log-sum-exps are saved, and the backward
+    writes `(onehot(target) - softmax(x / T)) * grad / T` chunk by chunk straight into the logits' gradient.
 
-    Works over chunks of rows so that only one chunk at a time is cast to float32 (the gradient still flows).
-    """
+    The same numbers as `log_softmax(x / T).gather(target)` and its autograd backward up to float rounding; on the
+    CPU it saves the passes over the [M, V] logits that the unfused graph makes (logsumexp's max / exp / sum, its
+    backward's exp and product, the gather's zero-filled scatter, the sum of the two gradients, the concatenation of
+    the chunks'), and the separate entropy pass."""
+
+    @staticmethod
+    def forward(ctx, logits, targets, temperature, rows, with_entropy):  # noqa: D401 - autograd signature
+        m = logits.shape[0]
+        out = torch.empty(m, dtype=torch.float32, device=logits.device)  # [M]
+        lse = torch.empty_like(out)  # [M]
+        ent = torch.empty_like(out) if with_entropy else None  # [M]
+        for s in range(0, m, rows):
+            sl = slice(s, min(s + rows, m))
+            x = logits[sl].float()  # [c, V]
+            if temperature != 1.0:
+                x = x / temperature
+            mx, z, t, tot = _softmax_parts(x)  # [c, 1], [c, V], [c, V], [c, 1]: torch.logsumexp's steps
+            log_tot = tot.log()  # [c, 1]
+            lse[sl] = (log_tot + mx).squeeze(-1)
+            out[sl] = x.gather(-1, targets[sl, None]).squeeze(-1) - lse[sl]
+            if with_entropy:  # H = log(tot) - sum_v p (x - max), p = t / tot
+                ent[sl] = log_tot.squeeze(-1) - torch.linalg.vecdot(t.div_(tot), z)
+        ctx.save_for_backward(logits, targets, lse)
+        ctx.temperature, ctx.rows = temperature, rows
+        if not with_entropy:
+            ent = torch.empty(0, device=logits.device)
+        ctx.mark_non_differentiable(ent)
+        return out, ent
+
+    @staticmethod
+    def backward(ctx, grad_out, grad_ent):
+        logits, targets, lse = ctx.saved_tensors
+        temperature, rows = ctx.temperature, ctx.rows
+        grad = torch.empty_like(logits)  # [M, V]
+        g_all = grad_out.float() / temperature  # [M]
+        for s in range(0, logits.shape[0], rows):
+            sl = slice(s, min(s + rows, logits.shape[0]))
+            x, g = logits[sl], g_all[sl, None]  # [c, V], [c, 1]
+            if x.dtype == torch.float32:  # work in the gradient's own rows
+                gx = grad[sl]
+                if temperature != 1.0:
+                    torch.div(x, temperature, out=gx)
+                else:
+                    gx.copy_(x)
+            else:  # a float32 copy of the chunk
+                gx = x.float()
+                if temperature != 1.0:
+                    gx.div_(temperature)
+            gx.sub_(lse[sl, None]).exp_().mul_(-g)  # -softmax(x / T) * grad / T
+            gx.scatter_add_(-1, targets[sl, None], g)  # + onehot(target) * grad / T
+            if x.dtype != torch.float32:
+                grad[sl] = gx
+        return grad, None, None, None, None
+
+
+def _picked_log_softmax(logits: torch.Tensor, index: torch.Tensor, temperature: float, chunk_size: int | None,
+                        with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(log softmax(logits / T) at `index` [...], entropy [...] or None) of logits [..., V] (`_PickedLogSoftmax`)."""
     v = logits.shape[-1]
+    if index.numel() == 0:
+        zeros = torch.zeros(index.shape, dtype=torch.float32, device=logits.device)
+        return zeros, (zeros.clone() if with_entropy else None)
     flat = logits.reshape(-1, v)  # [M, V]
-    idx = index.reshape(-1)  # [M]
-    rows = chunk_size or default_chunk_size(v)
-    out = []
-    # `split`, not slicing: the backward of a slice allocates a zero-filled gradient of the whole [M, V] input per
-    # chunk (5x slower on CPU, mostly page faults); split's backward concatenates the chunk gradients once
-    for chunk, chunk_idx in zip(flat.split(rows), idx.split(rows)):
-        chunk = chunk.float()  # [c, V]
-        if temperature != 1.0:
-            chunk = chunk / temperature
-        picked = chunk.gather(-1, chunk_idx[:, None]).squeeze(-1)  # [c]
-        out.append(picked - torch.logsumexp(chunk, dim=-1))  # [c]
-    if not out:
-        return torch.zeros(index.shape, dtype=torch.float32, device=logits.device)
-    return torch.cat(out).reshape(index.shape)
+    rows = chunk_size or default_chunk_size(v, logits.device)
+    logp, ent = _PickedLogSoftmax.apply(flat, index.reshape(-1).long(), float(temperature), max(1, int(rows)), with_entropy)
+    return logp.reshape(index.shape), (ent.reshape(index.shape) if with_entropy else None)
+
+
+def selective_log_softmax(logits: torch.Tensor, index: torch.Tensor, *, temperature: float = 1.0, chunk_size: int | None = None) -> torch.Tensor:
+    """log softmax(logits / temperature) at `index`: [..., V] x [...] -> [...] float32, with the gradient.
+
+    Works over chunks of rows (`chunk_size`, default `default_chunk_size` for the logits' device), each cast to
+    float32 on its own, in one fused autograd function (`_PickedLogSoftmax`: the same values and gradient as
+    `log_softmax(logits / T).gather(-1, index)` up to float rounding, with fewer passes over the logits).
+    """
+    return _picked_log_softmax(logits, index, temperature, chunk_size, False)[0]
+
+
+def selective_log_softmax_and_entropy(logits: torch.Tensor, index: torch.Tensor, *, temperature: float = 1.0,
+                                      chunk_size: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(`selective_log_softmax(logits, index)` [...] with the gradient, the entropy of softmax(logits / T) [...]
+    without it), from one pass over each chunk of the logits."""
+    return _picked_log_softmax(logits, index, temperature, chunk_size, True)
 
 
 def score_logits(
@@ -199,13 +266,17 @@ def score_logits(
         other_logits: [N, T, V] logits of the reference model / negative condition, for `stats` and `other_logp`.
         stats: names from `mmrl.algorithms.STATS`, computed in chunks (on temperature-scaled logits).
     """
-    logp = selective_log_softmax(logits, targets, temperature=temperature)  # [N, T]
-    logp = torch.where(mask.bool(), logp, torch.zeros_like(logp))
     if other_logits is None:
         if any(s != "entropy" for s in stats):
             raise ValueError(f"statistics {stats} need the logits of the reference / negative condition")
-        st = token_distribution_stats(logits.detach(), stats=stats, temperature=temperature) if stats else {}
-        return TokenScores(logp=logp, stats=st)
+        if stats:  # the entropy from the log-probs' own pass over the logits
+            logp, ent = selective_log_softmax_and_entropy(logits, targets, temperature=temperature)  # [N, T] x2
+            st = {"entropy": ent}
+        else:
+            logp, st = selective_log_softmax(logits, targets, temperature=temperature), {}  # [N, T]
+        return TokenScores(logp=torch.where(mask.bool(), logp, torch.zeros_like(logp)), stats=st)
+    logp = selective_log_softmax(logits, targets, temperature=temperature)  # [N, T]
+    logp = torch.where(mask.bool(), logp, torch.zeros_like(logp))
     with torch.no_grad():
         # the other side's log-probs come from the statistics' own pass over other_logits (bitwise the same as
         # selective_log_softmax: one pass over the [N, T, V] logits fewer)

@@ -30,6 +30,8 @@ import torch
 
 from mmrl.algorithms.distributions import STATS
 from mmrl.models.base import BaseAdapter, is_peft_model, left_pad, mask_through_first_eos, score_logits, unwrap
+from mmrl.models.cpu_linear import packed_linears
+from mmrl.models.kv_cache import reserve_cache
 from mmrl.models.prompts import check_max_prompt_length, render_chat, truncate_left
 from mmrl.models.sampling import row_seeds, row_uniforms, sample_next_tokens
 from mmrl.core.protocol import DEFAULT_NEGATIVE_INSTRUCTION, NoisedBatch, Rollout, TokenScores
@@ -440,43 +442,45 @@ class CausalLMAdapter(BaseAdapter):
 
         was_training = model.training
         model.eval()  # sampling never runs dropout
-        try:
-            cache = DynamicCache(config=transformers_model(model).config)
-            inputs = self._forward_inputs(prompt_ids, prompt_mask, prompt_extras)
-            out = model(input_ids=prompt_ids, attention_mask=prompt_mask, use_cache=True, **{cache_arg: cache}, **inputs, **keep1)
-            logits = out.logits[:, -1].float()  # [B, V]
-            next_pos = self._next_positions(inputs, prompt_mask)  # [B]
-            if g > 1:
-                logits = logits.repeat_interleave(g, 0)  # [N, V]
-                next_pos = next_pos.repeat_interleave(g, 0)  # [N]
-                cache.batch_repeat_interleave(g)
-            attn = torch.ones(n, p + t_max, dtype=prompt_mask.dtype, device=device)  # [N, P+T_max]
-            attn[:, :p] = prompt_mask.repeat_interleave(g, 0)
-            tokens = torch.full((n, t_max), pad, dtype=torch.long, device=device)  # [N, T_max]
-            logps = torch.zeros(n, t_max, dtype=torch.float32, device=device)  # [N, T_max]
-            done = torch.zeros(n, dtype=torch.bool, device=device)  # [N]
-            steps = 0
-            for t in range(t_max):
-                scaled = logits / temperature if temperature != 1.0 else logits  # [N, V]
-                # lp: log-prob of the unfiltered temperature-scaled distribution (TRL's convention)
-                tok, lp = sample_next_tokens(scaled, u[:, t], top_k=top_k, top_p=top_p, suppress_ids=suppress)  # [N], [N]
-                tok = tok.masked_fill_(done, pad)
-                tokens[:, t] = tok
-                logps[:, t] = lp.masked_fill_(done, 0.0)
-                done |= torch.isin(tok, eos)
-                steps = t + 1
-                if steps == t_max or bool(done.all()):
-                    break
-                out = model(
-                    input_ids=tok[:, None],
-                    attention_mask=attn[:, : p + steps],
-                    position_ids=(next_pos + t)[:, None],
-                    use_cache=True,
-                    **{cache_arg: cache},
-                )
-                logits = out.logits[:, -1].float()  # [N, V]
-        finally:
-            model.train(was_training)
+        with packed_linears(model, n):  # oneDNN products on the CPU (models/cpu_linear.py)
+            try:
+                cache = DynamicCache(config=transformers_model(model).config)
+                inputs = self._forward_inputs(prompt_ids, prompt_mask, prompt_extras)
+                out = model(input_ids=prompt_ids, attention_mask=prompt_mask, use_cache=True, **{cache_arg: cache}, **inputs, **keep1)
+                logits = out.logits[:, -1].float()  # [B, V]
+                next_pos = self._next_positions(inputs, prompt_mask)  # [B]
+                if g > 1:
+                    logits = logits.repeat_interleave(g, 0)  # [N, V]
+                    next_pos = next_pos.repeat_interleave(g, 0)  # [N]
+                    cache.batch_repeat_interleave(g)
+                reserve_cache(cache, t_max)  # decode steps write in place instead of concatenating (models/kv_cache.py)
+                attn = torch.ones(n, p + t_max, dtype=prompt_mask.dtype, device=device)  # [N, P+T_max]
+                attn[:, :p] = prompt_mask.repeat_interleave(g, 0)
+                tokens = torch.full((n, t_max), pad, dtype=torch.long, device=device)  # [N, T_max]
+                logps = torch.zeros(n, t_max, dtype=torch.float32, device=device)  # [N, T_max]
+                done = torch.zeros(n, dtype=torch.bool, device=device)  # [N]
+                steps = 0
+                for t in range(t_max):
+                    scaled = logits / temperature if temperature != 1.0 else logits  # [N, V]
+                    # lp: log-prob of the unfiltered temperature-scaled distribution (TRL's convention)
+                    tok, lp = sample_next_tokens(scaled, u[:, t], top_k=top_k, top_p=top_p, suppress_ids=suppress)  # [N], [N]
+                    tok = tok.masked_fill_(done, pad)
+                    tokens[:, t] = tok
+                    logps[:, t] = lp.masked_fill_(done, 0.0)
+                    done |= torch.isin(tok, eos)
+                    steps = t + 1
+                    if steps == t_max or bool(done.all()):
+                        break
+                    out = model(
+                        input_ids=tok[:, None],
+                        attention_mask=attn[:, : p + steps],
+                        position_ids=(next_pos + t)[:, None],
+                        use_cache=True,
+                        **{cache_arg: cache},
+                    )
+                    logits = out.logits[:, -1].float()  # [N, V]
+            finally:
+                model.train(was_training)
         tokens, logps = tokens[:, :steps], logps[:, :steps]
         terminated = torch.isin(tokens, eos).any(-1)  # [N]
         return tokens, logps, terminated
@@ -502,7 +506,8 @@ class CausalLMAdapter(BaseAdapter):
         mask = torch.cat([prompt_mask.bool(), response_mask[:, :-1].bool()], dim=1)  # [N, P+T-1]
         _, keeps_logits = forward_signature(model)
         keep = {"logits_to_keep": t} if keeps_logits else {}
-        out = model(input_ids=ids, attention_mask=mask, use_cache=False, **self._forward_inputs(ids, mask, extras), **keep)
+        with packed_linears(model, ids.numel(), grad=True, pack=False):  # oneDNN products on the CPU (models/cpu_linear.py)
+            out = model(input_ids=ids, attention_mask=mask, use_cache=False, **self._forward_inputs(ids, mask, extras), **keep)
         # no slice when the model kept only the T positions: a slice's backward allocates a zeroed copy of the logits
         return out.logits if out.logits.shape[1] == t else out.logits[:, -t:]  # [N, T, V]
 

@@ -15,11 +15,13 @@ Three kinds of backbones:
 """
 from __future__ import annotations
 
+import contextlib
 import inspect
 
 import torch
 
 from mmrl.models.base import is_peft_model, unwrap
+from mmrl.models.cpu_linear import packed_linears
 from mmrl.models.dllm_samplers import suppress_tokens
 
 BACKBONES = ("native", "llada", "dream")
@@ -89,6 +91,8 @@ class BackboneLogits:
             custom attention pattern in place of the bidirectional one, e.g. the annealed causal-to-full masks of
             `mmrl.tiny_world.pretrain.annealed_attention`; left-padding keys stay hidden, and every query attends
             to itself (a fully hidden row would give NaN values that the masked keys would still carry).
+        fast_linears: run the forwards under `models.cpu_linear.packed_linears` (oneDNN products on the CPU, with
+            and without the gradient; same values up to float rounding): the adapter's scoring forwards ask for it.
     """
 
     def __init__(
@@ -100,6 +104,7 @@ class BackboneLogits:
         shift: bool,
         suppress_ids: tuple[int, ...] = (),
         attend: torch.Tensor | None = None,
+        fast_linears: bool = False,
     ):
         if kind not in BACKBONES:
             raise ValueError(f"unknown backbone kind {kind!r}; valid: {list(BACKBONES)}")
@@ -109,6 +114,7 @@ class BackboneLogits:
             raise ValueError(f"attend must be [B, L, L], got shape {tuple(attend.shape)}")
         self.model = model
         self.kind = kind
+        self.fast_linears = bool(fast_linears)
         self.shift = bool(shift)
         self.suppress_ids = tuple(int(i) for i in suppress_ids)
         if attention_mask is not None and bool(attention_mask.all()):
@@ -175,7 +181,9 @@ class BackboneLogits:
         if use_cache:
             kw[self.cache_arg] = self.cache
             kw["use_cache"] = True
-        out = self.model(input_ids=x[:, start:end], **kw)
+        fast = packed_linears(self.model, x.shape[0] * (end - start), grad=True, pack=False) if self.fast_linears else contextlib.nullcontext()
+        with fast:
+            out = self.model(input_ids=x[:, start:end], **kw)
         self.nfe += 1
         self.tokens_fed += x.shape[0] * (end - start)
         return out.logits

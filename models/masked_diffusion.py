@@ -520,7 +520,8 @@ class MaskedDiffusionAdapter(BaseAdapter):
         """[B, T, V] aligned logits of the response positions of `prompt ⊕ response_part` (one forward)."""
         ids = torch.cat([prompt_ids, response_part], dim=1)  # [B, P + T]
         attn = torch.cat([prompt_mask.bool(), torch.ones_like(response_part, dtype=torch.bool)], dim=1)  # [B, P + T]
-        fn = BackboneLogits(model, attn, kind=self.backbone, shift=self.shift_logits, suppress_ids=(self.mask_token_id,))
+        fn = BackboneLogits(model, attn, kind=self.backbone, shift=self.shift_logits, suppress_ids=(self.mask_token_id,),
+                            fast_linears=True)
         return fn.window(ids, prompt_ids.shape[1])
 
     def backbone_logits(self, prompt_mask: torch.Tensor, gen_length: int, model: torch.nn.Module | None = None,
@@ -758,7 +759,8 @@ class MaskedDiffusionAdapter(BaseAdapter):
         with self.scoring_model(use_ref) as m:
             ids = torch.cat([pid, part], dim=1)  # [B, P + T]
             attn = torch.cat([pmask.bool(), torch.ones_like(part, dtype=torch.bool)], dim=1)  # [B, P + T]
-            fn = BackboneLogits(m, attn, kind=self.backbone, shift=self.shift_logits, suppress_ids=(self.mask_token_id,))
+            fn = BackboneLogits(m, attn, kind=self.backbone, shift=self.shift_logits, suppress_ids=(self.mask_token_id,),
+                                fast_linears=True)
             if fn.output_head() is None:
                 return None
             picked = fn.selected_logprob(ids, pid.shape[1], select, targets)  # [M]
@@ -904,7 +906,7 @@ class MaskedDiffusionAdapter(BaseAdapter):
         with self.scoring_model(use_reference) as m:
             fn = BackboneLogits(
                 m, noised.attention_mask.bool(), kind=self.backbone, shift=self.shift_logits,
-                suppress_ids=(self.mask_token_id,),
+                suppress_ids=(self.mask_token_id,), fast_linears=True,
             )
             if fn.output_head() is not None:
                 # the LM head on the masked positions only, logits recomputed in the backward (models.head_logprob)
