@@ -152,6 +152,29 @@ COUNTDOWN_MD_RL: dict[str, Any] = {
 }
 """The masked-diffusion Countdown comparisons' shared settings (`COUNTDOWN_RL` on the `countdown3-md` base)."""
 
+DAPO_RECIPE = "DAPO (its recipe: dynamic sampling, no KL)"
+"""The label of `DAPO_RECIPE_ARM` in `dgpo-vs-grpo`."""
+
+DAPO_RECIPE_ARM: dict[str, Any] = {
+    # DAPO's own recipe (Yu et al. 2025, arXiv 2503.14476, Algorithm 1 and section 3) on the shared one: dynamic
+    # sampling (groups whose rewards are all equal are dropped and more prompts drawn until the batch is full), no KL
+    # term, clip-higher (eps_low 0.2, eps_high 0.28), the token-mean loss and the soft overlong punishment (eq. 13)
+    "method": "dapo",
+    "beta": 0.0,
+    "dynamic_sampling": True,
+    "dynamic_sampling_max_tries": 32,  # refills per batch before an error (the default 8 can fail at ~60% zero-std groups)
+    "epsilon": 0.2,
+    "epsilon_high": 0.28,
+    "loss_type": "dapo",
+    "overlong_penalty": True,
+    "overlong_buffer_len": COUNTDOWN_RL["max_completion_length"] // 5,  # L_cache = L_max / 5 (DAPO: 4,096 of 20,480)
+    # DAPO's reward is +1 / -1 (eq. 7): twice the 1 / 0 accuracy is it shifted by 1, which the group advantages and the
+    # all-equal filter ignore; the weight 2 keeps the overlong penalty (-1 at most) at DAPO's scale next to it
+    "reward_weights": [2.0],
+    "diagnostics_reference": True,  # the KL to the base measured (a frozen copy for diag/kl_*; not in the loss)
+}
+"""DAPO as DAPO: its recipe's choices over `COUNTDOWN_RL`; everything else (lr, batch, T, one step per batch) shared."""
+
 COMPARISONS: dict[str, dict[str, Any]] = {
     "dgpo-vs-grpo": {"recipe": COUNTDOWN_RL, "rollouts": 120, "arms": {
         "GRPO": {"method": "grpo"},
@@ -159,6 +182,9 @@ COMPARISONS: dict[str, dict[str, Any]] = {
         # its dynamic sampling (the arms share their rollouts) and with the shared KL 0.1 (DAPO: none); named for that
         "DAPO loss (no dynamic sampling, KL 0.1)": {"method": "dapo"},
         "DGPO": {"method": "dgpo"},
+        # DAPO's recipe: at equal optimizer steps it samples more answers (the runner counts them and also scores it
+        # at the first arm's sampled rollouts)
+        DAPO_RECIPE: DAPO_RECIPE_ARM,
     }},
     "dmpo-vs-d1-countdown3": {"recipe": COUNTDOWN_RL, "rollouts": 120, "arms": {
         "diffu-GRPO (d1)": {"method": "diffu_grpo", "num_iterations": 1},
@@ -245,6 +271,8 @@ def arm_config(name: str, arm: str, *, seed: int, out: Path, rollouts: int | Non
         cfg["model_name_or_path"] = f"tiny-world:{base}"
     if smoke:
         cfg.update(SMOKE)
+        # the 20-step smoke base rewards nothing: no group has a spread, so dynamic sampling could never fill a batch
+        cfg["dynamic_sampling"] = False
     f = int(cfg.get("num_iterations", 1))
     cfg["num_iterations"] = f
     cfg["max_steps"] = rollouts * f
@@ -259,18 +287,59 @@ CLEAN_REFERENCES = {"countdown3-ar-lazy": "countdown3-ar-clean"}
 """base -> the same model pre-trained on right answers only at the same compute (the clean SFT reference row)."""
 
 
+def count_sampled(trainer, cap: int | None = None, take=None) -> dict[str, Any]:
+    """Count the responses `trainer` samples (all dynamic-sampling tries: `dynamic_sampling/sampled_responses`, else
+    the rollout batch) into the returned {"sampled": int, "taken": ...}; with `cap` and `take(step, sampled)`, call
+    `take` once, before the first rollout batch drawn after `cap` responses were sampled (the policy then has had
+    `step` optimizer steps), and keep what it returns in "taken" (None if the run never reached `cap`)."""
+    collect = trainer._collect
+    state: dict[str, Any] = {"sampled": 0, "taken": None}
+
+    def counted():
+        if cap is not None and take is not None and state["taken"] is None and state["sampled"] >= cap:
+            state["taken"] = take(trainer.step, state["sampled"])
+        buf = collect()
+        state["sampled"] += int(buf.metrics.get("dynamic_sampling/sampled_responses", buf.rollout.num_responses))
+        return buf
+
+    trainer._collect = counted  # the instance's own: `_collect_or_stop` calls self._collect
+    return state
+
+
+def equal_rollouts_label(arm: str, first: str) -> str:
+    """The row of a dynamic-sampling `arm` scored when it had sampled as many answers as `first` samples in all."""
+    return f"{arm}, at {first}'s sampled rollouts"
+
+
+def complete_seeds(done: dict[str, set[int]], arms: Sequence[str], seeds: int) -> list[int]:
+    """The seeds in range(`seeds`) that every one of `arms` has finished (`done`: arm -> finished seeds): the
+    consistent subset a table is built from when a run stops early."""
+    return [s for s in range(seeds) if all(s in done.get(a, set()) for a in arms)]
+
+
+def run_slug(arm: str, seed: int) -> str:
+    """A run's folder name under `runs/`."""
+    return f"{re.sub(r'[^a-z0-9]+', '_', arm.lower()).strip('_')}-seed{seed}"
+
+
 def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int = 5, smoke: bool = False,
                              rollouts: int | None = None, progress: bool = True, arms: list[str] | None = None,
-                             base: str | None = None, baselines: bool = True) -> dict[str, Any]:
+                             base: str | None = None, baselines: bool = True, resume: bool = False,
+                             report_only: bool = False) -> dict[str, Any]:
     """Run every arm of `COMPARISONS[name]` (or those named in `arms`) over `seeds` from the cached base (the
     recipe's, or the tiny model `base`); report into `<out>/<name>`.
 
     The protocol: curves on `task.validation`, the test rows scored once per run at the end, per-row scores in
     results.json and paired-bootstrap 95% intervals over rows and seeds (`mmrl.tiny_world.stats`). With `baselines`:
     the clean SFT reference at the same compute (`CLEAN_REFERENCES`, with each arm's share of the base-to-clean
-    gap) and rejection-sampling fine-tuning at the same rollouts (`RFT_ARM`, same seeds)."""
+    gap) and rejection-sampling fine-tuning at the same rollouts (`RFT_ARM`, same seeds).
+
+    Runs go seed-major (seed 0 of every arm and RFT, then seed 1, ...) and each writes `runs/<run>/result.json` when
+    it finishes; `resume` keeps `<out>/<name>` and skips the runs already saved, `report_only` runs nothing and builds
+    the report from the saved runs. The table uses the seeds every row has finished (`complete_seeds`). Every row
+    reports the answers its runs sampled; an arm with dynamic sampling is also scored (test rows, once) at the
+    optimizer step where it had sampled as many answers as the first arm does in all (`count_sampled`)."""
     import json
-    import re
     import shutil
     import time
 
@@ -297,9 +366,11 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
         raise ValueError(f"base {base!r} is not a tiny {recipe['family']} model for {recipe['task']}; valid: {valid}")
     say = print if progress else (lambda *a, **k: None)
     root = Path(out) / name
-    if root.exists():
+    if report_only and not (root / "base.json").exists():
+        raise ValueError(f"--report-only: no saved runs in {root} (base.json missing)")
+    if root.exists() and not (resume or report_only):
         shutil.rmtree(root)
-    root.mkdir(parents=True)
+    root.mkdir(parents=True, exist_ok=True)
     register()
     base_name = base or recipe["model_name_or_path"].split(":", 1)[1]
     op = TINY_MODELS[base_name].data.get("lazy_op", "+") if base_name in TINY_MODELS else "+"  # the shortcut to count
@@ -311,48 +382,107 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
     sc_op = op if recipe["task"] == "countdown3" else None  # the held-out shortcut share: countdown3's demonstrator
     t_all = time.perf_counter()
     base_steps = SMOKE_BASE_STEPS if smoke else None
-    before, before_items = held_out_items(load_base_policy(base_name, progress=progress, steps=base_steps), rows, task.metric,
-                                          recipe["family"], L, k, shortcut_op=sc_op)
+    base_file = root / "base.json"
+    if base_file.exists() and (resume or report_only):
+        saved_base = json.loads(base_file.read_text())
+    else:
+        before, before_items = held_out_items(load_base_policy(base_name, progress=progress, steps=base_steps), rows,
+                                              task.metric, recipe["family"], L, k, shortcut_op=sc_op)
+        ref, ref_items = None, None
+        if baselines and base_name in CLEAN_REFERENCES:
+            ref, ref_items = held_out_items(load_base_policy(CLEAN_REFERENCES[base_name], progress=progress, steps=base_steps),
+                                            rows, task.metric, recipe["family"], L, k, shortcut_op=sc_op)
+        saved_base = {"before": before, "before_items": before_items, "ref": ref, "ref_items": ref_items}
+        base_file.write_text(json.dumps(saved_base))
+    before, before_items, ref, ref_items = (saved_base[x] for x in ("before", "before_items", "ref", "ref_items"))
     say(f"[{name}] base: " + "  ".join(f"{a} {v:.3f}" for a, v in before.items()))
-    ref, ref_items = None, None
-    if baselines and base_name in CLEAN_REFERENCES:
-        ref, ref_items = held_out_items(load_base_policy(CLEAN_REFERENCES[base_name], progress=progress, steps=base_steps), rows,
-                                        task.metric, recipe["family"], L, k, shortcut_op=sc_op)
+    if ref is not None:
         say(f"[{name}] clean SFT reference: " + "  ".join(f"{a} {v:.3f}" for a, v in ref.items()))
     selected = arms or list(COMPARISONS[name]["arms"])
-    arms: dict[str, list[dict]] = {}
-    for arm in selected:
-        for seed in range(seeds):
-            run_dir = root / "runs" / f"{re.sub(r'[^a-z0-9]+', '_', arm.lower()).strip('_')}-seed{seed}"
-            cfg = load_config(None, arm_config(name, arm, seed=seed, out=run_dir, rollouts=rollouts, smoke=smoke,
-                                                  base=base))
-            policy = load_base_policy(base_name, progress=False, steps=base_steps)
-            t0 = time.perf_counter()
-            Trainer(cfg, policy=policy, dataset=task.train, reward_funcs=cfg.reward_funcs, eval_dataset=val_rows,
-                    eval_metric=task.metric).train()
-            secs = time.perf_counter() - t0
-            after, items = held_out_items(policy, rows, task.metric, recipe["family"], L, k, shortcut_op=sc_op)
-            arms.setdefault(arm, []).append({"seed": seed, "after": after, "items": items, "seconds": secs,
-                                             "records": read_metrics(run_dir),
-                                             "shortcut": shortcut_share(run_dir, op)})
-            say(f"[{name}] {arm}, seed {seed}: {cfg.max_steps} steps, {secs:.0f} s: "
-                + "  ".join(f"{a} {v:.3f}" for a, v in after.items()))
-    if baselines and recipe["family"] == "causal_lm":  # rejection-sampling FT at the first arm's rollouts, same seeds
-        # (causal LMs only: exact sequence likelihoods; a masked-diffusion RFT would fit an ELBO, not done here)
-        for seed in range(seeds):
-            cfg = load_config(None, arm_config(name, selected[0], seed=seed, out=root / "runs" / f"rft-seed{seed}",
-                                                  rollouts=rollouts, smoke=smoke, base=base))
-            policy = load_base_policy(base_name, progress=False, steps=base_steps)
+    do_rft = baselines and recipe["family"] == "causal_lm"  # causal LMs only: exact sequence likelihoods (a
+    # masked-diffusion RFT would fit an ELBO, not done here)
+    first_cfg = load_config(None, arm_config(name, selected[0], seed=0, out=root, rollouts=rollouts, smoke=smoke, base=base))
+    cap = first_cfg.max_steps // first_cfg.steps_per_rollout * first_cfg.prompts_per_rollout * first_cfg.num_generations
+    row_arms = selected + ([RFT_ARM] if do_rft else [])
+
+    def one_run(arm: str, seed: int, run_dir: Path) -> dict[str, Any]:
+        """Train (or RFT) one arm at one seed from the base, score the test rows once; the saved result."""
+        if run_dir.exists():
+            shutil.rmtree(run_dir)  # an unfinished run of an earlier, stopped call
+        policy = load_base_policy(base_name, progress=False, steps=base_steps)
+        if arm == RFT_ARM:  # at the first arm's rollouts, the same seeds
+            cfg = load_config(None, arm_config(name, selected[0], seed=seed, out=run_dir, rollouts=rollouts, smoke=smoke,
+                                               base=base))
             t0 = time.perf_counter()
             rft = rejection_sampling_ft(policy, task.train, task.metric, rollouts=cfg.max_steps // cfg.num_iterations,
                                         prompts_per_rollout=cfg.prompts_per_rollout, group_size=cfg.num_generations,
                                         lr=cfg.learning_rate, seed=seed, generation=sampled_generation(recipe["family"], L))
             secs = time.perf_counter() - t0
             after, items = held_out_items(policy, rows, task.metric, recipe["family"], L, k, shortcut_op=sc_op)
-            arms.setdefault(RFT_ARM, []).append({"seed": seed, "after": after, "items": items, "seconds": secs, "records": [],
-                                                 "shortcut": [], "rft_accepted": sum(rft["accepted"])})
+            run_dir.mkdir(parents=True, exist_ok=True)
             say(f"[{name}] {RFT_ARM}, seed {seed}: {sum(rft['accepted'])} of {rft['sampled']} samples kept, {secs:.0f} s: "
                 + "  ".join(f"{a} {v:.3f}" for a, v in after.items()))
+            return {"seed": seed, "after": after, "items": items, "seconds": secs, "rollouts": int(rft["sampled"]),
+                    "steps": len(rft["accepted"]), "rft_accepted": sum(rft["accepted"])}
+        cfg = load_config(None, arm_config(name, arm, seed=seed, out=run_dir, rollouts=rollouts, smoke=smoke, base=base))
+        trainer = Trainer(cfg, policy=policy, dataset=task.train, reward_funcs=cfg.reward_funcs, eval_dataset=val_rows,
+                          eval_metric=task.metric)
+        snap_secs = [0.0]
+
+        def take(step: int, sampled: int) -> dict[str, Any]:
+            ts = time.perf_counter()
+            a, it = held_out_items(policy, rows, task.metric, recipe["family"], L, k, shortcut_op=sc_op)
+            snap_secs[0] += time.perf_counter() - ts
+            say(f"[{name}] {arm}, seed {seed}: at step {step}, {sampled} answers sampled: "
+                + "  ".join(f"{x} {v:.3f}" for x, v in a.items()))
+            return {"step": step, "rollouts": sampled, "after": a, "items": it}
+
+        dynamic = bool(COMPARISONS[name]["arms"][arm].get("dynamic_sampling"))  # (off under --smoke, `arm_config`)
+        state = count_sampled(trainer, cap if dynamic else None, take)
+        t0 = time.perf_counter()
+        trainer.train()
+        secs = time.perf_counter() - t0 - snap_secs[0]
+        after, items = held_out_items(policy, rows, task.metric, recipe["family"], L, k, shortcut_op=sc_op)
+        say(f"[{name}] {arm}, seed {seed}: {cfg.max_steps} steps, {state['sampled']} answers sampled, {secs:.0f} s: "
+            + "  ".join(f"{a} {v:.3f}" for a, v in after.items()))
+        res = {"seed": seed, "after": after, "items": items, "seconds": secs, "rollouts": state["sampled"],
+               "steps": cfg.max_steps}
+        if dynamic:  # never reached the cap: its end is already at (or under) the first arm's rollouts
+            res["equal_rollouts"] = state["taken"] or {"step": cfg.max_steps, "rollouts": state["sampled"], "after": after,
+                                                       "items": items}
+        return res
+
+    done: dict[str, dict[int, dict]] = {}
+    for seed in range(seeds):  # seed-major: a stopped run leaves whole seeds
+        for arm in row_arms:
+            saved = root / "runs" / run_slug(arm, seed) / "result.json"
+            if saved.exists() and (resume or report_only):
+                done.setdefault(arm, {})[seed] = json.loads(saved.read_text())
+            elif not report_only:
+                res = one_run(arm, seed, saved.parent)
+                saved.write_text(json.dumps(res))
+                done.setdefault(arm, {})[seed] = res
+    use = complete_seeds({a: set(d) for a, d in done.items()}, row_arms, seeds)
+    if not use:
+        raise ValueError(f"no seed has finished every row of {name} in {root} ({ {a: sorted(d) for a, d in done.items()} })")
+    if len(use) < seeds:
+        say(f"[{name}] the report uses the {len(use)} seeds every row has finished: {use}")
+    arms: dict[str, list[dict]] = {}
+    for arm in row_arms:
+        for seed in use:
+            r = dict(done[arm][seed])
+            run_dir = root / "runs" / run_slug(arm, seed)
+            r["records"] = read_metrics(run_dir) if arm != RFT_ARM else []
+            r["shortcut"] = shortcut_share(run_dir, op) if arm != RFT_ARM else []
+            arms.setdefault(arm, []).append(r)
+            if "equal_rollouts" in r:
+                e = r["equal_rollouts"]
+                arms.setdefault(equal_rollouts_label(arm, selected[0]), []).append(
+                    {"seed": seed, "after": e["after"], "items": e["items"], "seconds": float("nan"),
+                     "rollouts": e["rollouts"], "steps": e["step"], "records": [], "shortcut": []})
+    if RFT_ARM in arms:  # RFT last, after the rows at equal rollouts
+        arms[RFT_ARM] = arms.pop(RFT_ARM)
+    seeds = len(use)
     pk = f"pass@{k}"
     base_m = {m: [before_items[m]] for m in ("sampled", "greedy")}
     ref_m = {m: [ref_items[m]] for m in ("sampled", "greedy")} if ref_items else None
@@ -370,15 +500,22 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
                if sc_op is not None else [])
     head = ["model", f"sampled acc. (T=1, {k} per row) [95% CI]", "gain (points) [95% CI]", "greedy acc.",
             "greedy gain [95% CI]", pk, *sc_head, "share of the gap to clean SFT closed (sampled) [95% CI]",
-            "train reward, first / last 5 steps", "shortcut answers in the rollouts, first / last 5 steps",
-            "KL to base (last step)", "s per run"]
+            "optimizer steps", "answers sampled per run", "train reward, first / last 5 steps",
+            "shortcut answers in the rollouts, first / last 5 steps", "KL to base (last step)", "entropy (last step)",
+            "s per run"]
+    n_diag = 5  # the train reward, shortcut, KL, entropy and time columns
     table_rows = [["base model", mean_interval(base_m["sampled"]).fmt(), "-", fmt(before["greedy"]), "-", fmt(before[pk]),
-                   *shortcut_cells([before_items]), "-", "-", "-", "-", "-"]]
+                   *shortcut_cells([before_items]), "-", "-", "-", *["-"] * n_diag]]
     if ref is not None:
         table_rows.append([f"clean SFT at the same compute (`{CLEAN_REFERENCES[base_name]}`)", mean_interval(ref_m["sampled"]).fmt(),
                            difference_interval(ref_m["sampled"], base_m["sampled"]).fmt(signed=True), fmt(ref["greedy"]),
                            difference_interval(ref_m["greedy"], base_m["greedy"]).fmt(signed=True), fmt(ref[pk]),
-                           *shortcut_cells([ref_items]), "1 (by definition)", "-", "-", "-", "-"])
+                           *shortcut_cells([ref_items]), "1 (by definition)", "-", "-", *["-"] * n_diag])
+    reward_key = f"rewards/{recipe['reward_funcs'][0]}/mean"  # the accuracy itself (not weighted, no overlong penalty)
+
+    def last(records: list[dict], key: str) -> float:
+        return ([y for _, y in curve(records, key)] or [float("nan")])[-1]
+
     intervals: dict[str, dict] = {}
     for arm, runs in arms.items():
         samp = [r["items"]["sampled"] for r in runs]
@@ -389,17 +526,25 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
             ivs["gap_closed"] = gap_closed_interval(samp, base_m["sampled"], ref_m["sampled"])
             ivs["vs_clean_sft"] = difference_interval(samp, ref_m["sampled"])
         intervals[arm] = ivs
-        rewards = [[y for _, y in curve(r["records"], "reward")] or [float("nan")] for r in runs]
-        first = mean_std([mean_std(y[:5])[0] for y in rewards])[0]
-        last = mean_std([mean_std(y[-5:])[0] for y in rewards])[0]
-        kl = mean_std([([y for _, y in curve(r["records"], "diag/kl_k3")] or [float("nan")])[-1] for r in runs])[0]
-        sc = [[y for _, y in r["shortcut"]] or [float("nan")] for r in runs]
-        short = f"{100 * mean_std([mean_std(y[:5])[0] for y in sc])[0]:.1f} / {100 * mean_std([mean_std(y[-5:])[0] for y in sc])[0]:.1f}"
+        if runs[0]["records"]:
+            rewards = [[y for _, y in curve(r["records"], reward_key)] or [float("nan")] for r in runs]
+            first = mean_std([mean_std(y[:5])[0] for y in rewards])[0]
+            lastr = mean_std([mean_std(y[-5:])[0] for y in rewards])[0]
+            kl = mean_std([last(r["records"], "diag/kl_k3") for r in runs])[0]
+            ent = mean_std([last(r["records"], "entropy") for r in runs])[0]
+            sc = [[y for _, y in r["shortcut"]] or [float("nan")] for r in runs]
+            short = f"{100 * mean_std([mean_std(y[:5])[0] for y in sc])[0]:.1f} / {100 * mean_std([mean_std(y[-5:])[0] for y in sc])[0]:.1f}"
+            diag = [f"{100 * first:.1f} / {100 * lastr:.1f}", short, f"{kl:.3f}", f"{ent:.3f}",
+                    f"{mean_std([r['seconds'] for r in runs])[0]:.0f}"]
+        else:
+            diag = ["-"] * (n_diag - 1) + ([f"{mean_std([r['seconds'] for r in runs])[0]:.0f}"] if arm == RFT_ARM else ["-"])
+        steps = mean_std([float(r["steps"]) for r in runs])
         table_rows.append([f"{arm} ({len(runs)} seeds)", ivs["sampled"].fmt(), ivs["gain"].fmt(signed=True),
                            fmt(*mean_std([r["after"]["greedy"] for r in runs])), ivs["greedy_gain"].fmt(signed=True),
                            fmt(*mean_std([r["after"][pk] for r in runs])), *shortcut_cells([r["items"] for r in runs]),
                            ivs["gap_closed"].fmt(scale=1.0, digits=2) if "gap_closed" in ivs else "-",
-                           f"{100 * first:.1f} / {100 * last:.1f}", short, f"{kl:.3f}", f"{mean_std([r['seconds'] for r in runs])[0]:.0f}"])
+                           f"{steps[0]:.0f}" if steps[1] == 0 else f"{steps[0]:.1f} ± {steps[1]:.1f}",
+                           f"{mean_std([float(r['rollouts']) for r in runs])[0]:,.0f}", *diag])
     table = markdown_table(head, table_rows)
     labels = [a for a in arms if a != RFT_ARM]
     diffs = {}
@@ -433,33 +578,41 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
                   v["non_shortcut_accuracy"].fmt(signed=True) if v["non_shortcut_accuracy"] else "-",
                   ("yes" if v["non_shortcut_accuracy"].excludes_zero else "no") if v["non_shortcut_accuracy"] else "-"]
                  for k_, v in sc_diffs.items()])
-    plot_curves({a: [curve(r["records"], "eval/accuracy") for r in runs] for a, runs in arms.items() if a != RFT_ARM}, root / "accuracy.png",
+    trained = {a: runs for a, runs in arms.items() if runs[0]["records"]}
+    plot_curves({a: [curve(r["records"], "eval/accuracy") for r in runs] for a, runs in trained.items()}, root / "accuracy.png",
                 title=f"{name}: validation accuracy (one sampled answer per row, T = 1)", ylabel="accuracy")
-    plot_curves({a: [curve(r["records"], "reward", smooth=5) for r in runs] for a, runs in arms.items()}, root / "reward.png",
-                title=f"{name}: training reward", ylabel="reward")
-    plot_curves({a: [r["shortcut"] for r in runs] for a, runs in arms.items()}, root / "shortcut.png",
+    plot_curves({a: [curve(r["records"], reward_key, smooth=5) for r in runs] for a, runs in trained.items()}, root / "reward.png",
+                title=f"{name}: training reward (accuracy of the rollouts)", ylabel="reward")
+    plot_curves({a: [r["shortcut"] for r in runs] for a, runs in trained.items()}, root / "shortcut.png",
                 title=f"{name}: share of shortcut answers (a{op}b){op}c in the rollouts", ylabel="share")
-    plot_curves({a: [curve(r["records"], "diag/kl_k3") for r in runs] for a, runs in arms.items()}, root / "kl.png",
+    plot_curves({a: [curve(r["records"], "diag/kl_k3") for r in runs] for a, runs in trained.items()}, root / "kl.png",
                 title=f"{name}: KL to the base (k3, per token)", ylabel="KL")
+    plot_curves({a: [curve(r["records"], "entropy") for r in runs] for a, runs in trained.items()}, root / "entropy.png",
+                title=f"{name}: policy entropy of the sampled tokens", ylabel="entropy (nats per token)")
     total = time.perf_counter() - t_all
     paired = paired_intervals(before_items, {a: [r["items"] for r in runs] for a, runs in arms.items()})
     for line in paired.get("lines", []):
         say(f"[{name}] {line}")
-    results = {"name": name, "base": base_name, "before": before, "before_items": before_items, "seeds": seeds, "seconds": total,
+    results = {"name": name, "base": base_name, "before": before, "before_items": before_items, "seeds": seeds,
+               "seeds_used": use, "seconds": total, "run_seconds": {a: [r["seconds"] for r in runs] for a, runs in arms.items()},
                "smoke": smoke, "table": table, "protocol": "curves on validation, test once per run; paired bootstrap 95% CI "
                                                           "over test rows and seeds",
                "test_prompts": [r["prompt"] for r in rows],
+               "equal_rollouts_cap": cap,
                "reference": None if ref is None else {"model": CLEAN_REFERENCES[base_name], "after": ref, "items": ref_items},
                "intervals": paired,
                "arm_intervals": {a: {x: v.to_dict() for x, v in ivs.items()} for a, ivs in intervals.items()},
                "differences": {x: v.to_dict() for x, v in diffs.items()},
                "shortcut_differences": {x: {m: (iv.to_dict() if iv else None) for m, iv in v.items()} for x, v in sc_diffs.items()},
                "shortcut_op": sc_op,
-               "arms": {a: [{x: v for x, v in r.items() if x not in ("records", "shortcut")} for r in runs] for a, runs in arms.items()},
+               "arms": {a: [{x: v for x, v in r.items() if x not in ("records", "shortcut", "equal_rollouts")} for r in runs]
+                        for a, runs in arms.items()},
                "configs": {a: arm_config(name, a, seed=0, out=Path("."), rollouts=rollouts, smoke=smoke, base=base)
-                           for a in arms if a != RFT_ARM}}
+                           for a in selected}}
     (root / "results.json").write_text(json.dumps(results, indent=2, default=str))
-    (root / "table.md").write_text(table + f"\n\nBase `{base_name}`, {seeds} seeds per arm, {len(rows)} test rows (multisets never "
-                                   f"seen in training), {total:.0f} s in all.\n")
+    (root / "table.md").write_text(table + f"\n\nBase `{base_name}`, {seeds} seeds per arm (seeds {use}), {len(rows)} test rows "
+                                   f"(multisets never seen in training), {first_cfg.max_steps // first_cfg.steps_per_rollout} "
+                                   f"rollout batches of {first_cfg.prompts_per_rollout} x {first_cfg.num_generations} for "
+                                   f"{selected[0]} ({cap:,} answers sampled per run), {total:.0f} s for this report.\n")
     logger.info("\n" + table + f"\n\n{root}  ({total:.0f} s)")
     return results

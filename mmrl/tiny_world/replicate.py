@@ -302,6 +302,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         "gcpo-vs-grpo: shapes (default, noisy captions) or shapes-clean")
     parser.add_argument("--lr", type=float, default=None, help="gcpo-vs-grpo: the learning rate (default: the recipe's "
                         "5e-4; pass the one `gcpo-vs-grpo-lr` chose on validation)")
+    parser.add_argument("--arm", action="append", default=None, help="the Countdown comparisons: run only this arm "
+                        "(repeat for several; default: every arm)")
+    parser.add_argument("--resume", action="store_true", help="the Countdown comparisons: keep OUT/NAME and skip the "
+                        "runs already saved (runs/<run>/result.json)")
+    parser.add_argument("--report-only", action="store_true", help="the Countdown comparisons: run nothing, build the "
+                        "report from the saved runs (the seeds every row has finished)")
     parser.add_argument("--smoke", action="store_true", help="2 rollouts per arm, 16 test puzzles, a "
                         "20-step base (plumbing check)")
 
@@ -329,9 +335,16 @@ def run(args: argparse.Namespace) -> int:
         run_gcpo_vs_grpo(args.out, seeds=args.seeds, smoke=args.smoke, steps=args.steps, n_samples=args.n_samples,
                          base=args.base or "shapes", baselines=not args.no_baselines, lr=args.lr)
         return 0
+    if (args.arm or args.resume or args.report_only) and args.name not in REASONING:
+        raise SystemExit(f"--arm, --resume and --report-only apply to the Countdown comparisons {sorted(REASONING)}, "
+                         f"not {args.name!r}")
     if args.name in REASONING:
-        run_reasoning_comparison(args.name, args.out, seeds=args.seeds, smoke=args.smoke, rollouts=args.rollouts,
-                                 base=args.base, baselines=not args.no_baselines)
+        try:
+            run_reasoning_comparison(args.name, args.out, seeds=args.seeds, smoke=args.smoke, rollouts=args.rollouts,
+                                     base=args.base, baselines=not args.no_baselines, arms=args.arm, resume=args.resume,
+                                     report_only=args.report_only)
+        except ValueError as e:
+            raise SystemExit(str(e)) from None
         return 0
     if args.name in RUNNERS:
         import importlib

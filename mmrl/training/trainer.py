@@ -340,7 +340,7 @@ class Trainer:
         reward_logs: dict[str, list[float]] = {}
         per_reward_seen: dict[str, list[torch.Tensor]] = {}  # every scored sample of every try, for rewards/<fn>/*
         stats = {"dropped_groups": 0, "zero_std_groups": 0, "groups_seen": 0, "sample_time": 0.0, "reward_time": 0.0,
-                 "dropped": 0}
+                 "dropped": 0, "sampled": 0}
         failures: list[str] = []  # the rewards' own messages for dropped samples (quoted if the batch cannot be filled)
         tries = 0
         while sum(r.num_groups for r in kept) < need:
@@ -357,6 +357,7 @@ class Trainer:
             seeds = [derived_seed(cfg.seed, "sample", g, j) for g, _ in items for j in range(G)]
             ts = time.perf_counter()
             rollout = policy.sample([row["prompt"] for row in rows], G, seeds=seeds)
+            stats["sampled"] += len(rows) * G  # this process's responses sampled, kept or not
             fault_point("during_rollout", self.step + 1)
             stats["sample_time"] += time.perf_counter() - ts
             ts = time.perf_counter()
@@ -444,6 +445,7 @@ class Trainer:
             m["perf/tokens_per_s"] = float(rollout.response_mask.sum()) / max(stats["sample_time"], 1e-9)
         if cfg.dynamic_sampling:
             m["dynamic_sampling/rollout_batches"] = tries
+            m["dynamic_sampling/sampled_responses"] = float(stats["sampled"])  # this process's, all tries (the cost)
             m["dynamic_sampling/frac_zero_std_groups"] = stats["zero_std_groups"] / max(1, stats["groups_seen"])
         if stats["dropped_groups"]:
             m["rewards/dropped_groups"] = stats["dropped_groups"]

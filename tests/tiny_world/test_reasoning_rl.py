@@ -79,10 +79,16 @@ def test_held_out_greedy_sampled_pass_at_k():
 
 def test_reasoning_comparison_smoke(tmp_path, monkeypatch):
     monkeypatch.setenv("MMRL_CACHE", str(tmp_path / "cache"))
-    assert main(["replicate", "dgpo-vs-grpo", "--smoke", "--seeds", "1", "--out", str(tmp_path / "rep")]) == 0
+    dapo = reasoning_rl.DAPO_RECIPE
+    assert main(["replicate", "dgpo-vs-grpo", "--smoke", "--seeds", "1", "--out", str(tmp_path / "rep"), "--arm", "GRPO",
+                 "--arm", "DGPO", "--arm", dapo]) == 0
     root = tmp_path / "rep" / "dgpo-vs-grpo"
     res = json.loads((root / "results.json").read_text())
-    assert set(res["arms"]) == {"GRPO", "DAPO loss (no dynamic sampling, KL 0.1)", "DGPO", "RFT"}  # RFT: rejection sampling at the same rollouts
+    equal = reasoning_rl.equal_rollouts_label(dapo, "GRPO")  # the dynamic-sampling arm at GRPO's sampled answers
+    assert set(res["arms"]) == {"GRPO", "DGPO", dapo, equal, "RFT"}  # RFT: rejection sampling at the same rollouts
+    assert res["arms"]["GRPO"][0]["rollouts"] == res["arms"]["RFT"][0]["rollouts"] == res["equal_rollouts_cap"] == 2 * 32
+    assert res["arms"][equal][0]["rollouts"] <= res["equal_rollouts_cap"]  # (dynamic sampling is off at smoke size)
+    assert list(res["arms"]) == ["GRPO", "DGPO", dapo, equal, "RFT"] and res["seeds_used"] == [0]
     n = len(res["test_prompts"])
     assert len(res["before_items"]["sampled"]) == n and len(res["reference"]["items"]["greedy"]) == n
     for runs in res["arms"].values():
@@ -92,7 +98,8 @@ def test_reasoning_comparison_smoke(tmp_path, monkeypatch):
         assert sum(runs[0]["items"]["sampled"]) / n == pytest.approx(runs[0]["after"]["sampled"])
     gain = res["arm_intervals"]["GRPO"]["gain"]
     assert gain["low"] <= gain["estimate"] <= gain["high"] and gain["n_items"] == n
-    assert {"GRPO - DAPO loss (no dynamic sampling, KL 0.1)", "GRPO - RFT", "GRPO - clean SFT"} <= set(res["differences"])
+    assert {f"GRPO - {dapo}", "GRPO - RFT", "GRPO - clean SFT"} <= set(res["differences"])
+    assert (root / "runs" / "grpo-seed0" / "result.json").exists()  # each run saved as it finishes
     table = (root / "table.md").read_text()
     assert "base model" in table and "shortcut answers" in table and "[95% CI]" in table and "clean SFT" in table
     assert "GRPO (1 seeds)" in table or "GRPO (1 seed" in table
@@ -270,3 +277,52 @@ def test_dmpo_kl_comparison_smoke(tmp_path, monkeypatch):
     table = (root / "table.md").read_text()
     assert "held-out shortcut share" in table and "accuracy among non-shortcut answers" in table
     assert "DMPO, KL 0.1 - diffu-GRPO, no KL" in res["shortcut_differences"]
+
+
+def test_dapo_recipe_arm_is_dapos_recipe(tmp_path):
+    """`dgpo-vs-grpo`'s DAPO-recipe arm, as loaded: dynamic sampling, no KL, clip-higher 0.2 / 0.28, token mean, the
+    overlong penalty over the last fifth of L_max, DAPO's +1 / -1 reward spread; the rest the shared recipe's."""
+    arms = reasoning_rl.COMPARISONS["dgpo-vs-grpo"]["arms"]
+    cfg = load_config(None, reasoning_rl.arm_config("dgpo-vs-grpo", reasoning_rl.DAPO_RECIPE, seed=0, out=tmp_path))
+    assert (cfg.method, cfg.beta, cfg.dynamic_sampling, cfg.epsilon, cfg.epsilon_high, cfg.loss_type) == (
+        "dapo", 0.0, True, 0.2, 0.28, "dapo")
+    assert cfg.overlong_penalty and cfg.overlong_buffer_len == 3 and cfg.max_completion_length == 16
+    assert cfg.reward_weights == [2.0] and cfg.max_steps == 120 and cfg.num_iterations == 1
+    grpo = load_config(None, reasoning_rl.arm_config("dgpo-vs-grpo", "GRPO", seed=0, out=tmp_path))
+    assert (grpo.beta, grpo.dynamic_sampling) == (0.1, False)
+    for key in ("learning_rate", "per_device_train_batch_size", "num_generations", "temperature", "lr_scheduler_type"):
+        assert getattr(cfg, key) == getattr(grpo, key), key
+    # the loss-only arm keeps the shared KL and rollouts, as its name says
+    loss_only = load_config(None, reasoning_rl.arm_config("dgpo-vs-grpo", "DAPO loss (no dynamic sampling, KL 0.1)",
+                                                          seed=0, out=tmp_path))
+    assert (loss_only.beta, loss_only.dynamic_sampling) == (0.1, False)
+    assert reasoning_rl.DAPO_RECIPE in arms
+
+
+def test_count_sampled_and_the_equal_rollouts_snapshot():
+    """count_sampled adds each rollout batch's sampled answers (all dynamic-sampling tries) and calls `take` once,
+    before the first batch drawn after the cap was reached; complete_seeds keeps the seeds every row finished."""
+    from types import SimpleNamespace
+
+    per_batch = iter([100, 150, 120, 90])
+
+    class Fake:
+        step = 0
+
+        def _collect(self):
+            self.step += 1  # the optimizer step that follows this batch, as far as `take` can tell
+            return SimpleNamespace(metrics={"dynamic_sampling/sampled_responses": next(per_batch)},
+                                   rollout=SimpleNamespace(num_responses=64))
+
+    t = Fake()
+    taken = []
+    state = reasoning_rl.count_sampled(t, cap=250, take=lambda step, n: taken.append((step, n)) or "snap")
+    for _ in range(4):
+        t._collect()
+    assert state["sampled"] == 460 and taken == [(2, 250)] and state["taken"] == "snap"
+    plain = SimpleNamespace(_collect=lambda: SimpleNamespace(metrics={}, rollout=SimpleNamespace(num_responses=64)))
+    st = reasoning_rl.count_sampled(plain)
+    plain._collect(), plain._collect()
+    assert st == {"sampled": 128, "taken": None}
+    assert reasoning_rl.complete_seeds({"a": {0, 1, 2}, "b": {0, 2}, "c": {2, 0, 3}}, ["a", "b", "c"], 5) == [0, 2]
+    assert reasoning_rl.complete_seeds({"a": {0}}, ["a", "b"], 5) == []

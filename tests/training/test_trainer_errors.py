@@ -89,6 +89,8 @@ def test_dynamic_sampling_drops_zero_variance_groups(tmp_path):
     assert all(int(p.split()[-1]) % 2 == 1 for p in t.buffer.rollout.prompts)
     rec = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[0])
     assert rec["dynamic_sampling/rollout_batches"] >= 2
+    # the answers sampled over every try (the cost of the refills): each prompt drawn, one group of answers
+    assert rec["dynamic_sampling/sampled_responses"] == t.stream.position * t.cfg.num_generations > t.buffer.rollout.num_responses
 
 
 def test_nonfinite_loss_skips_then_stops(tmp_path):
