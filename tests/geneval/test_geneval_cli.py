@@ -11,6 +11,8 @@ from PIL import Image
 from mmrl.geneval.prompts import OFFICIAL_METADATA, official_metadata
 from mmrl.geneval.rules import TASKS
 
+from cli_batch import run_cli_batch  # tests/helpers/
+
 MMRL = Path(sys.executable).with_name("mmrl")
 OFFICIAL_KEYS = ["filename", "tag", "prompt", "correct", "reason", "metadata", "details"]
 
@@ -161,49 +163,63 @@ def test_missing_and_corrupt_images_are_recorded_and_the_rest_scored(tmp_path):
 
 
 def test_bad_inputs_give_clear_errors(tmp_path):
+    """Every bad input exits 2 with a one-line message naming it (no traceback). The command lines run in one child
+    process through the console script's `main` (tests/helpers/cli_batch.py): one start-up instead of 22."""
     make_images(tmp_path / "imgs", [official_metadata()[300]])  # a colors record
-    dets = tmp_path / "d.jsonl"
-    # precomputed without a detections file
-    assert "needs a detections file" in fails("geneval", "evaluate", tmp_path / "imgs", "--detector", "precomputed")
-    # a malformed detections line names file and line
-    dets.write_text('{"image": "00000/samples/0000.png", "objects": []}\n{"image": 3}\n')
-    assert "d.jsonl:2" in fails("geneval", "evaluate", tmp_path / "imgs", "--detector", "precomputed", "--detections", dets)
-    dets.write_text(json.dumps({"image": "a.png", "objects": [{"class": "dog", "box": [5, 0, 1, 1], "score": 1}]}) + "\n")
-    assert "x2 < x1" in fails("geneval", "evaluate", tmp_path / "imgs", "--detector", "precomputed", "--detections", dets)
-    dets.write_text(json.dumps({"image": "a.png", "objects": [{"class": "dog", "box": [0, 0, 1, 1], "score": "high"}]}) + "\n")
-    assert "'score' must be a finite number" in fails("geneval", "evaluate", tmp_path / "imgs", "--detector", "precomputed",
-                                                      "--detections", dets)
-    # a colour clause, detections without colour and no colour classifier: the image is named
+    imgs = tmp_path / "imgs"
+
+    def detections(name, *rows, raw=None):
+        path = tmp_path / name
+        path.write_text(raw if raw is not None else "".join(json.dumps(r) + "\n" for r in rows))
+        return path
+
     record = official_metadata()[300]
-    obj = {k: v for k, v in satisfying_objects(record)[0].items() if k != "color"}
-    dets.write_text(json.dumps({"image": "00000/samples/0000.png", "objects": [obj]}) + "\n")
-    err = fails("geneval", "evaluate", tmp_path / "imgs", "--detector", "precomputed", "--detections", dets,
-                "--outfile", tmp_path / "r.jsonl")
-    assert "0000.png" in err and "no colour" in err
-    # unknown option / bad value / unknown detector / missing folder
-    assert "valid options" in fails("geneval", "evaluate", tmp_path / "imgs", "--detector", "shapes", "--options", "treshold=1")
-    assert "threshold expects a float" in fails("geneval", "evaluate", tmp_path / "imgs", "--detector", "shapes",
-                                                "--options", "threshold=high")
-    assert "invalid choice" in mmrl("geneval", "evaluate", tmp_path / "imgs", "--detector", "yolo", check=False).stderr
-    assert "does not exist" in fails("geneval", "evaluate", tmp_path / "nowhere", "--detector", "shapes")
-    # hf / mmdet without their inputs
-    assert "--model-path" in fails("geneval", "evaluate", tmp_path / "imgs", "--detector", "hf")
-    assert "is not a local model directory" in fails("geneval", "evaluate", tmp_path / "imgs", "--detector", "hf",
-                                                     "--model-path", tmp_path)
-    assert "mmdet" in fails("geneval", "evaluate", tmp_path / "imgs", "--detector", "mmdet")
-    # a prompt folder without metadata
-    (tmp_path / "imgs/00001/samples").mkdir(parents=True)
-    assert "metadata.jsonl is missing" in fails("geneval", "evaluate", tmp_path / "imgs", "--detector", "shapes")
-    # summary of missing / malformed files
-    assert "does not exist" in fails("geneval", "summary", tmp_path / "none.jsonl")
-    (tmp_path / "bad.jsonl").write_text('{"tag": "colors", "metadata": "{}", "correct": "yes"}\n')
-    assert "'correct' must be true or false" in fails("geneval", "summary", tmp_path / "bad.jsonl")
-    # prompts
-    assert "unknown vocabulary" in fails("geneval", "prompts", "-o", tmp_path / "p", "--vocabulary", "nope")
-    assert "--colors applies to a generated suite" in fails("geneval", "prompts", "-o", tmp_path / "p", "--colors", "red")
-    # generate: missing model / unknown family
-    assert "--model" in fails("geneval", "generate", "--family", "janus", "--outdir", tmp_path / "g")
-    assert "unknown model family" in fails("geneval", "generate", "--family", "nope", "--model", tmp_path, "--outdir", tmp_path / "g")
+    no_colour = {k: v for k, v in satisfying_objects(record)[0].items() if k != "color"}
+    pre = ("geneval", "evaluate", imgs, "--detector", "precomputed", "--detections")
+    cases = [
+        # precomputed without a detections file
+        (("geneval", "evaluate", imgs, "--detector", "precomputed"), "needs a detections file"),
+        # a malformed detections line names file and line
+        ((*pre, detections("d.jsonl", raw='{"image": "00000/samples/0000.png", "objects": []}\n{"image": 3}\n')), "d.jsonl:2"),
+        ((*pre, detections("box.jsonl", {"image": "a.png", "objects": [{"class": "dog", "box": [5, 0, 1, 1], "score": 1}]})),
+         "x2 < x1"),
+        ((*pre, detections("score.jsonl", {"image": "a.png", "objects": [{"class": "dog", "box": [0, 0, 1, 1], "score": "high"}]})),
+         "'score' must be a finite number"),
+        # a colour clause, detections without colour and no colour classifier: the image is named
+        ((*pre, detections("colour.jsonl", {"image": "00000/samples/0000.png", "objects": [no_colour]}),
+          "--outfile", tmp_path / "r.jsonl"), "no colour"),
+        # unknown option / bad value / unknown detector / missing folder
+        (("geneval", "evaluate", imgs, "--detector", "shapes", "--options", "treshold=1"), "valid options"),
+        (("geneval", "evaluate", imgs, "--detector", "shapes", "--options", "threshold=high"), "threshold expects a float"),
+        (("geneval", "evaluate", imgs, "--detector", "yolo"), "invalid choice"),
+        (("geneval", "evaluate", tmp_path / "nowhere", "--detector", "shapes"), "does not exist"),
+        # hf / mmdet without their inputs
+        (("geneval", "evaluate", imgs, "--detector", "hf"), "--model-path"),
+        (("geneval", "evaluate", imgs, "--detector", "hf", "--model-path", tmp_path), "is not a local model directory"),
+        (("geneval", "evaluate", imgs, "--detector", "mmdet"), "mmdet"),
+        # summary of missing / malformed files
+        (("geneval", "summary", tmp_path / "none.jsonl"), "does not exist"),
+        (("geneval", "summary", detections("bad.jsonl", raw='{"tag": "colors", "metadata": "{}", "correct": "yes"}\n')),
+         "'correct' must be true or false"),
+        # prompts
+        (("geneval", "prompts", "-o", tmp_path / "p", "--vocabulary", "nope"), "unknown vocabulary"),
+        (("geneval", "prompts", "-o", tmp_path / "p", "--colors", "red"), "--colors applies to a generated suite"),
+        # generate: missing model / unknown family
+        (("geneval", "generate", "--family", "janus", "--outdir", tmp_path / "g"), "--model"),
+        (("geneval", "generate", "--family", "nope", "--model", tmp_path, "--outdir", tmp_path / "g"), "unknown model family"),
+    ]
+    # a prompt folder without metadata (last: the folder it adds would change the cases above)
+    late = [(("geneval", "evaluate", imgs, "--detector", "shapes"), "metadata.jsonl is missing")]
+    results = run_cli_batch([argv for argv, _ in cases], cwd=tmp_path)
+    (imgs / "00001/samples").mkdir(parents=True)
+    results += run_cli_batch([argv for argv, _ in late], cwd=tmp_path)
+    for (argv, expected), got in zip(cases + late, results):
+        line = " ".join(map(str, argv))
+        assert got["code"] == 2, (line, got)
+        assert "Traceback" not in got["stderr"], (line, got["stderr"])
+        assert expected in got["stderr"], (line, expected, got["stderr"])
+    # the colour case names the image
+    assert "0000.png" in results[4]["stderr"]
 
 
 def test_prompts_command(tmp_path):
@@ -244,7 +260,9 @@ def test_shapes_world_end_to_end(tmp_path):
 
 def test_generate_with_the_tiny_janus_adapter(tmp_path):
     """`generate` runs a real image policy (a tiny random Janus model saved to a local folder) through
-    load_policy -> sample -> completions, then the shapes detector scores what it drew."""
+    load_policy -> sample -> completions, then the shapes detector scores what it drew. The commands after `prompts`
+    run in one child process (tests/helpers/cli_batch.py), so the second `generate` also shows that seeding does not
+    depend on what ran before it in the process."""
     from mmrl.models.janus import JanusAdapter
 
     JanusAdapter.tiny(grid=(12, 12), codebook_size=8, cell_px=8).save_pretrained(tmp_path / "janus")
@@ -252,17 +270,21 @@ def test_generate_with_the_tiny_janus_adapter(tmp_path):
     mmrl("geneval", "prompts", "-o", tmp_path / "p", "--vocabulary", "shapes", "-n", "2")
     records = (tmp_path / "p/evaluation_metadata.jsonl").read_text().splitlines()[:3]
     meta.write_text("\n".join(records) + "\n")
-    for out in ("a", "b"):
-        mmrl("geneval", "generate", "--family", "janus", "--model", tmp_path / "janus", "--metadata", meta,
-             "--outdir", tmp_path / out, "--n-samples", "2", "--batch-size", "2", "--seed", "7", "--gen", "cfg_scale=3")
+    generate = ("geneval", "generate", "--family", "janus", "--model", tmp_path / "janus", "--metadata", meta)
+    gen_a, gen_b, evaluate, summary, bogus = run_cli_batch([
+        [*generate, "--outdir", tmp_path / "a", "--n-samples", "2", "--batch-size", "2", "--seed", "7", "--gen", "cfg_scale=3"],
+        [*generate, "--outdir", tmp_path / "b", "--n-samples", "2", "--batch-size", "2", "--seed", "7", "--gen", "cfg_scale=3"],
+        ["geneval", "evaluate", tmp_path / "a", "--outfile", tmp_path / "r.jsonl", "--detector", "shapes"],
+        ["geneval", "summary", tmp_path / "r.jsonl", "--json"],
+        [*generate, "--outdir", tmp_path / "c", "--gen", "bogus=1"],
+    ], cwd=tmp_path)
+    assert gen_a["code"] == gen_b["code"] == evaluate["code"] == summary["code"] == 0, (gen_a, gen_b, evaluate, summary)
     for i in range(3):
         for k in range(2):
             a = Image.open(tmp_path / f"a/{i:05d}/samples/{k:04d}.png")
             assert a.size == (96, 96)
             assert a.tobytes() == Image.open(tmp_path / f"b/{i:05d}/samples/{k:04d}.png").tobytes()  # seeded
-    mmrl("geneval", "evaluate", tmp_path / "a", "--outfile", tmp_path / "r.jsonl", "--detector", "shapes")
-    s = json.loads(mmrl("geneval", "summary", tmp_path / "r.jsonl", "--json").stdout)
+    s = json.loads(summary["stdout"])
     assert s["images"] == 6 and s["prompts"] == 3
-    err = fails("geneval", "generate", "--family", "janus", "--model", tmp_path / "janus", "--metadata", meta,
-                "--outdir", tmp_path / "c", "--gen", "bogus=1")
-    assert "unknown" in err and "bogus" in err
+    assert bogus["code"] == 2 and "Traceback" not in bogus["stderr"]
+    assert "unknown" in bogus["stderr"] and "bogus" in bogus["stderr"]

@@ -371,7 +371,8 @@ def test_vlm_requests_carry_expanded_ids_and_images_and_old_logp_use_the_images(
     r1 = vlm_sample(policy, VLM_PROMPTS[:1], seeds[:G])
     r2 = vlm_sample(policy, other, seeds[:G])
     assert llm.requests[-1][0][0]["multi_modal_data"]["image"] is other[0]["images"][0]
-    assert torch.equal(r1.response_ids, r2.response_ids) and torch.equal(r1.old_logp, r.old_logp[:G])
+    # the same rows scored in a batch of G or of 3G: equal up to float rounding (the matmul blocking follows the batch)
+    assert torch.equal(r1.response_ids, r2.response_ids) and torch.allclose(r1.old_logp, r.old_logp[:G], atol=1e-5, rtol=0)
     assert not torch.allclose(r1.old_logp[r1.response_mask], r2.old_logp[r2.response_mask], atol=1e-4)
 
 
