@@ -228,6 +228,39 @@ COMPARISONS["dmpo-kl-countdown3"] = {
     }}
 """comparison -> shared recipe, rollout batches per arm, arm label -> overrides."""
 
+D1_AUTHORS_ARM: dict[str, Any] = {
+    # diffu-GRPO with d1's own settings (configs/d1_diffu_grpo_llada_8b.yaml, from dllm-reasoning/d1's train.yaml):
+    # mu = 12 optimizer steps per rollout batch, clip 0.5, KL 0.04, no std scaling, TRL's bnpo mean, rollouts at
+    # T = 0.9, constant lr after a negligible warm-up, AdamW (0.9, 0.99), weight decay 0.1, grad clip 0.2
+    "method": "diffu_grpo", "num_iterations": 12, "beta": 0.04, "epsilon": 0.5, "epsilon_high": 0.5,
+    "scale_rewards": "none", "loss_type": "bnpo", "temperature": 0.9,
+    "lr_scheduler_type": "constant_with_warmup", "warmup_ratio": 0.0001,
+    "adam_beta1": 0.9, "adam_beta2": 0.99, "weight_decay": 0.1, "max_grad_norm": 0.2,
+}
+"""d1's diffu-GRPO settings over `COUNTDOWN_RL`. Kept from the shared recipe (a tiny model trained in full is not
+LLaDA-8B with a LoRA): lr 5e-4 (d1: 3e-6), 32 problems x 16 answers per rollout batch (d1: 6 answers), 16 tokens."""
+
+DMPO_AUTHORS_ARM: dict[str, Any] = {
+    # DMPO with its authors' settings (configs/dmpo_llada_8b_countdown.yaml: the paper's App. C.2 and the authors'
+    # yaml): buffer reuse F = 8, WDCE with the reference target, the individual baseline, alpha 0.04, no KL, rollouts
+    # at T = 0.2, constant lr after a negligible warm-up, AdamW (0.9, 0.99), weight decay 0.1, grad clip 0.2
+    "method": "dmpo", "num_iterations": 8, "dmpo_loss": "wdce", "dmpo_target": "reference",
+    "dmpo_baseline": "individual", "dmpo_alpha": 0.04, "beta": 0.0, "temperature": 0.2,
+    "lr_scheduler_type": "constant_with_warmup", "warmup_ratio": 0.0001,
+    "adam_beta1": 0.9, "adam_beta2": 0.99, "weight_decay": 0.1, "max_grad_norm": 0.2,
+}
+"""DMPO's authors' settings over `COUNTDOWN_RL`; kept from the shared recipe as in `D1_AUTHORS_ARM` (lr 5e-4, not
+3e-6; 32 x 16 per rollout batch, the authors' 16 answers per prompt)."""
+
+COMPARISONS["dmpo-authors-countdown3"] = {
+    # issue 23 item 5's "plus each with its authors' settings": the two methods of `dmpo-kl-countdown3` each with the
+    # settings of its authors' code, at the 2 x 2's budget (12 rollout batches of 32 x 16; the optimizer steps follow
+    # each method's reuse: 144 for d1's mu = 12, 96 for DMPO's F = 8); the arms differ in everything the two dicts set
+    "recipe": {**COUNTDOWN_RL, "diagnostics_reference": True, "eval_limit": 128}, "rollouts": 12, "arms": {
+        "diffu-GRPO, d1's settings": D1_AUTHORS_ARM,
+        "DMPO, its authors' settings": DMPO_AUTHORS_ARM,
+    }}
+
 SMOKE = {"per_device_train_batch_size": 32, "num_generations": 4, "eval_limit": 16}
 """`--smoke`: 2 rollout batches of 8 prompts x 4 answers, 16 evaluation rows (CI plumbing check)."""
 

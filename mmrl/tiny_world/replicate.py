@@ -21,6 +21,7 @@ accuracy, pass@k, KL to the base), and the overfit check (mmrl/tiny_world/overfi
     mmrl replicate dgpo-vs-grpo            # GRPO vs DAPO's loss vs DGPO
     mmrl replicate dmpo-vs-d1-countdown3   # DMPO vs diffu-GRPO, same rollouts
     mmrl replicate dmpo-kl-countdown3      # {DMPO, diffu-GRPO} x {no KL, KL 0.1} on one optimizer setting
+    mmrl replicate dmpo-authors-countdown3 # the same two methods, each with its authors' settings
     mmrl replicate dmpo-reuse-countdown3   # DMPO with buffer reuse F = 1 / 8 / 24 vs diffu-GRPO, same rollouts
     mmrl replicate overfit-pool            # every method x family on 8 fixed training prompts
 

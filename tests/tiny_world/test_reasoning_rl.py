@@ -3,6 +3,7 @@ and the overfit-pool check, at smoke size."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -326,3 +327,26 @@ def test_count_sampled_and_the_equal_rollouts_snapshot():
     assert st == {"sampled": 128, "taken": None}
     assert reasoning_rl.complete_seeds({"a": {0, 1, 2}, "b": {0, 2}, "c": {2, 0, 3}}, ["a", "b", "c"], 5) == [0, 2]
     assert reasoning_rl.complete_seeds({"a": {0}}, ["a", "b"], 5) == []
+
+
+@pytest.mark.parametrize("arm, preset", [("diffu-GRPO, d1's settings", "d1_diffu_grpo_llada_8b.yaml"),
+                                         ("DMPO, its authors' settings", "dmpo_llada_8b_countdown.yaml")])
+def test_authors_arms_follow_the_presets(tmp_path, arm, preset):
+    """`dmpo-authors-countdown3`: each arm, as loaded, has its preset's (the authors' code's) algorithm and optimizer
+    settings; only the documented scale-dependent ones (lr, batch, answers per prompt, lengths) are the shared
+    recipe's, as for every other arm of the Countdown comparisons."""
+    root = Path(__file__).resolve().parents[2]
+    ref = load_config(root / "configs" / preset, validate=False)
+    cfg = load_config(None, reasoning_rl.arm_config("dmpo-authors-countdown3", arm, seed=0, out=tmp_path))
+    for key in ("method", "num_iterations", "beta", "epsilon", "epsilon_high", "scale_rewards", "loss_type",
+                "temperature", "lr_scheduler_type", "warmup_ratio", "adam_beta1", "adam_beta2", "weight_decay",
+                "max_grad_norm", "dynamic_sampling"):
+        assert getattr(cfg, key) == getattr(ref, key), key
+    if cfg.method == "dmpo":
+        for key in ("dmpo_loss", "dmpo_target", "dmpo_baseline", "dmpo_alpha"):
+            assert getattr(cfg, key) == getattr(ref, key), key
+    shared = load_config(None, reasoning_rl.arm_config("dgpo-vs-grpo", "GRPO", seed=0, out=tmp_path))
+    for key in ("learning_rate", "per_device_train_batch_size", "num_generations", "max_completion_length", "task"):
+        assert getattr(cfg, key) == getattr(shared, key), key
+    # the same 12 rollout batches for both arms: the optimizer steps follow the reuse
+    assert cfg.max_steps == 12 * ref.num_iterations and cfg.num_iterations == ref.num_iterations
