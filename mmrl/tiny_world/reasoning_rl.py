@@ -155,6 +155,10 @@ COUNTDOWN_MD_RL: dict[str, Any] = {
 DAPO_RECIPE = "DAPO (its recipe: dynamic sampling, no KL)"
 """The label of `DAPO_RECIPE_ARM` in `dgpo-vs-grpo`."""
 
+GRPO_NO_KL = "GRPO, no KL (beta 0)"
+"""The label of `dgpo-vs-grpo`'s KL-free GRPO arm: GRPO as its GRPO arm with beta 0, which separates DAPO's recipe's
+no-KL part from its dynamic sampling (and its loss)."""
+
 DAPO_RECIPE_ARM: dict[str, Any] = {
     # DAPO's own recipe (Yu et al. 2025, arXiv 2503.14476, Algorithm 1 and section 3) on the shared one: dynamic
     # sampling (groups whose rewards are all equal are dropped and more prompts drawn until the batch is full), no KL
@@ -178,6 +182,9 @@ DAPO_RECIPE_ARM: dict[str, Any] = {
 COMPARISONS: dict[str, dict[str, Any]] = {
     "dgpo-vs-grpo": {"recipe": COUNTDOWN_RL, "rollouts": 120, "arms": {
         "GRPO": {"method": "grpo"},
+        # GRPO with no KL term (beta 0): the arm that tells DAPO's no-KL from its dynamic sampling; a frozen copy of
+        # the base measures the KL (diag/kl_*, not in the loss), as for DAPO's recipe, so the KL column compares
+        GRPO_NO_KL: {"method": "grpo", "beta": 0.0, "diagnostics_reference": True},
         # not DAPO's recipe: DAPO's loss (token mean, clip-higher, overlong penalty) under the shared recipe, so without
         # its dynamic sampling (the arms share their rollouts) and with the shared KL 0.1 (DAPO: none); named for that
         "DAPO loss (no dynamic sampling, KL 0.1)": {"method": "dapo"},
