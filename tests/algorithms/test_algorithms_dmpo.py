@@ -150,7 +150,7 @@ def test_no_grad_and_errors():
     assert not dmpo_weights(r, lr, 2).requires_grad
     for kind in DMPO_BASELINES:
         assert not dmpo_baseline(kind, rewards=r, log_ref_minus_v=lr, group_size=2, log_theta_minus_v=lr).requires_grad
-    with pytest.raises(UnknownNameError, match=r"\['group', 'individual', 'model', 'none'\]"):
+    with pytest.raises(UnknownNameError, match=r"\['correct_only', 'group', 'individual', 'model', 'none'\]"):
         dmpo_baseline("mean", rewards=r, log_ref_minus_v=lr, group_size=2)
     with pytest.raises(ValueError, match=r"\(4\).*group_size \(3\)"):
         dmpo_weights(r, lr, 3)
