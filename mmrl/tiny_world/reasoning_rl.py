@@ -179,6 +179,9 @@ DAPO_RECIPE_ARM: dict[str, Any] = {
 }
 """DAPO as DAPO: its recipe's choices over `COUNTDOWN_RL`; everything else (lr, batch, T, one step per batch) shared."""
 
+DMPO_CORRECT_ONLY = "DMPO, weight on right answers only"
+"""The label of `dllm-countdown3`'s DMPO arm with `dmpo_baseline: correct_only` (weights >= 0, 0 on wrong answers)."""
+
 COMPARISONS: dict[str, dict[str, Any]] = {
     "dgpo-vs-grpo": {"recipe": COUNTDOWN_RL, "rollouts": 120, "arms": {
         "GRPO": {"method": "grpo"},
@@ -215,6 +218,10 @@ COMPARISONS: dict[str, dict[str, Any]] = {
         "DMPO, reference target": {**DMPO_ARM, "dmpo_target": "reference"},
         "DMPO F=8": {**DMPO_ARM, "num_iterations": 8},
         "DMPO F=8, trust region 0.05": {**DMPO_ARM, "num_iterations": 8, "dmpo_trust_region": 0.05},
+        # issue 24 item 5: no negative weights, weight only on right answers (the group baseline's -1/G weights push
+        # down denoising conditionals the wrong answers share with the right ones; "none" would still fit a group
+        # with no right answer at 1/G each)
+        DMPO_CORRECT_ONLY: {**DMPO_ARM, "dmpo_baseline": "correct_only"},
     }},
 }
 SHARED_OPTIMIZER: dict[str, Any] = {"adam_beta2": 0.999, "max_grad_norm": 1.0, "weight_decay": 0.0}

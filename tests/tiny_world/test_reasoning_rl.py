@@ -366,3 +366,16 @@ def test_grpo_no_kl_arm_differs_from_grpo_only_in_beta(tmp_path):
     assert (grpo.beta, nokl.beta) == (0.1, 0.0)
     assert (nokl.method, nokl.dynamic_sampling, nokl.diagnostics_reference) == ("grpo", False, True)
     assert (nokl.max_steps, nokl.learning_rate, nokl.seed) == (120, 5e-4, 3)
+
+
+def test_dllm_correct_only_arm_is_dmpo_arm_with_its_baseline(tmp_path):
+    """`dllm-countdown3`'s non-negative DMPO arm, as loaded: the DMPO arm's config with `dmpo_baseline: correct_only`
+    (strength 1, F = 1), every other field the same."""
+    import dataclasses
+
+    name = "dllm-countdown3"
+    arm = load_config(None, reasoning_rl.arm_config(name, reasoning_rl.DMPO_CORRECT_ONLY, seed=0, out=tmp_path, rollouts=20))
+    ref = load_config(None, reasoning_rl.arm_config(name, "DMPO", seed=0, out=tmp_path, rollouts=20))
+    diff = {f.name for f in dataclasses.fields(arm) if getattr(arm, f.name) != getattr(ref, f.name)}
+    assert diff == {"dmpo_baseline"} and arm.dmpo_baseline == "correct_only" and ref.dmpo_baseline == "group"
+    assert (arm.dmpo_baseline_strength, arm.num_iterations, arm.max_steps) == (1.0, 1, 20)
