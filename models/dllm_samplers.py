@@ -122,6 +122,30 @@ class RowStreams:
                 out[i].fill_(0.5)
         return out
 
+    def rand_at(self, shape, where: torch.Tensor, dtype=torch.float32, rows: torch.Tensor | None = None) -> torch.Tensor:
+        """[M, V] = `rand(shape, dtype, rows)[where]` for `where` [B, ...] (bool, the leading dims of `shape`
+        [B, ..., V]), without the [B, ..., V] tensor: each drawing row's stream still draws its whole [..., V] block
+        (the same numbers, in the same order) into one reused buffer, of which only the positions of `where` are kept."""
+        if shape[0] != len(self.gens):
+            raise ValueError(f"{len(self.gens)} row streams for a batch of {shape[0]} rows")
+        v = shape[-1]
+        take = [True] * shape[0] if rows is None else rows.tolist()
+        flat = where.reshape(shape[0], -1).to(self.device)  # [B, W]
+        counts = flat.sum(-1).tolist()  # [B]
+        cols = flat.nonzero()[:, 1]  # [M] positions of the kept rows, row-major as t[where]
+        out = torch.empty((len(cols), v), device=self.device, dtype=dtype)  # [M, V]
+        buf = torch.empty(tuple(shape[1:]), device=self.device, dtype=dtype)  # [..., V] one row's draw
+        o = 0
+        for g, t, n in zip(self.gens, take, counts):
+            if t:
+                torch.rand(tuple(shape[1:]), generator=g, device=self.device, dtype=dtype, out=buf)
+                if n:
+                    torch.index_select(buf.reshape(-1, v), 0, cols[o:o + n], out=out[o:o + n])
+            elif n:
+                out[o:o + n].fill_(0.5)
+            o += n
+        return out
+
 
 def _uniform(shape, generator, device, dtype=torch.float32, rows: torch.Tensor | None = None) -> torch.Tensor:
     """U(0, 1) of `shape` ([B, ...]): per-row streams, or one batch draw from a generator on its own device."""
@@ -131,18 +155,32 @@ def _uniform(shape, generator, device, dtype=torch.float32, rows: torch.Tensor |
     return torch.rand(shape, generator=generator, device=gen_device, dtype=dtype).to(device)
 
 
+def _uniform_at(shape, generator, device, dtype, where: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
+    """[M, V] = `_uniform(shape, ...)[where]`: the same numbers, drawn per row (`RowStreams.rand_at`) without the
+    [B, ..., V] tensor, or drawn whole and gathered (one generator: its draw order is the whole tensor's)."""
+    if isinstance(generator, RowStreams):
+        return generator.rand_at(shape, where, dtype, rows).to(device)
+    return _uniform(shape, generator, device, dtype, rows)[where]
+
+
 GUMBEL_DTYPES = {"float64": torch.float64, "float32": torch.float32, "bfloat16": torch.bfloat16}
 """Precisions of the Gumbel-max draw: float64 (LLaDA's `add_gumbel_noise`, exact sampling) or the model's dtype,
 as d1's diffu-GRPO rollouts draw (`add_gumbel_noise(logits, temperature, dtype=model.dtype)`, bfloat16)."""
 
 
 def _gumbel_pick(logits: torch.Tensor, u: torch.Tensor, temperature: float, noise_dtype: str) -> torch.Tensor:
-    """[..., V] logits and their U(0, 1) draw `u` (same shape, dtype of `noise_dtype`) -> [...] Gumbel-max sample
-    (`gumbel_argmax`); elementwise up to the argmax, so a row's result depends only on that row's logits and noise."""
+    """[..., V] logits and their U(0, 1) draw `u` (same shape, dtype of `noise_dtype`; overwritten) -> [...]
+    Gumbel-max sample (`gumbel_argmax`); elementwise up to the argmax, so a row's result depends only on that row's
+    logits and noise. The steps are those of `argmax(logits / T - log(-log U))` (float64) and of
+    `argmax(exp(logits) / (-log U)^T)` (d1's dtype), in place on private copies (no new buffers): the same bits."""
     if noise_dtype != "float64":
-        return (logits.to(GUMBEL_DTYPES[noise_dtype]).exp() / (-torch.log(u)) ** temperature).argmax(-1)
-    scores = logits.double() / temperature - torch.log(-torch.log(u.clamp_(min=1e-300)))  # [..., V]
-    return scores.argmax(-1)
+        e = logits.to(GUMBEL_DTYPES[noise_dtype], copy=True).exp_()  # [..., V]
+        return e.div_(u.log_().neg_().pow_(temperature)).argmax(-1)
+    g = u.clamp_(min=1e-300).log_().neg_().log_()  # [..., V] log(-log U)
+    scores = logits.to(torch.float64, copy=True)  # [..., V]
+    if temperature != 1.0:  # x / 1 is x: the division is skipped, not changed
+        scores.div_(temperature)
+    return scores.sub_(g).argmax(-1)
 
 
 def gumbel_argmax(logits: torch.Tensor, temperature: float, generator=None, rows: torch.Tensor | None = None,
@@ -172,10 +210,11 @@ def gumbel_argmax(logits: torch.Tensor, temperature: float, generator=None, rows
         return _scatter_rows(logits[where].argmax(-1), where)
     if noise_dtype not in GUMBEL_DTYPES:
         raise ValueError(f"unknown gumbel noise dtype {noise_dtype!r}; valid: {list(GUMBEL_DTYPES)}")
-    u = _uniform(logits.shape, generator, logits.device, GUMBEL_DTYPES[noise_dtype], rows)  # [..., V]
+    dtype = GUMBEL_DTYPES[noise_dtype]
     if where is None:
-        return _gumbel_pick(logits, u, temperature, noise_dtype)
-    return _scatter_rows(_gumbel_pick(logits[where], u[where], temperature, noise_dtype), where)
+        return _gumbel_pick(logits, _uniform(logits.shape, generator, logits.device, dtype, rows), temperature, noise_dtype)
+    u = _uniform_at(logits.shape, generator, logits.device, dtype, where, rows)  # [M, V]
+    return _scatter_rows(_gumbel_pick(logits[where], u, temperature, noise_dtype), where)
 
 
 def _scatter_rows(values: torch.Tensor, where: torch.Tensor, fill=0) -> torch.Tensor:
@@ -383,7 +422,7 @@ def dream_confidence(
         if tuple(where.shape) != tuple(logits.shape[:-1]):
             raise ValueError(f"where must have the logits' leading shape {tuple(logits.shape[:-1])}, got {tuple(where.shape)}")
         if temperature > 0:  # the whole window's noise, in the shape and order of the unrestricted draw
-            u = _uniform(logits.shape, generator, logits.device, torch.float64)[where]  # [M, V]
+            u = _uniform_at(logits.shape, generator, logits.device, torch.float64, where)  # [M, V]
         conf, x0 = _dream_confidence_rows(logits[where], alg, temperature, top_p, generator, u)  # [M], [M]
         return _scatter_rows(conf, where, -torch.inf), _scatter_rows(x0, where)
     return _dream_confidence_rows(logits, alg, temperature, top_p, generator, None)

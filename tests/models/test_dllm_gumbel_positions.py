@@ -233,3 +233,14 @@ def test_easy_first_equals_all_positions_reference(kind, seed, given):
 def test_where_must_match_the_logits_positions():
     with pytest.raises(ValueError, match="where must have the logits' leading shape"):
         ds.gumbel_argmax(torch.zeros(2, 3, 5), 1.0, where=torch.ones(2, 4, dtype=torch.bool))
+
+
+def test_row_streams_rand_at_is_the_full_draw_at_those_positions():
+    where = torch.tensor([[True, False, True, True], [False, False, False, False], [False, True, False, False]])
+    rows = torch.tensor([True, True, False])  # row 2 does not draw (0.5), row 1 draws but keeps nothing
+    for dtype in (torch.float64, torch.bfloat16):
+        a, b = ds.RowStreams([5, 6, 7]), ds.RowStreams([5, 6, 7])
+        got = a.rand_at((3, 4, 9), where, dtype, rows)
+        assert got.shape == (4, 9) and torch.equal(got, b.rand((3, 4, 9), dtype, rows)[where])
+        assert bool((got[3] == 0.5).all())
+        assert torch.equal(a.rand((3, 2), dtype), b.rand((3, 2), dtype))  # the streams advanced alike
