@@ -325,6 +325,8 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit(f"--base applies to gcpo-vs-grpo and the Countdown comparisons {sorted(REASONING)}, not {args.name!r}")
     if args.seeds < 1:
         raise SystemExit(f"--seeds must be >= 1, got {args.seeds}")
+    if args.cutoff is not None and args.name != "gcpo-vs-grpo-vqa":
+        raise SystemExit(f"--cutoff applies to gcpo-vs-grpo-vqa only, not {args.name!r}")
     if args.lr is not None and args.name != "gcpo-vs-grpo":
         raise SystemExit(f"--lr applies to gcpo-vs-grpo only, not {args.name!r}")
     if args.lr is not None and not args.lr > 0:
@@ -351,8 +353,6 @@ def run(args: argparse.Namespace) -> int:
         except ValueError as e:
             raise SystemExit(str(e)) from None
         return 0
-    if args.cutoff is not None:
-        raise SystemExit(f"--cutoff applies to gcpo-vs-grpo-vqa only, not {args.name!r}")
     if (args.arm or args.resume or args.report_only) and args.name not in REASONING:
         raise SystemExit(f"--arm, --resume and --report-only apply to the Countdown comparisons {sorted(REASONING)}, "
                          f"not {args.name!r}")

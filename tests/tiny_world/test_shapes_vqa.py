@@ -253,3 +253,18 @@ def test_run_gcpo_vs_grpo_vqa_smoke(tmp_path, monkeypatch):
         run_gcpo_vs_grpo_vqa(tmp_path / "bad", seeds=0)
     with pytest.raises(ValueError, match="cutoff"):
         run_gcpo_vs_grpo_vqa(tmp_path / "bad", seeds=1, cutoff="25:00")
+
+
+def test_replicate_cli_cutoff_is_checked_and_only_for_the_vqa_comparison():
+    import argparse
+
+    from mmrl.tiny_world import replicate
+
+    parser = argparse.ArgumentParser()
+    replicate.configure(parser)
+    with pytest.raises(SystemExit, match="--cutoff applies to gcpo-vs-grpo-vqa only"):
+        replicate.run(parser.parse_args(["gcpo-vs-grpo", "--cutoff", "15:05"]))
+    with pytest.raises(SystemExit, match="cutoff must be a UTC clock time HH:MM, got '15h05'"):
+        replicate.run(parser.parse_args(["gcpo-vs-grpo-vqa", "--cutoff", "15h05"]))
+    with pytest.raises(SystemExit, match="only= must name rows"):
+        replicate.run(parser.parse_args(["gcpo-vs-grpo-vqa", "--arm", "DAPO"]))
