@@ -73,6 +73,16 @@ def _baseline_model(rewards, log_ref_minus_v, group_size, alpha, coeff, log_thet
     return group_softmax(log_theta_minus_v.detach().float(), group_size)  # [N]
 
 
+@DMPO_BASELINES.register("correct_only")
+def _baseline_correct_only(rewards, log_ref_minus_v, group_size, alpha, coeff, log_theta_minus_v):
+    """w_base = w * 1[r <= 0] [N]: with strength 1 and the baseline subtracted, `w_real = w * 1[r > 0]` >= 0, so
+    under a 1 / 0 correctness reward every wrong answer gets weight 0 and a group with no right answer contributes
+    nothing (with "none" such a group fits its own wrong answers at 1/G each). Ours, not the paper's: issue 24 item
+    5's "fully-solved 1 / 0 reward so positive weight lands only on correct answers"."""
+    w = dmpo_weights(rewards, log_ref_minus_v, group_size, alpha=alpha, coeff=coeff)  # [N]
+    return w * (rewards <= 0).to(w.dtype)  # [N]
+
+
 @torch.no_grad()
 def dmpo_baseline(
     kind: str,
@@ -92,6 +102,8 @@ def dmpo_baseline(
     - `"none"`: zeros (plain WDCE; fails at small batch, paper Fig. 4).
     - `"group"` (eq. 13): `1/G`.
     - `"individual"` (eq. 14; the authors' code default): `softmax(coeff * (log_ref_minus_v - r / alpha))` in the group.
+    - `"correct_only"` (ours): `w * 1[r <= 0]`, so `w_real = w * 1[r > 0]`: weight only on right answers of a
+      1 / 0 reward, none on wrong ones (also in a group with no right answer, where "none" gives each 1/G).
     - `"model"` (eq. 15): `softmax(log_theta_minus_v)` in the group, the detached ELBO of the current model minus
       the stored one. Deviation: the authors' code takes this softmax over the per-device batch; we take it over
       the group, which does not depend on how a group is split across devices.

@@ -413,9 +413,11 @@ class _Fields:
         ∝ p_v exp(r/alpha), weights softmax(r/alpha); forward-only, no log-likelihood estimates, no estimator noise).""")
     dmpo_coeff: float = setting(1.0, range="(0, 1]", help="""
         Proximal coefficient c in (0, 1] multiplying the log-weights.""")
-    dmpo_baseline: str = setting("individual", choices=("none", "group", "individual", "model", "micro_batch_mean"), help="""
-        Weight baseline: none, group (paper eq. 13: 1/G), individual (authors' code default), model, or
-        micro_batch_mean (the authors' code's group baseline: the mean weight of each per-device micro-batch).""")
+    dmpo_baseline: str = setting("individual", choices=("none", "group", "individual", "model", "micro_batch_mean", "correct_only"), help="""
+        Weight baseline: none, group (paper eq. 13: 1/G), individual (authors' code default), model,
+        micro_batch_mean (the authors' code's group baseline: the mean weight of each per-device micro-batch), or
+        correct_only (ours: w_base = w on responses with reward <= 0, so only right answers of a 1 / 0 reward carry
+        weight, none is negative).""")
     dmpo_baseline_strength: float = setting(1.0, help="""
         Strength lambda of the baseline: w_real = w - lambda * w_base.""")
     dmpo_negative_scale: float = setting(1.0, range="[0, 1]", help="""

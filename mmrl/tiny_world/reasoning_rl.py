@@ -155,6 +155,10 @@ COUNTDOWN_MD_RL: dict[str, Any] = {
 DAPO_RECIPE = "DAPO (its recipe: dynamic sampling, no KL)"
 """The label of `DAPO_RECIPE_ARM` in `dgpo-vs-grpo`."""
 
+GRPO_NO_KL = "GRPO, no KL (beta 0)"
+"""The label of `dgpo-vs-grpo`'s KL-free GRPO arm: GRPO as its GRPO arm with beta 0, which separates DAPO's recipe's
+no-KL part from its dynamic sampling (and its loss)."""
+
 DAPO_RECIPE_ARM: dict[str, Any] = {
     # DAPO's own recipe (Yu et al. 2025, arXiv 2503.14476, Algorithm 1 and section 3) on the shared one: dynamic
     # sampling (groups whose rewards are all equal are dropped and more prompts drawn until the batch is full), no KL
@@ -175,9 +179,15 @@ DAPO_RECIPE_ARM: dict[str, Any] = {
 }
 """DAPO as DAPO: its recipe's choices over `COUNTDOWN_RL`; everything else (lr, batch, T, one step per batch) shared."""
 
+DMPO_CORRECT_ONLY = "DMPO, weight on right answers only"
+"""The label of `dllm-countdown3`'s DMPO arm with `dmpo_baseline: correct_only` (weights >= 0, 0 on wrong answers)."""
+
 COMPARISONS: dict[str, dict[str, Any]] = {
     "dgpo-vs-grpo": {"recipe": COUNTDOWN_RL, "rollouts": 120, "arms": {
         "GRPO": {"method": "grpo"},
+        # GRPO with no KL term (beta 0): the arm that tells DAPO's no-KL from its dynamic sampling; a frozen copy of
+        # the base measures the KL (diag/kl_*, not in the loss), as for DAPO's recipe, so the KL column compares
+        GRPO_NO_KL: {"method": "grpo", "beta": 0.0, "diagnostics_reference": True},
         # not DAPO's recipe: DAPO's loss (token mean, clip-higher, overlong penalty) under the shared recipe, so without
         # its dynamic sampling (the arms share their rollouts) and with the shared KL 0.1 (DAPO: none); named for that
         "DAPO loss (no dynamic sampling, KL 0.1)": {"method": "dapo"},
@@ -208,6 +218,10 @@ COMPARISONS: dict[str, dict[str, Any]] = {
         "DMPO, reference target": {**DMPO_ARM, "dmpo_target": "reference"},
         "DMPO F=8": {**DMPO_ARM, "num_iterations": 8},
         "DMPO F=8, trust region 0.05": {**DMPO_ARM, "num_iterations": 8, "dmpo_trust_region": 0.05},
+        # issue 24 item 5: no negative weights, weight only on right answers (the group baseline's -1/G weights push
+        # down denoising conditionals the wrong answers share with the right ones; "none" would still fit a group
+        # with no right answer at 1/G each)
+        DMPO_CORRECT_ONLY: {**DMPO_ARM, "dmpo_baseline": "correct_only"},
     }},
 }
 SHARED_OPTIMIZER: dict[str, Any] = {"adam_beta2": 0.999, "max_grad_norm": 1.0, "weight_decay": 0.0}

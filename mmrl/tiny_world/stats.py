@@ -145,6 +145,23 @@ def difference_interval(a, b, *, groups: Sequence | None = None, n_boot: int = N
     return _interval(est, reps, xa.shape[1], min(xa.shape[0], xb.shape[0]), level)
 
 
+def difference_of_differences_interval(a, b, c, d, *, groups: Sequence | None = None, n_boot: int = N_BOOT,
+                                       level: float = LEVEL, seed: int = 0) -> Interval:
+    """The paired interval of (mean(a) - mean(b)) - (mean(c) - mean(d)) on the same items, each [S_x, I] (or [I]):
+    whether one difference (a - b, e.g. a KL-free arm over GRPO) is as large as another (c - d, e.g. DAPO's recipe
+    over GRPO in another table on the same test items). Items are shared by all four in every replicate; seeds are
+    resampled per arm (the bootstrap of the module docstring, on a contrast of four means)."""
+    _check(level, n_boot)
+    xs = [as_matrix(x, n) for x, n in ((a, "a"), (b, "b"), (c, "c"), (d, "d"))]
+    if len({x.shape[1] for x in xs}) != 1:
+        raise ValueError(f"a, b, c and d must score the same items: {[x.shape[1] for x in xs]} items")
+    rng = np.random.default_rng(seed)
+    weights, item_idx = _item_weights_and_resampler(xs[0].shape[1], groups, rng, n_boot)
+    ra, rb, rc, rd = (_replicates(x, weights, item_idx, rng) for x in xs)
+    ma, mb, mc, md = (float((x @ weights).mean()) for x in xs)
+    return _interval((ma - mb) - (mc - md), (ra - rb) - (rc - rd), xs[0].shape[1], min(x.shape[0] for x in xs), level)
+
+
 def gain_interval(after, base, **kw) -> Interval:
     """The paired interval of a gain over the base: `difference_interval(after, base)`."""
     return difference_interval(after, base, **kw)

@@ -150,7 +150,7 @@ def test_no_grad_and_errors():
     assert not dmpo_weights(r, lr, 2).requires_grad
     for kind in DMPO_BASELINES:
         assert not dmpo_baseline(kind, rewards=r, log_ref_minus_v=lr, group_size=2, log_theta_minus_v=lr).requires_grad
-    with pytest.raises(UnknownNameError, match=r"\['group', 'individual', 'model', 'none'\]"):
+    with pytest.raises(UnknownNameError, match=r"\['correct_only', 'group', 'individual', 'model', 'none'\]"):
         dmpo_baseline("mean", rewards=r, log_ref_minus_v=lr, group_size=2)
     with pytest.raises(ValueError, match=r"\(4\).*group_size \(3\)"):
         dmpo_weights(r, lr, 3)
@@ -211,3 +211,21 @@ def test_trust_region_config_check():
     with pytest.raises(Exception, match="dmpo_trust_region"):
         load_config(None, {"method": "dmpo", "dmpo_trust_region": 0.0})
     assert load_config(None, {"method": "dmpo", "dmpo_trust_region": 0.1}).dmpo_trust_region == 0.1
+
+
+def test_correct_only_baseline_puts_weight_on_right_answers_only():
+    from mmrl.algorithms.dmpo import dmpo_real_weights
+
+    # G = 4, 1 / 0 rewards: a mixed group, a group with no right answer, a group all right
+    r = torch.tensor([1.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0])
+    lr = torch.zeros(12)
+    w = dmpo_weights(r, lr, 4, alpha=0.04)
+    kw = dict(rewards=r, log_ref_minus_v=lr, group_size=4, alpha=0.04)
+    real = dmpo_real_weights(w, dmpo_baseline("correct_only", **kw), 1.0)
+    assert (real >= 0).all() and (real[r == 0] == 0).all()
+    # softmax(25 * r): the two right answers of group 1 split its mass, e^0 / (2 e^25 + 2) ~ 7e-12 on the wrong ones
+    torch.testing.assert_close(real, torch.tensor([0.5, 0.0, 0.5, 0.0, 0.0, 0.0, 0.0, 0.0, 0.25, 0.25, 0.25, 0.25]))
+    # "none" fits the group with no right answer at 1/G each; "group" gives negative weights
+    none = dmpo_real_weights(w, dmpo_baseline("none", **kw), 1.0)
+    torch.testing.assert_close(none[4:8], torch.full((4,), 0.25))
+    assert (dmpo_real_weights(w, dmpo_baseline("group", **kw), 1.0) < 0).any()

@@ -350,3 +350,32 @@ def test_authors_arms_follow_the_presets(tmp_path, arm, preset):
         assert getattr(cfg, key) == getattr(shared, key), key
     # the same 12 rollout batches for both arms: the optimizer steps follow the reuse
     assert cfg.max_steps == 12 * ref.num_iterations and cfg.num_iterations == ref.num_iterations
+
+
+def test_grpo_no_kl_arm_differs_from_grpo_only_in_beta(tmp_path):
+    """`dgpo-vs-grpo`'s KL-free GRPO arm, as loaded: GRPO's config with beta 0 (and the frozen copy that only measures
+    the KL for the diagnostics); every other field, the optimizer's and the rollouts' included, is GRPO's."""
+    import dataclasses
+
+    name = "dgpo-vs-grpo"
+    grpo = load_config(None, reasoning_rl.arm_config(name, "GRPO", seed=3, out=tmp_path))
+    nokl = load_config(None, reasoning_rl.arm_config(name, reasoning_rl.GRPO_NO_KL, seed=3, out=tmp_path))
+    fields = [f.name for f in dataclasses.fields(grpo) if not f.name.startswith("_")]
+    differ = {f for f in fields if getattr(grpo, f) != getattr(nokl, f)}
+    assert differ == {"beta", "diagnostics_reference"}, differ
+    assert (grpo.beta, nokl.beta) == (0.1, 0.0)
+    assert (nokl.method, nokl.dynamic_sampling, nokl.diagnostics_reference) == ("grpo", False, True)
+    assert (nokl.max_steps, nokl.learning_rate, nokl.seed) == (120, 5e-4, 3)
+
+
+def test_dllm_correct_only_arm_is_dmpo_arm_with_its_baseline(tmp_path):
+    """`dllm-countdown3`'s non-negative DMPO arm, as loaded: the DMPO arm's config with `dmpo_baseline: correct_only`
+    (strength 1, F = 1), every other field the same."""
+    import dataclasses
+
+    name = "dllm-countdown3"
+    arm = load_config(None, reasoning_rl.arm_config(name, reasoning_rl.DMPO_CORRECT_ONLY, seed=0, out=tmp_path, rollouts=20))
+    ref = load_config(None, reasoning_rl.arm_config(name, "DMPO", seed=0, out=tmp_path, rollouts=20))
+    diff = {f.name for f in dataclasses.fields(arm) if getattr(arm, f.name) != getattr(ref, f.name)}
+    assert diff == {"dmpo_baseline"} and arm.dmpo_baseline == "correct_only" and ref.dmpo_baseline == "group"
+    assert (arm.dmpo_baseline_strength, arm.num_iterations, arm.max_steps) == (1.0, 1, 20)

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from mmrl.tiny_world.stats import (Interval, difference_interval, gain_interval, gap_closed_interval, mean_interval,
+from mmrl.tiny_world.stats import (Interval, difference_interval, difference_of_differences_interval, gain_interval, gap_closed_interval, mean_interval,
                                    point_estimate, ratio_difference_interval, ratio_interval)
 
 
@@ -126,3 +126,22 @@ def test_ratio_difference_by_hand_and_refusals():
         ratio_interval(np.zeros((2, 3)), np.zeros((2, 3)))
     with pytest.raises(ValueError, match="same items"):
         ratio_difference_interval(np.ones((1, 3)), np.ones((1, 3)), np.ones((1, 4)), np.ones((1, 4)))
+
+
+def test_difference_of_differences_by_hand():
+    # one seed each, items [0, 1]: (a - b) per item is [+1, 0] and (c - d) is [0, 0], so the contrast is the mean of
+    # [+1, 0]: 0.5, and its replicates are 0, 0.5 or 1 (both items drawn alike, or one of each)
+    a, b, c, d = [1.0, 1.0], [0.0, 1.0], [0.5, 0.5], [0.5, 0.5]
+    iv = difference_of_differences_interval(a, b, c, d, n_boot=4000, seed=3)
+    assert iv.estimate == 0.5 and iv.low == 0.0 and iv.high == 1.0 and iv.n_items == 2
+    # the same shift in both differences, one row per arm: exactly 0 in every replicate
+    row = np.linspace(0, 1, 20)
+    iv0 = difference_of_differences_interval(row + 0.2, row, row * 0.5 + 0.2, row * 0.5, n_boot=300)
+    assert (iv0.low, iv0.estimate, iv0.high) == pytest.approx((0.0, 0.0, 0.0))
+    # with c == d it is a - b's own interval: the same estimate, the same item draws (c, d add no seed spread here)
+    rng = np.random.default_rng(2)
+    x, y = rng.random((3, 30)), rng.random((4, 30))
+    assert difference_of_differences_interval(x, y, row[:1].repeat(30), row[:1].repeat(30)).estimate == pytest.approx(
+        difference_interval(x, y).estimate)
+    with pytest.raises(ValueError, match="same items"):
+        difference_of_differences_interval([0.0, 1.0], [0.0, 1.0], [0.0], [1.0])
