@@ -160,7 +160,9 @@ def mask_through_first_eos(ids: torch.Tensor, eos_ids: Sequence[int]) -> torch.T
 class _PickedLogSoftmax(torch.autograd.Function):
     """log softmax(x / T)[target] per row of logits x [M, V] (and, on request, the entropy of softmax(x / T),
     without gradient), walking over cache-sized chunks of rows; only the [M] log-sum-exps are saved, and the backward
-    writes `(onehot(target) - softmax(x / T)) * grad / T` chunk by chunk straight into the logits' gradient.
+    writes `(onehot(target) - softmax(x / T)) * grad / T` chunk by chunk straight into the logits' gradient
+    (`x / T - lse` computed from the logits into the gradient's rows, or one reused float32 chunk for low-precision
+    logits, without a float32 copy of the chunk first).
 
     The same numbers as `log_softmax(x / T).gather(target)` and its autograd backward up to float rounding; on the
     CPU it saves the passes over the [M, V] logits that the unfused graph makes (logsumexp's max / exp / sum, its
@@ -197,22 +199,22 @@ class _PickedLogSoftmax(torch.autograd.Function):
         temperature, rows = ctx.temperature, ctx.rows
         grad = torch.empty_like(logits)  # [M, V]
         g_all = grad_out.float() / temperature  # [M]
+        f32 = logits.dtype == torch.float32
+        t_div = torch.tensor([temperature], dtype=torch.float32, device=logits.device)  # [1]
+        buf = None if f32 else torch.empty((min(rows, logits.shape[0]), logits.shape[1]), dtype=torch.float32,
+                                           device=logits.device)  # [c, V] float32 work rows of a low-precision chunk
         for s in range(0, logits.shape[0], rows):
             sl = slice(s, min(s + rows, logits.shape[0]))
             x, g = logits[sl], g_all[sl, None]  # [c, V], [c, 1]
-            if x.dtype == torch.float32:  # work in the gradient's own rows
-                gx = grad[sl]
-                if temperature != 1.0:
-                    torch.div(x, temperature, out=gx)
-                else:
-                    gx.copy_(x)
-            else:  # a float32 copy of the chunk
-                gx = x.float()
-                if temperature != 1.0:
-                    gx.div_(temperature)
-            gx.sub_(lse[sl, None]).exp_().mul_(-g)  # -softmax(x / T) * grad / T
+            gx = grad[sl] if f32 else buf[: x.shape[0]]  # work in the gradient's own rows when they are float32
+            # x / T - lse written straight into the work rows (the cast to float32 fused in): no copy of the chunk
+            if temperature != 1.0:  # a [1] float32 divisor keeps the division float32 for low-precision logits
+                torch.div(x, t_div, out=gx).sub_(lse[sl, None])
+            else:
+                torch.sub(x, lse[sl, None], out=gx)
+            gx.exp_().mul_(-g)  # -softmax(x / T) * grad / T
             gx.scatter_add_(-1, targets[sl, None], g)  # + onehot(target) * grad / T
-            if x.dtype != torch.float32:
+            if not f32:
                 grad[sl] = gx
         return grad, None, None, None, None
 

@@ -114,12 +114,37 @@ class RowStreams:
         if shape[0] != len(self.gens):
             raise ValueError(f"{len(self.gens)} row streams for a batch of {shape[0]} rows")
         take = [True] * shape[0] if rows is None else rows.tolist()
-        out = [
-            torch.rand(tuple(shape[1:]), generator=g, device=self.device, dtype=dtype)
-            if t else torch.full(tuple(shape[1:]), 0.5, device=self.device, dtype=dtype)
-            for g, t in zip(self.gens, take)
-        ]
-        return torch.stack(out)
+        out = torch.empty(tuple(shape), device=self.device, dtype=dtype)  # [B, ...]
+        for i, (g, t) in enumerate(zip(self.gens, take)):  # each row drawn straight into its slot (no stack copy)
+            if t:
+                torch.rand(tuple(shape[1:]), generator=g, device=self.device, dtype=dtype, out=out[i])
+            else:
+                out[i].fill_(0.5)
+        return out
+
+    def rand_at(self, shape, where: torch.Tensor, dtype=torch.float32, rows: torch.Tensor | None = None) -> torch.Tensor:
+        """[M, V] = `rand(shape, dtype, rows)[where]` for `where` [B, ...] (bool, the leading dims of `shape`
+        [B, ..., V]), without the [B, ..., V] tensor: each drawing row's stream still draws its whole [..., V] block
+        (the same numbers, in the same order) into one reused buffer, of which only the positions of `where` are kept."""
+        if shape[0] != len(self.gens):
+            raise ValueError(f"{len(self.gens)} row streams for a batch of {shape[0]} rows")
+        v = shape[-1]
+        take = [True] * shape[0] if rows is None else rows.tolist()
+        flat = where.reshape(shape[0], -1).to(self.device)  # [B, W]
+        counts = flat.sum(-1).tolist()  # [B]
+        cols = flat.nonzero()[:, 1]  # [M] positions of the kept rows, row-major as t[where]
+        out = torch.empty((len(cols), v), device=self.device, dtype=dtype)  # [M, V]
+        buf = torch.empty(tuple(shape[1:]), device=self.device, dtype=dtype)  # [..., V] one row's draw
+        o = 0
+        for g, t, n in zip(self.gens, take, counts):
+            if t:
+                torch.rand(tuple(shape[1:]), generator=g, device=self.device, dtype=dtype, out=buf)
+                if n:
+                    torch.index_select(buf.reshape(-1, v), 0, cols[o:o + n], out=out[o:o + n])
+            elif n:
+                out[o:o + n].fill_(0.5)
+            o += n
+        return out
 
 
 def _uniform(shape, generator, device, dtype=torch.float32, rows: torch.Tensor | None = None) -> torch.Tensor:
@@ -130,13 +155,36 @@ def _uniform(shape, generator, device, dtype=torch.float32, rows: torch.Tensor |
     return torch.rand(shape, generator=generator, device=gen_device, dtype=dtype).to(device)
 
 
+def _uniform_at(shape, generator, device, dtype, where: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
+    """[M, V] = `_uniform(shape, ...)[where]`: the same numbers, drawn per row (`RowStreams.rand_at`) without the
+    [B, ..., V] tensor, or drawn whole and gathered (one generator: its draw order is the whole tensor's)."""
+    if isinstance(generator, RowStreams):
+        return generator.rand_at(shape, where, dtype, rows).to(device)
+    return _uniform(shape, generator, device, dtype, rows)[where]
+
+
 GUMBEL_DTYPES = {"float64": torch.float64, "float32": torch.float32, "bfloat16": torch.bfloat16}
 """Precisions of the Gumbel-max draw: float64 (LLaDA's `add_gumbel_noise`, exact sampling) or the model's dtype,
 as d1's diffu-GRPO rollouts draw (`add_gumbel_noise(logits, temperature, dtype=model.dtype)`, bfloat16)."""
 
 
+def _gumbel_pick(logits: torch.Tensor, u: torch.Tensor, temperature: float, noise_dtype: str) -> torch.Tensor:
+    """[..., V] logits and their U(0, 1) draw `u` (same shape, dtype of `noise_dtype`; overwritten) -> [...]
+    Gumbel-max sample (`gumbel_argmax`); elementwise up to the argmax, so a row's result depends only on that row's
+    logits and noise. The steps are those of `argmax(logits / T - log(-log U))` (float64) and of
+    `argmax(exp(logits) / (-log U)^T)` (d1's dtype), in place on private copies (no new buffers): the same bits."""
+    if noise_dtype != "float64":
+        e = logits.to(GUMBEL_DTYPES[noise_dtype], copy=True).exp_()  # [..., V]
+        return e.div_(u.log_().neg_().pow_(temperature)).argmax(-1)
+    g = u.clamp_(min=1e-300).log_().neg_().log_()  # [..., V] log(-log U)
+    scores = logits.to(torch.float64, copy=True)  # [..., V]
+    if temperature != 1.0:  # x / 1 is x: the division is skipped, not changed
+        scores.div_(temperature)
+    return scores.sub_(g).argmax(-1)
+
+
 def gumbel_argmax(logits: torch.Tensor, temperature: float, generator=None, rows: torch.Tensor | None = None,
-                  noise_dtype: str = "float64") -> torch.Tensor:
+                  noise_dtype: str = "float64", where: torch.Tensor | None = None) -> torch.Tensor:
     """[..., V] -> [...] a sample of `softmax(logits / temperature)`; the argmax at temperature 0.
 
     LLaDA `add_gumbel_noise` draws in float64 and takes `argmax(exp(logits) / (-log U)^temperature)`; its log is
@@ -144,22 +192,45 @@ def gumbel_argmax(logits: torch.Tensor, temperature: float, generator=None, rows
     (same argmax, no overflow of `exp`). `generator`: a `torch.Generator`, `RowStreams` or None; with row streams
     only `rows` ([B] bool) draw.
 
+    `where` ([...] bool, optional): the positions whose sample is used (the masked ones). U is still drawn for every
+    position, in the same shape and order, so the random streams advance exactly as without it and the samples at
+    `where` are bitwise the same; the Gumbel scores and the argmax are computed on those positions' rows only
+    (issue 29: a sampler step unmasks only masked positions); other positions get 0.
+
     `noise_dtype="bfloat16"` (or "float32") reproduces d1's rollouts (dllm-reasoning/d1 `diffu_grpo_trainer.py`
     `add_gumbel_noise(..., dtype=model.dtype)`): U drawn in that dtype and `exp(logits) / (-log U)^temperature`
     evaluated in it, as written, so rounding ties (argmax takes the first) and the coarse U grid bias the draw
     towards the most likely tokens: lower entropy than `softmax(logits / temperature)`.
     """
+    if where is not None and tuple(where.shape) != tuple(logits.shape[:-1]):
+        raise ValueError(f"where must have the logits' leading shape {tuple(logits.shape[:-1])}, got {tuple(where.shape)}")
     if temperature == 0:
-        return logits.argmax(-1)
+        if where is None:
+            return logits.argmax(-1)
+        return _scatter_rows(logits[where].argmax(-1), where)
     if noise_dtype not in GUMBEL_DTYPES:
         raise ValueError(f"unknown gumbel noise dtype {noise_dtype!r}; valid: {list(GUMBEL_DTYPES)}")
-    if noise_dtype != "float64":
-        dtype = GUMBEL_DTYPES[noise_dtype]
-        u = _uniform(logits.shape, generator, logits.device, dtype, rows)  # [..., V]
-        return (logits.to(dtype).exp() / (-torch.log(u)) ** temperature).argmax(-1)
-    u = _uniform(logits.shape, generator, logits.device, torch.float64, rows).clamp_(min=1e-300)  # [..., V]
-    scores = logits.double() / temperature - torch.log(-torch.log(u))  # [..., V]
-    return scores.argmax(-1)
+    dtype = GUMBEL_DTYPES[noise_dtype]
+    if where is None:
+        return _gumbel_pick(logits, _uniform(logits.shape, generator, logits.device, dtype, rows), temperature, noise_dtype)
+    u = _uniform_at(logits.shape, generator, logits.device, dtype, where, rows)  # [M, V]
+    return _scatter_rows(_gumbel_pick(logits[where], u, temperature, noise_dtype), where)
+
+
+def _scatter_rows(values: torch.Tensor, where: torch.Tensor, fill=0) -> torch.Tensor:
+    """[M] values of the True positions of `where` [...] (in row-major order, as `t[where]` gathers them) -> [...]
+    with `fill` elsewhere."""
+    out = torch.full(where.shape, fill, dtype=values.dtype, device=values.device)
+    out[where] = values
+    return out
+
+
+def picked_confidence(logits: torch.Tensor, x0: torch.Tensor, where: torch.Tensor) -> torch.Tensor:
+    """[B, W] `softmax(logits)[x0]` (float32) at the positions of `where` [B, W] (bool), -inf elsewhere, from logits
+    [B, W, V]: LLaDA's / Fast-dLLM's low-confidence score, computed on the masked positions' rows only (the same
+    numbers as the softmax over the whole window: softmax works row by row)."""
+    sel = torch.softmax(logits[where].float(), dim=-1).gather(-1, x0[where][:, None]).squeeze(-1)  # [M]
+    return _scatter_rows(sel, where, -torch.inf)
 
 
 def top_k_mask(confidence: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
@@ -297,12 +368,13 @@ def generate_low_confidence(
         for i in range(spb):
             masked = x[:, s:e] == mask_id  # [B, W]
             logits = block_logits(x, s, e, first_step=i == 0)  # [B, W, V]
-            x0 = gumbel_argmax(logits, temperature, generator, noise_dtype=gumbel_dtype)  # [B, W]
+            # x0 and its confidence only at the masked positions (the only ones a step can unmask)
+            x0 = gumbel_argmax(logits, temperature, generator, noise_dtype=gumbel_dtype, where=masked)  # [B, W]
             if remasking == "low_confidence":
-                conf = torch.softmax(logits.float(), dim=-1).gather(-1, x0[..., None]).squeeze(-1)  # [B, W]
+                conf = picked_confidence(logits, x0, masked)  # [B, W], -inf where not masked
             else:
                 conf = _uniform(masked.shape, generator, x.device)  # [B, W]
-            conf = torch.where(masked, conf, torch.full_like(conf, -torch.inf))  # [B, W]
+                conf = torch.where(masked, conf, torch.full_like(conf, -torch.inf))  # [B, W]
             pick = top_k_mask(conf, k_sched[:, i])  # [B, W]
             x[:, s:e] = torch.where(pick, x0, x[:, s:e])
     return x
@@ -331,6 +403,7 @@ def dream_confidence(
     temperature: float = 0.0,
     top_p: float | None = None,
     generator=None,
+    where: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(confidence [...], x0 [...]) of Dream's ordering rules on logits [..., V].
 
@@ -338,14 +411,33 @@ def dream_confidence(
     filtered, `probs = softmax`; x0 = a sample (temperature > 0) or the argmax; confidence of `"maskgit_plus"`
     = probs[x0], `"topk_margin"` = top1 - top2 probability, `"entropy"` = sum p log p (the negative entropy, so
     higher = more confident).
+
+    `where` ([...] bool, optional): compute only at those positions (confidence -inf and x0 0 elsewhere); the noise
+    is still drawn for every position, so the results at `where` are the same as without it.
     """
     if alg not in DREAM_ORDERS:
         raise ValueError(f"unknown Dream order {alg!r}; valid: {list(DREAM_ORDERS)}")
+    u = None
+    if where is not None:
+        if tuple(where.shape) != tuple(logits.shape[:-1]):
+            raise ValueError(f"where must have the logits' leading shape {tuple(logits.shape[:-1])}, got {tuple(where.shape)}")
+        if temperature > 0:  # the whole window's noise, in the shape and order of the unrestricted draw
+            u = _uniform_at(logits.shape, generator, logits.device, torch.float64, where)  # [M, V]
+        conf, x0 = _dream_confidence_rows(logits[where], alg, temperature, top_p, generator, u)  # [M], [M]
+        return _scatter_rows(conf, where, -torch.inf), _scatter_rows(x0, where)
+    return _dream_confidence_rows(logits, alg, temperature, top_p, generator, None)
+
+
+def _dream_confidence_rows(logits, alg, temperature, top_p, generator, u):
+    """`dream_confidence` on logits [..., V]; `u` [..., V]: the float64 noise already drawn (None: draw it here)."""
     scaled = logits.float() / temperature if temperature > 0 else logits.float()  # [..., V]
     scaled = top_p_filter(scaled, top_p)
     probs = torch.softmax(scaled, dim=-1)  # [..., V]
     if temperature > 0:
-        x0 = gumbel_argmax(scaled, 1.0, generator)  # [...]
+        if u is None:
+            x0 = gumbel_argmax(scaled, 1.0, generator)  # [...]
+        else:
+            x0 = _gumbel_pick(scaled, u, 1.0, "float64")  # [...]
         conf = probs.gather(-1, x0[..., None]).squeeze(-1)  # [...]
     else:
         conf, x0 = probs.max(-1)  # [...]
@@ -394,7 +486,8 @@ def generate_dream(
         for i in range(spb):
             masked = x[:, s:e] == mask_id  # [B, W]
             logits = block_logits(x, s, e, first_step=i == 0)  # [B, W, V]
-            conf, x0 = dream_confidence(logits, alg, temperature=temperature, top_p=top_p, generator=generator)
+            conf, x0 = dream_confidence(logits, alg, temperature=temperature, top_p=top_p, generator=generator,
+                                        where=masked)  # [B, W], [B, W]: only at the masked positions
             n_mask = masked.sum(-1)  # [B]
             if i < spb - 1:
                 k = (n_mask.float() * (1 - timesteps[i + 1] / timesteps[i])).long()  # [B] int() truncation
@@ -448,9 +541,9 @@ def generate_threshold(
             if it == block_length:  # every step reveals >= 1 token per unfinished row, so this cannot happen
                 raise RuntimeError("threshold decoding made no progress")
             logits = block_logits(x, s, e, first_step=it == 0)  # [B, W, V]
-            x0 = gumbel_argmax(logits, temperature, generator, rows=active)  # [B, W] finished rows draw nothing
-            conf = torch.softmax(logits.float(), dim=-1).gather(-1, x0[..., None]).squeeze(-1)  # [B, W]
-            conf = torch.where(masked, conf, torch.full_like(conf, -torch.inf))  # [B, W]
+            # finished rows draw nothing; x0 and its confidence only at the masked positions
+            x0 = gumbel_argmax(logits, temperature, generator, rows=active, where=masked)  # [B, W]
+            conf = picked_confidence(logits, x0, masked)  # [B, W], -inf where not masked
             top1 = top_k_mask(conf, active.long())  # [B, W]
             pick = top1 | (masked & (conf >= threshold))  # [B, W]
             x[:, s:e] = torch.where(pick, x0, x[:, s:e])
@@ -507,10 +600,11 @@ def generate_random_order(
             if not bool(reveal.any()):
                 continue
             logits = suppress_tokens(_window(logits_fn, x, s, e), (mask_id,))  # [B, W, V]
-            x0 = gumbel_argmax(logits, temperature, generator)  # [B, W]
-            lp = selective_log_softmax(logits, x0, temperature=score_temperature)  # [B, W]
+            # the draw and the log-prob only at the positions this step reveals (the noise still drawn for all)
+            x0 = gumbel_argmax(logits, temperature, generator, where=reveal)  # [B, W]
+            lp = selective_log_softmax(logits[reveal], x0[reveal], temperature=score_temperature)  # [M]
             x[:, s:e] = torch.where(reveal, x0, x[:, s:e])
-            logp[:, s - p : e - p] = torch.where(reveal, lp, logp[:, s - p : e - p])
+            logp[:, s - p : e - p][reveal] = lp
     return x, logp, order
 
 
@@ -552,8 +646,8 @@ def generate_easy_first(
         span = x[:, p:]  # [B, T]
         masked = span == mask_id  # [B, T]
         logits = suppress_tokens(_window(logits_fn, x, p), (mask_id,))  # [B, T, V]
-        x0 = gumbel_argmax(logits, temperature, generator)  # [B, T]
-        conf = torch.softmax(logits.float(), dim=-1).gather(-1, x0[..., None]).squeeze(-1)  # [B, T]
+        x0 = gumbel_argmax(logits, temperature, generator, where=masked)  # [B, T] only masked positions used
+        conf = picked_confidence(logits, x0, masked)  # [B, T], -inf where not masked
         cand = torch.where(masked, x0, span)  # [B, T]
         cand_score = torch.where(masked, conf, score)  # [B, T]
         cand_score = torch.where(given, torch.full_like(cand_score, -torch.inf), cand_score)

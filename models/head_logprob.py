@@ -54,7 +54,7 @@ class _HeadLogprob(torch.autograd.Function):
         for s in range(0, hidden.shape[0], rows):
             h = hidden[s:s + rows]  # [c, H]
             g = grad_out[s:s + rows].float()  # [c]
-            probs = torch.exp(_chunk_logits(h, weight, bias, suppress) - lse[s:s + rows, None])  # [c, V]
+            probs = _chunk_logits(h, weight, bias, suppress).sub_(lse[s:s + rows, None]).exp_()  # [c, V] in place
             # d/dlogits of logit[t] - logsumexp = onehot(t) - softmax; constant (suppressed) logits get none
             grad_logits = probs.mul_(-g[:, None])
             grad_logits.scatter_add_(1, targets[s:s + rows, None], g[:, None])

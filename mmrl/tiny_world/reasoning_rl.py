@@ -298,7 +298,7 @@ def paired_intervals(before_items: dict[str, list[float]], arm_items: dict[str, 
         for a in names:
             iv = gain_interval([r[score] for r in arm_items[a]], before_items[score])
             out["gain"].setdefault(a, {})[score] = iv.to_dict()
-            out["lines"].append(f"{a}: {score} gain {iv.fmt(signed=True)} ({iv.n_seeds} seeds, {iv.n_items} items)")
+            out["lines"].append(f"{a}: {score} gain {iv.fmt(signed=True)} ({len(arm_items[a])} seeds, {iv.n_items} items; the base measured once)")
         for i, a in enumerate(names):
             for b in names[i + 1:]:
                 iv = difference_interval([r[score] for r in arm_items[a]], [r[score] for r in arm_items[b]])

@@ -303,12 +303,17 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         "gcpo-vs-grpo: shapes (default, noisy captions) or shapes-clean")
     parser.add_argument("--lr", type=float, default=None, help="gcpo-vs-grpo: the learning rate (default: the recipe's "
                         "5e-4; pass the one `gcpo-vs-grpo-lr` chose on validation)")
-    parser.add_argument("--arm", action="append", default=None, help="the Countdown comparisons: run only this arm "
+    parser.add_argument("--arm", action="append", default=None, help="the Countdown comparisons and gcpo-vs-grpo-vqa: "
+                        "run only this arm "
                         "(repeat for several; default: every arm)")
-    parser.add_argument("--resume", action="store_true", help="the Countdown comparisons: keep OUT/NAME and skip the "
+    parser.add_argument("--resume", action="store_true", help="the Countdown comparisons and gcpo-vs-grpo-vqa: keep "
+                        "OUT/NAME and skip the "
                         "runs already saved (runs/<run>/result.json)")
-    parser.add_argument("--report-only", action="store_true", help="the Countdown comparisons: run nothing, build the "
+    parser.add_argument("--report-only", action="store_true", help="the Countdown comparisons and gcpo-vs-grpo-vqa: "
+                        "run nothing, build the "
                         "report from the saved runs (the seeds every row has finished)")
+    parser.add_argument("--cutoff", default=None, help="gcpo-vs-grpo-vqa: start no run after this UTC clock time "
+                        "(HH:MM); the report uses the seeds that finished")
     parser.add_argument("--smoke", action="store_true", help="2 rollouts per arm, 16 test puzzles, a "
                         "20-step base (plumbing check)")
 
@@ -320,6 +325,8 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit(f"--base applies to gcpo-vs-grpo and the Countdown comparisons {sorted(REASONING)}, not {args.name!r}")
     if args.seeds < 1:
         raise SystemExit(f"--seeds must be >= 1, got {args.seeds}")
+    if args.cutoff is not None and args.name != "gcpo-vs-grpo-vqa":
+        raise SystemExit(f"--cutoff applies to gcpo-vs-grpo-vqa only, not {args.name!r}")
     if args.lr is not None and args.name != "gcpo-vs-grpo":
         raise SystemExit(f"--lr applies to gcpo-vs-grpo only, not {args.name!r}")
     if args.lr is not None and not args.lr > 0:
@@ -335,6 +342,16 @@ def run(args: argparse.Namespace) -> int:
             return 0
         run_gcpo_vs_grpo(args.out, seeds=args.seeds, smoke=args.smoke, steps=args.steps, n_samples=args.n_samples,
                          base=args.base or "shapes", baselines=not args.no_baselines, lr=args.lr)
+        return 0
+    if args.name == "gcpo-vs-grpo-vqa":
+        from mmrl.tiny_world.vqa_rl import run_gcpo_vs_grpo_vqa
+
+        try:
+            run_gcpo_vs_grpo_vqa(args.out, seeds=args.seeds, smoke=args.smoke, steps=args.steps,
+                                 baselines=not args.no_baselines, only=args.arm, resume=args.resume,
+                                 report_only=args.report_only, cutoff=args.cutoff)
+        except ValueError as e:
+            raise SystemExit(str(e)) from None
         return 0
     if (args.arm or args.resume or args.report_only) and args.name not in REASONING:
         raise SystemExit(f"--arm, --resume and --report-only apply to the Countdown comparisons {sorted(REASONING)}, "

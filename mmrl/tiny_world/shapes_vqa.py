@@ -39,8 +39,9 @@ from mmrl.rewards.completions import completion_text
 
 QUESTION_TYPES = ("count", "colour", "shape", "position")
 """The question types, in the order rows of a scene are written."""
-CELL_PX = 2
-"""Pixels per cell of the rendered images (12 cells -> 24 px: 36 vision patches of 2 x 2 cells, 9 image tokens)."""
+CELL_PX = 4
+"""Pixels per cell of the rendered images (12 cells -> 48 px: 144 vision patches of 4 px, one per cell, merged 2 x 2
+into 36 image tokens; task version 3. Version 2 drew 24 px images, 2 x 2 cells per patch, 9 image tokens)."""
 IMAGE_PX = GRID * CELL_PX
 """Side of the rendered images, in pixels."""
 MAX_SHAPES = 4

@@ -82,11 +82,12 @@ SPLITS = ("train", "validation", "test")
 """The three splits of every tiny-world task: train (RL and pre-training rows), validation (training curves and
 every choice of recipe, step count or base) and test (evaluated once per reported run, never for a choice)."""
 
-TASK_VERSIONS: dict[str, int] = {"sudoku4": 2, "countdown3": 2, "shapes": 2, "shapes_vqa": 2, "countdown4_steps": 2}
+TASK_VERSIONS: dict[str, int] = {"sudoku4": 2, "countdown3": 2, "shapes": 2, "shapes_vqa": 3, "countdown4_steps": 2}
 """Version of each task's generated data and split; part of a tiny base model's cache key (`TinySpec.key`), so a
 base pre-trained on an older split is rebuilt instead of silently reused. 2: train / validation / test (Countdown
 by number multiset, Sudoku by grid, shapes by held-out composition); countdown4_steps 2: results of at most two
-digits (`countdown_steps.MAX_VALUE`)."""
+digits (`countdown_steps.MAX_VALUE`); shapes_vqa 3: 48 px images, one 4-pixel vision patch per cell
+(`shapes_vqa.CELL_PX`)."""
 
 
 def sudoku_split(seed: int = 0, test_fraction: float = 0.2, validation_fraction: float = 0.1) -> tuple[list[str], list[str], list[str]]:

@@ -14,7 +14,9 @@ Writes `<out>/gcpo-vs-grpo-vqa/results.json` (base accuracy and pass@k, each arm
 """
 from __future__ import annotations
 
+import datetime as _dt
 import json
+import logging
 import shutil
 import time
 from collections import defaultdict
@@ -22,6 +24,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import torch
+
+logger = logging.getLogger(__name__)
 
 NAME = "gcpo-vs-grpo-vqa"
 """The comparison's name (`mmrl replicate NAME`, the output folder)."""
@@ -57,12 +61,19 @@ VQA_RL: dict[str, Any] = {
 
 ARMS: dict[str, dict[str, Any]] = {"GRPO": {"method": "grpo"}, "GCPO": {"method": "gcpo"}}
 """arm label -> its overrides of `VQA_RL`."""
+RFT_ARM, SFT_ARM = "RFT", "clean SFT"
+"""The baseline rows: rejection-sampling fine-tuning at the RL arms' rollouts (`mmrl.tiny_world.rft`: the base's own
+right answers among 60 x 8 questions x 8 samples, one AdamW step per rollout batch at the arms' lr), and supervised
+fine-tuning of the base on the training questions' true answers at the same optimizer steps and answers per step
+(60 steps of 64 rows, `vlm_sft`, lr 3e-4: the labels RL's reward is computed from, given directly)."""
+ROWS = (*ARMS, RFT_ARM, SFT_ARM)
+"""Every trained row, in the order one seed runs them (seed-major)."""
 
 SMOKE = {"max_steps": 2, "eval_steps": 1, "per_device_train_batch_size": 16, "save_steps": 2}
 """`smoke=True`: two small steps per arm (CI plumbing check)."""
 
 CURVE_PER_TYPE = 40
-"""Held-out rows per question type in the evaluations during training (the final one uses every test row)."""
+"""Validation rows per question type in the evaluations during training (the final one uses every test row)."""
 PASS_K = 8
 """k of the base model's sampled pass@k diagnostic (the group size)."""
 EVAL_GENERATION = {"temperature": 1.0, "top_k": 1}
@@ -94,6 +105,39 @@ def per_type_accuracy(rows: Sequence[dict], scores: Sequence[float]) -> dict[str
         acc[r["qtype"]].append(float(s))
     out = {t: sum(v) / len(v) for t in QUESTION_TYPES if (v := acc.get(t))}
     out["overall"] = sum(float(s) for s in scores) / max(1, len(scores))
+    return out
+
+
+def majority_answers(rows: Sequence[dict]) -> dict[str, str]:
+    """question type -> its most frequent answer in `rows` (the training split: the prior a model that ignores the
+    image would answer; ties broken by the answer's text)."""
+    from collections import Counter
+
+    counts: dict[str, Counter] = defaultdict(Counter)
+    for r in rows:
+        counts[r["qtype"]][r["answer"]] += 1
+    return {t: min(c.items(), key=lambda kv: (-kv[1], kv[0]))[0] for t, c in counts.items()}
+
+
+CHANCE = {"count": None, "colour": 1 / 7, "shape": 1 / 3, "position": 1 / 2}
+"""Accuracy of a uniform guess over a type's answers (count: None, its 5 answers are far from equally likely)."""
+
+
+def base_reading(rows: Sequence[dict], scores: Sequence[float], majority: dict[str, str]) -> dict[str, dict]:
+    """Per question type (and overall): the accuracy of `scores` (0 / 1 per row) with its 95% bootstrap interval over
+    rows, the accuracy of always answering the type's `majority` answer on the same rows, and the paired interval
+    of the difference (accuracy - majority): whether the model answers better than the prior, i.e. reads the image."""
+    from mmrl.tiny_world.shapes_vqa import QUESTION_TYPES
+    from mmrl.tiny_world.stats import difference_interval, mean_interval
+
+    out = {}
+    for t in [t for t in QUESTION_TYPES if any(r["qtype"] == t for r in rows)] + ["overall"]:
+        idx = [i for i, r in enumerate(rows) if t == "overall" or r["qtype"] == t]
+        x = [float(scores[i]) for i in idx]
+        maj = [float(rows[i]["answer"] == majority.get(rows[i]["qtype"])) for i in idx]
+        out[t] = {"rows": len(idx), "accuracy": mean_interval(x).to_dict(), "majority": sum(maj) / len(maj),
+                  "majority_answer": majority.get(t), "chance": CHANCE.get(t),
+                  "minus_majority": difference_interval(x, maj).to_dict()}
     return out
 
 
@@ -130,26 +174,69 @@ def pass_at_k(policy, rows: Sequence[dict], k: int = PASS_K, *, seed: int = 0, b
     return {"pass@1": per_type_accuracy(rows, mean), f"pass@{k}": per_type_accuracy(rows, best)}
 
 
+def _utc_now() -> _dt.datetime:
+    return _dt.datetime.now(_dt.timezone.utc)
+
+
+def _past(cutoff: str | None) -> bool:
+    """Whether the UTC clock time `cutoff` ("HH:MM", today) has passed."""
+    if cutoff is None:
+        return False
+    now = _utc_now()
+    hh, mm = _parse_cutoff(cutoff)
+    return (now.hour, now.minute) >= (hh, mm)
+
+
+def _parse_cutoff(cutoff: str) -> tuple[int, int]:
+    try:
+        hh, mm = (int(x) for x in str(cutoff).split(":"))
+        if not (0 <= hh < 24 and 0 <= mm < 60):
+            raise ValueError
+    except ValueError:
+        raise ValueError(f"cutoff must be a UTC clock time HH:MM, got {cutoff!r}") from None
+    return hh, mm
+
+
 def run_gcpo_vs_grpo_vqa(out: str | Path = "runs/replicate", seeds: int = 5, smoke: bool = False, steps: int | None = None,
-                         progress: bool = True) -> dict[str, Any]:
-    """Run both arms over `seeds`; returns the results dict also written to `<out>/gcpo-vs-grpo-vqa/results.json`."""
+                         progress: bool = True, baselines: bool = True, only: Sequence[str] | None = None,
+                         resume: bool = False, report_only: bool = False, cutoff: str | None = None) -> dict[str, Any]:
+    """GRPO vs GCPO on the `shapes-vqa` base under the evaluation protocol; returns the results dict also written to
+    `<out>/gcpo-vs-grpo-vqa/results.json`.
+
+    The base is measured on the validation split (per-type accuracy against chance and the majority answer,
+    `base_reading`; sampled pass@1 / pass@8) and once on the test split. Every run (`ROWS`: GRPO, GCPO, and with
+    `baselines` RFT and clean SFT; `only` restricts them) trains from the base, draws its curves on validation
+    (`CURVE_PER_TYPE` rows per type) and is scored once on every test row; per-question scores go to
+    `runs/<row>-seed<k>/result.json` and results.json. Runs go seed-major; `resume` keeps the saved runs, `cutoff`
+    ("HH:MM" UTC) starts no run after that time, `report_only` runs nothing. The report uses, per row, the seeds
+    that finished (`n_seeds` says how many) with paired bootstrap 95% intervals (`mmrl.tiny_world.stats`)."""
     from mmrl.config.train_config import load_config
     from mmrl.data.tasks import load_task
     from mmrl.reporting.metrics_log import read_metrics
     from mmrl.tiny_world.models import ensure_built, load_base_policy
     from mmrl.tiny_world.report import curve, fmt, markdown_table, mean_std, plot_curves
+    from mmrl.tiny_world.rft import rejection_sampling_ft
     from mmrl.tiny_world.shapes_vqa import QUESTION_TYPES
+    from mmrl.tiny_world.stats import difference_interval, mean_interval
+    from mmrl.tiny_world.vlm_pretrain import vlm_sft
     from mmrl.training.trainer import Trainer
 
     if not isinstance(seeds, int) or seeds < 1:
         raise ValueError(f"seeds must be an integer >= 1, got {seeds!r}")
     if steps is not None and (not isinstance(steps, int) or steps < 1):
         raise ValueError(f"steps must be an integer >= 1 or None, got {steps!r}")
-    say = print if progress else (lambda *a, **k: None)
+    rows_run = [r for r in ROWS if baselines or r in ARMS]
+    if only is not None:
+        if bad := [a for a in only if a not in ROWS]:
+            raise ValueError(f"only= must name rows among {list(ROWS)}, got {bad}")
+        rows_run = [r for r in rows_run if r in only]
+    if cutoff is not None:
+        _parse_cutoff(cutoff)
+    say = logger.info if progress else (lambda *a, **k: None)
     root = Path(out) / NAME
-    if root.exists():
+    if root.exists() and not (resume or report_only):
         shutil.rmtree(root)
-    root.mkdir(parents=True)
+    root.mkdir(parents=True, exist_ok=True)
     t_all = time.perf_counter()
     ensure_built(BASE, progress=progress)
     from mmrl.tiny_world import register
@@ -157,61 +244,134 @@ def run_gcpo_vs_grpo_vqa(out: str | Path = "runs/replicate", seeds: int = 5, smo
     register()  # the tiny world's tasks and rewards
     task = load_task("shapes_vqa")
     test = balanced_rows(task.test, 2) if smoke else task.test
+    val = balanced_rows(task.validation, 2) if smoke else task.validation
     curve_rows = balanced_rows(task.validation, 1 if smoke else CURVE_PER_TYPE)  # curves on validation; test once per run
-    base_policy = load_base_policy(BASE, progress=False)
-    before, before_items = vqa_items(base_policy, test)
-    base_pass = pass_at_k(base_policy, test)
-    curve_base = vqa_accuracy(base_policy, curve_rows)["overall"]  # the curves' step-0 level
-    say("base model, held-out accuracy: " + "  ".join(f"{k} {v:.3f}" for k, v in before.items()))
-    say(f"base model, sampled pass@1 {base_pass['pass@1']['overall']:.3f}, pass@{PASS_K} {base_pass[f'pass@{PASS_K}']['overall']:.3f}")
-    arms: dict[str, list[dict]] = {}
-    for arm in ARMS:
-        for seed in range(seeds):
-            run_dir = root / "runs" / f"{arm.lower()}-seed{seed}"
-            cfg = load_config(None, arm_config(arm, seed=seed, out=run_dir, smoke=smoke, steps=steps))
-            say(f"[{NAME}] {arm}, seed {seed + 1}/{seeds}: {cfg.max_steps} steps of "
-                f"{cfg.prompts_per_rollout} questions x {cfg.num_generations} answers")
-            policy = load_base_policy(BASE, progress=False)
-            t0 = time.perf_counter()
-            Trainer(cfg, policy=policy, dataset=task.train, eval_dataset=curve_rows, eval_metric="shapes_vqa").train()
-            train_s = time.perf_counter() - t0
-            after, items = vqa_items(policy, test)
-            arms.setdefault(arm, []).append({"seed": seed, "after": after, "items": items, "train_seconds": train_s,
-                                             "records": read_metrics(run_dir)})
-            say(f"      held-out overall {after['overall']:.3f} (base {before['overall']:.3f}), {train_s:.0f} s")
-    # ---- report
-    header = ["question type", "base (greedy)", f"base pass@1 / pass@{PASS_K} (T=1)"] + [
-        f"{a} ({seeds} seed{'s' if seeds > 1 else ''})" for a in arms]
-    rows = []
-    for key in [t for t in QUESTION_TYPES if t in before] + ["overall"]:
-        row = [key, fmt(before[key]), f"{fmt(base_pass['pass@1'][key])} / {fmt(base_pass[f'pass@{PASS_K}'][key])}"]
-        row += [fmt(*mean_std([r["after"][key] for r in runs])) for runs in arms.values()]
-        rows.append(row)
-    from mmrl.tiny_world.stats import difference_interval
+    majority = majority_answers(task.train)
+    base_file = root / "base.json"
+    if base_file.is_file():
+        base = json.loads(base_file.read_text())
+    else:
+        base_policy = load_base_policy(BASE, progress=False)
+        val_acc, val_items = vqa_items(base_policy, val)
+        test_acc, test_items = vqa_items(base_policy, test)
+        base = {"validation": base_reading(val, val_items, majority), "validation_items": val_items,
+                "validation_pass_at_k": pass_at_k(base_policy, val), "test": test_acc, "test_items": test_items,
+                "curve_level": vqa_accuracy(base_policy, curve_rows)["overall"]}
+        base_file.write_text(json.dumps(base, indent=1))
+    for t, r in base["validation"].items():
+        a = r["accuracy"]
+        say(f"[{NAME}] base, validation {t}: {a['estimate']:.3f} [{a['low']:.3f}, {a['high']:.3f}], majority {r['majority']:.3f}")
+    rl_steps = steps if steps is not None else (SMOKE["max_steps"] if smoke else VQA_RL["max_steps"])
+    shape = load_config(None, arm_config("GRPO", seed=0, out=root, smoke=smoke, steps=steps))
+    q_per_step, group = shape.prompts_per_rollout, shape.num_generations
 
-    gain_ivs = {a: difference_interval([r["items"] for r in runs], [before_items]) for a, runs in arms.items()}
-    rows.append(["gain, per-question mean (points) [95% CI]", "-", "-"] + [iv.fmt(signed=True) for iv in gain_ivs.values()])
-    if len(arms) > 1:
-        (a1, r1), (a2, r2) = list(arms.items())[:2]
-        diff = difference_interval([r["items"] for r in r2], [r["items"] for r in r1])
-        rows.append([f"{a2} - {a1} (points) [95% CI]", "-", "-", "-", diff.fmt(signed=True)][: len(header)])
-    secs = {a: mean_std([r["train_seconds"] for r in runs])[0] for a, runs in arms.items()}
-    rows.append(["seconds per run", "-", "-"] + [f"{s:.0f}" for s in secs.values()])
-    table = markdown_table(header, rows)
-    plot_curves({a: [curve(r["records"], "eval/accuracy") for r in runs] for a, runs in arms.items()}, root / "accuracy.png",
-                title=f"validation shapes VQA accuracy (greedy, {len(curve_rows)} questions)", ylabel="accuracy",
-                baseline=curve_base)
-    plot_curves({a: [curve(r["records"], "reward", smooth=5) for r in runs] for a, runs in arms.items()}, root / "reward.png",
-                title="training reward (exact match, sampled at T=1)", ylabel="reward")
+    def one_run(row: str, seed: int, run_dir: Path) -> dict[str, Any]:
+        """Train one row at one seed from the base, score every test row once; the saved result."""
+        if run_dir.exists():
+            shutil.rmtree(run_dir)  # an unfinished run of an earlier, stopped call
+        policy = load_base_policy(BASE, progress=False)
+        t0 = time.perf_counter()
+        extra: dict[str, Any] = {}
+        if row == RFT_ARM:
+            rft = rejection_sampling_ft(policy, task.train, "shapes_vqa", rollouts=rl_steps, prompts_per_rollout=q_per_step,
+                                        group_size=group, lr=shape.learning_rate, seed=seed,
+                                        generation={"temperature": shape.temperature, "top_k": 0})
+            extra = {"rft_accepted": sum(rft["accepted"]), "rollouts": rft["sampled"]}
+        elif row == SFT_ARM:
+            hist = vlm_sft(policy, [r["prompt"] for r in task.train], [r["answer"] for r in task.train], steps=rl_steps,
+                           batch_size=q_per_step * group, lr=shape.learning_rate, seed=seed, progress=False)
+            extra = {"loss_first_last": [hist[0]["loss"], hist[-1]["loss"]]}
+        else:
+            cfg = load_config(None, arm_config(row, seed=seed, out=run_dir, smoke=smoke, steps=steps))
+            Trainer(cfg, policy=policy, dataset=task.train, eval_dataset=curve_rows, eval_metric="shapes_vqa").train()
+        secs = time.perf_counter() - t0
+        after, items = vqa_items(policy, test)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        res = {"row": row, "seed": seed, "after": after, "items": items, "train_seconds": secs, **extra}
+        (run_dir / "result.json").write_text(json.dumps(res))
+        say(f"[{NAME}] {row}, seed {seed + 1}/{seeds}: test " + "  ".join(f"{k} {v:.3f}" for k, v in after.items())
+            + f" ({secs:.0f} s)")
+        return res
+
+    results_of: dict[str, list[dict]] = {r: [] for r in rows_run}
+    stopped = None
+    for seed in range(seeds):
+        for row in rows_run:
+            run_dir = root / "runs" / f"{row.lower().replace(' ', '-')}-seed{seed}"
+            saved = run_dir / "result.json"
+            if saved.is_file() and (resume or report_only):
+                results_of[row].append(json.loads(saved.read_text()))
+                continue
+            if report_only:
+                continue
+            if _past(cutoff):
+                stopped = stopped or f"cut-off {cutoff} UTC reached before {row} seed {seed}"
+                continue
+            results_of[row].append(one_run(row, seed, run_dir))
+    if stopped:
+        say(f"[{NAME}] {stopped}: the report uses the seeds that finished")
+    for row in results_of:
+        for r in results_of[row]:
+            run_dir = root / "runs" / f"{row.lower().replace(' ', '-')}-seed{r['seed']}"
+            r["records"] = read_metrics(run_dir) if row in ARMS and (run_dir / "metrics.jsonl").exists() else []
+    done = {row: runs for row, runs in results_of.items() if runs}
+    # ---- report
+    base_items = base["test_items"]
+    maj_items = [float(r["answer"] == majority[r["qtype"]]) for r in test]
+    types = [t for t in QUESTION_TYPES if any(r["qtype"] == t for r in test)]
+    idx_of = {t: [i for i, r in enumerate(test) if r["qtype"] == t] for t in types}
+    pick = lambda items, t: [items[i] for i in idx_of[t]]  # noqa: E731
+
+    def row_cells(mat: list[list[float]]) -> list[str]:
+        return [fmt(sum(sum(pick(m, t)) / len(idx_of[t]) for m in mat) / len(mat)) for t in types] + [
+            mean_interval(mat).fmt()]
+
+    header = ["row", "seeds", *types, "overall [95% CI]", "gain over base (points) [95% CI]"]
+    table_rows = [["base (greedy)", "-", *row_cells([base_items]), "-"],
+                  [f"majority answer per type ({', '.join(majority[t] for t in types)})", "-", *row_cells([maj_items]), "-"]]
+    gains = {}
+    for row, runs in done.items():
+        mat = [r["items"] for r in runs]
+        gains[row] = difference_interval(mat, [base_items])
+        table_rows.append([row, str(len(runs)), *row_cells(mat), gains[row].fmt(signed=True)])
+    table = markdown_table(header, table_rows)
+    diffs = {}
+    pairs = [("GCPO", "GRPO"), ("GRPO", RFT_ARM), ("GCPO", RFT_ARM), ("GRPO", SFT_ARM), ("GCPO", SFT_ARM)]
+    for a, b in pairs:
+        if a in done and b in done:
+            diffs[f"{a} - {b}"] = difference_interval([r["items"] for r in done[a]], [r["items"] for r in done[b]])
+    if "GCPO" in done and "GRPO" in done:
+        for t in types:
+            diffs[f"GCPO - GRPO, {t}"] = difference_interval([pick(r["items"], t) for r in done["GCPO"]],
+                                                             [pick(r["items"], t) for r in done["GRPO"]])
+    for row, runs in done.items():
+        for t in ("count", "position"):
+            if t in idx_of:
+                diffs[f"{row} - majority answer, {t}"] = difference_interval([pick(r["items"], t) for r in runs],
+                                                                             [pick(maj_items, t)])
+    if diffs:
+        table += "\n\n" + markdown_table(["difference, test accuracy (points)", "estimate [95% CI]", "claimed (interval excludes 0)"],
+                                          [[k, v.fmt(signed=True), "yes" if v.excludes_zero else "no"] for k, v in diffs.items()])
+    secs = {row: mean_std([r["train_seconds"] for r in runs])[0] for row, runs in done.items()}
+    rl_done = {a: runs for a, runs in done.items() if a in ARMS and runs[0]["records"]}
+    if rl_done:
+        plot_curves({a: [curve(r["records"], "eval/accuracy") for r in runs] for a, runs in rl_done.items()}, root / "accuracy.png",
+                    title=f"validation shapes VQA accuracy (greedy, {len(curve_rows)} questions)", ylabel="accuracy",
+                    baseline=base["curve_level"])
+        plot_curves({a: [curve(r["records"], "reward", smooth=5) for r in runs] for a, runs in rl_done.items()}, root / "reward.png",
+                    title="training reward (exact match, sampled at T=1)", ylabel="reward")
     total = time.perf_counter() - t_all
-    results = {"name": NAME, "base": BASE, "before": before, "before_items": before_items, "base_pass_at_k": base_pass,
-               "gains": {a: iv.to_dict() for a, iv in gain_ivs.items()}, "seeds": seeds, "seconds": total,
-               "smoke": smoke, "test_rows": len(test), "task_info": task.info,
-               "arms": {a: [{k: v for k, v in r.items() if k != "records"} for r in runs] for a, runs in arms.items()},
+    results = {"name": NAME, "base": BASE, "protocol": "base read on validation; curves on validation; test once per run; "
+               "paired bootstrap 95% CI over test questions and seeds", "base_measures": base, "majority": majority,
+               "majority_items": maj_items, "test_qtypes": [r["qtype"] for r in test], "test_answers": [r["answer"] for r in test],
+               "gains": {a: iv.to_dict() for a, iv in gains.items()}, "differences": {k: v.to_dict() for k, v in diffs.items()},
+               "seeds": seeds, "seeds_done": {row: len(runs) for row, runs in done.items()}, "stopped": stopped,
+               "seconds": total, "seconds_per_run": secs, "smoke": smoke, "test_rows": len(test), "task_info": task.info,
+               "table": table, "arms": {a: [{k: v for k, v in r.items() if k != "records"} for r in runs] for a, runs in done.items()},
                "configs": {a: arm_config(a, seed=0, out=Path("."), smoke=smoke, steps=steps) for a in ARMS}}
     (root / "results.json").write_text(json.dumps(results, indent=2, default=str))
-    (root / "table.md").write_text(table + f"\n\n{seeds} seed{'s' if seeds > 1 else ''} per arm, {len(test)} held-out "
-                                   f"questions (greedy answers, exact match), {total:.0f} s in all.\n")
+    (root / "table.md").write_text(table + f"\n\nSeeds finished per row: {results['seeds_done']} (of {seeds}); "
+                                   f"{len(test)} test questions (greedy answers, exact match), {total:.0f} s in this call."
+                                   + (f" {stopped}." if stopped else "") + "\n")
     say("\n" + table + f"\n\n{root}  ({total:.0f} s)")
     return results
-

@@ -111,6 +111,47 @@ def test_vlm_sft_learns_answers_about_images(task):
     assert history2[0]["loss"] == history[0]["loss"]
 
 
+def test_vlm_sft_curriculum_draws_only_the_first_groups_for_the_first_steps(task):
+    """`first_steps` steps on rows of `first_groups` only, then every row; the images reach the model in both."""
+    from mmrl.models.vlm import VLMAdapter
+    from mmrl.tiny_world.vlm_pretrain import vlm_sft
+
+    policy = VLMAdapter.tiny(seed=0, min_pixels=sv.IMAGE_PX ** 2, max_pixels=sv.IMAGE_PX ** 2, max_new_tokens=10)
+    rows = task.train[:24]
+    seen: list[list[str]] = []
+    encode = policy.encode_prompts
+
+    def spy(prompts):
+        seen.append([p["prompt"] for p in prompts])
+        return encode(prompts)
+
+    policy.encode_prompts = spy
+    groups = [r["qtype"] for r in rows]
+    vlm_sft(policy, [r["prompt"] for r in rows], [r["answer"] for r in rows], steps=4, batch_size=4, groups=groups,
+            first_groups=["colour"], first_steps=2, progress=False)
+    qtype_of = {r["prompt"]["prompt"]: r["qtype"] for r in rows}
+    assert len(seen) == 4 and all(qtype_of[q] == "colour" for step in seen[:2] for q in step)
+    assert {qtype_of[q] for step in seen[2:] for q in step} - {"colour"}  # then the other types too
+    with pytest.raises(ValueError, match="first_steps"):
+        vlm_sft(policy, ["q"], ["a"], steps=2, first_steps=3, groups=["x"], first_groups=["x"])
+    with pytest.raises(ValueError, match="first_groups"):
+        vlm_sft(policy, ["q"], ["a"], steps=2, first_steps=1, groups=["x"], first_groups=["colour"])
+
+
+def test_majority_answers_and_base_reading_by_hand():
+    from mmrl.tiny_world.vqa_rl import base_reading, majority_answers
+
+    train = [{"qtype": "colour", "answer": a} for a in ("red", "red", "blue")] + [
+        {"qtype": "position", "answer": a} for a in ("left", "right")]
+    assert majority_answers(train) == {"colour": "red", "position": "left"}  # a tie goes to the first in text order
+    rows = [{"qtype": "colour", "answer": a} for a in ("red", "blue", "green", "blue")] + [{"qtype": "position", "answer": "right"}]
+    got = base_reading(rows, [0, 1, 1, 1, 0], majority_answers(train))
+    assert got["colour"]["accuracy"]["estimate"] == 0.75 and got["colour"]["majority"] == 0.25
+    assert got["colour"]["chance"] == pytest.approx(1 / 7) and got["colour"]["rows"] == 4
+    assert got["colour"]["minus_majority"]["estimate"] == pytest.approx(0.5)
+    assert got["position"]["majority"] == 0.0 and got["overall"]["accuracy"]["estimate"] == pytest.approx(0.6)
+
+
 def test_vlm_sft_rejects_bad_noise():
     from mmrl.tiny_world.vlm_pretrain import vlm_sft
 
@@ -124,7 +165,8 @@ def test_base_builds_from_a_smaller_spec(tmp_path, monkeypatch):
     from mmrl.tiny_world import models
 
     monkeypatch.setenv("MMRL_CACHE", str(tmp_path))
-    small = dataclasses.replace(models.TINY_MODELS["shapes-vqa"], steps=2, batch_size=8)
+    small = dataclasses.replace(models.TINY_MODELS["shapes-vqa"], steps=2, batch_size=8,
+                                data={**models.TINY_MODELS["shapes-vqa"].data, "first_steps": 1})
     monkeypatch.setitem(models.TINY_MODELS, "shapes-vqa", small)
     path = models.ensure_built("shapes-vqa", progress=False)
     assert path.parent == tmp_path / "tiny_world" and (path / "tiny_spec.json").is_file()
@@ -132,7 +174,7 @@ def test_base_builds_from_a_smaller_spec(tmp_path, monkeypatch):
     assert policy.family == "vlm" and policy.generation_defaults["max_new_tokens"] == small.gen_length
     ids, extras = policy.encode_prompts([load_task("shapes_vqa").test[0]["prompt"]])
     image_id = policy.image_token_id
-    assert ids[0].count(image_id) == (sv.IMAGE_PX // 8) ** 2  # 24 px: 6 x 6 patches of 4 px, merged 2 x 2
+    assert ids[0].count(image_id) == (sv.IMAGE_PX // 8) ** 2 == 36  # 48 px: 12 x 12 patches of 4 px, merged 2 x 2
 
 
 # ----------------------------------------------------------------------------------------- presets and GCPO
@@ -156,14 +198,14 @@ def test_gcpo_negative_condition_keeps_the_image_and_adds_the_wrong_answer_instr
     from mmrl.training.policy_factory import set_generation_defaults, generation_options
 
     cfg = load_config(ROOT / "configs" / "tiny_gcpo_shapes_vqa.yaml")
-    policy = VLMAdapter.tiny(seed=0, min_pixels=24 * 24, max_pixels=24 * 24)
+    policy = VLMAdapter.tiny(seed=0, min_pixels=sv.IMAGE_PX ** 2, max_pixels=sv.IMAGE_PX ** 2)
     set_generation_defaults(policy, generation_options(cfg))
     row = task.test[0]
     out = policy.sample([row["prompt"]], 2, seeds=[0, 1], max_new_tokens=3)
     pos = out.prompt_ids[0][out.prompt_mask[0]].tolist()
     neg = out.neg_prompt_ids[0][out.neg_prompt_mask[0]].tolist()
     image = policy.image_token_id
-    assert neg.count(image) == pos.count(image) == 9  # the same image, 9 tokens
+    assert neg.count(image) == pos.count(image) == 36  # the same image, 36 tokens (48 px, 4 px patches merged 2 x 2)
     text = policy.tokenizer.decode(neg)
     question = row["prompt"]["prompt"]
     assert question + "\n" + cfg.negative_instruction in text
@@ -180,20 +222,49 @@ def test_run_gcpo_vs_grpo_vqa_smoke(tmp_path, monkeypatch):
     from mmrl.tiny_world.vqa_rl import NAME, run_gcpo_vs_grpo_vqa
 
     monkeypatch.setenv("MMRL_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setitem(models.TINY_MODELS, "shapes-vqa", dataclasses.replace(models.TINY_MODELS["shapes-vqa"], steps=2, batch_size=8))
+    spec = models.TINY_MODELS["shapes-vqa"]
+    monkeypatch.setitem(models.TINY_MODELS, "shapes-vqa",
+                        dataclasses.replace(spec, steps=2, batch_size=8, data={**spec.data, "first_steps": 1}))
     res = run_gcpo_vs_grpo_vqa(tmp_path / "out", seeds=1, smoke=True, progress=False)
     root = tmp_path / "out" / NAME
     saved = json.loads((root / "results.json").read_text())
-    assert saved["smoke"] and saved["seeds"] == 1 and set(saved["arms"]) == {"GRPO", "GCPO"}
-    assert res["before"] == saved["before"]
+    assert saved["smoke"] and saved["seeds"] == 1 and set(saved["arms"]) == {"GRPO", "GCPO", "RFT", "clean SFT"}
+    assert res["base_measures"]["test"] == saved["base_measures"]["test"]
+    base = saved["base_measures"]
     for key in (*sv.QUESTION_TYPES, "overall"):
-        assert 0.0 <= saved["before"][key] <= 1.0
-        assert saved["base_pass_at_k"]["pass@1"][key] <= saved["base_pass_at_k"]["pass@8"][key]
-    for runs in saved["arms"].values():
-        assert len(runs) == 1 and 0.0 <= runs[0]["after"]["overall"] <= 1.0
+        assert 0.0 <= base["test"][key] <= 1.0
+        assert base["validation_pass_at_k"]["pass@1"][key] <= base["validation_pass_at_k"]["pass@8"][key]
+        iv = base["validation"][key]["accuracy"]
+        assert iv["low"] <= iv["estimate"] <= iv["high"]
+    n = saved["test_rows"]
+    assert len(base["test_items"]) == len(saved["majority_items"]) == n
+    for row, runs in saved["arms"].items():  # per-question test scores, and the mean they give
+        assert len(runs) == 1 and len(runs[0]["items"]) == n
+        assert runs[0]["after"]["overall"] == pytest.approx(sum(runs[0]["items"]) / n)
+        assert (root / "runs" / f"{row.lower().replace(' ', '-')}-seed0" / "result.json").is_file()
+    assert "GCPO - GRPO" in saved["differences"] and "GRPO - RFT" in saved["differences"]
     table = (root / "table.md").read_text()
-    assert "GRPO (1 seed)" in table and "GCPO (1 seed)" in table and "position" in table
+    assert "majority answer per type" in table and "clean SFT" in table and "position" in table
     for png in ("accuracy.png", "reward.png"):
         assert (root / png).read_bytes()[:4] == b"\x89PNG"
+    again = run_gcpo_vs_grpo_vqa(tmp_path / "out", seeds=1, smoke=True, progress=False, report_only=True)
+    assert again["differences"] == saved["differences"]  # the report rebuilt from the saved runs
     with pytest.raises(ValueError, match="seeds"):
         run_gcpo_vs_grpo_vqa(tmp_path / "bad", seeds=0)
+    with pytest.raises(ValueError, match="cutoff"):
+        run_gcpo_vs_grpo_vqa(tmp_path / "bad", seeds=1, cutoff="25:00")
+
+
+def test_replicate_cli_cutoff_is_checked_and_only_for_the_vqa_comparison():
+    import argparse
+
+    from mmrl.tiny_world import replicate
+
+    parser = argparse.ArgumentParser()
+    replicate.configure(parser)
+    with pytest.raises(SystemExit, match="--cutoff applies to gcpo-vs-grpo-vqa only"):
+        replicate.run(parser.parse_args(["gcpo-vs-grpo", "--cutoff", "15:05"]))
+    with pytest.raises(SystemExit, match="cutoff must be a UTC clock time HH:MM, got '15h05'"):
+        replicate.run(parser.parse_args(["gcpo-vs-grpo-vqa", "--cutoff", "15h05"]))
+    with pytest.raises(SystemExit, match="only= must name rows"):
+        replicate.run(parser.parse_args(["gcpo-vs-grpo-vqa", "--arm", "DAPO"]))
