@@ -293,11 +293,14 @@ def run_gcpo_vs_grpo_vqa(out: str | Path = "runs/replicate", seeds: int = 5, smo
             + f" ({secs:.0f} s)")
         return res
 
+    def run_dir_of(row: str, seed: int) -> Path:
+        return root / "runs" / f"{row.lower().replace(' ', '-')}-seed{seed}"
+
     results_of: dict[str, list[dict]] = {r: [] for r in rows_run}
     stopped = None
     for seed in range(seeds):
         for row in rows_run:
-            run_dir = root / "runs" / f"{row.lower().replace(' ', '-')}-seed{seed}"
+            run_dir = run_dir_of(row, seed)
             saved = run_dir / "result.json"
             if saved.is_file() and (resume or report_only):
                 results_of[row].append(json.loads(saved.read_text()))
@@ -312,7 +315,7 @@ def run_gcpo_vs_grpo_vqa(out: str | Path = "runs/replicate", seeds: int = 5, smo
         say(f"[{NAME}] {stopped}: the report uses the seeds that finished")
     for row in results_of:
         for r in results_of[row]:
-            run_dir = root / "runs" / f"{row.lower().replace(' ', '-')}-seed{r['seed']}"
+            run_dir = run_dir_of(row, r["seed"])
             r["records"] = read_metrics(run_dir) if row in ARMS and (run_dir / "metrics.jsonl").exists() else []
     done = {row: runs for row, runs in results_of.items() if runs}
     # ---- report
