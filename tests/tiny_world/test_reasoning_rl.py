@@ -379,3 +379,17 @@ def test_dllm_correct_only_arm_is_dmpo_arm_with_its_baseline(tmp_path):
     diff = {f.name for f in dataclasses.fields(arm) if getattr(arm, f.name) != getattr(ref, f.name)}
     assert diff == {"dmpo_baseline"} and arm.dmpo_baseline == "correct_only" and ref.dmpo_baseline == "group"
     assert (arm.dmpo_baseline_strength, arm.num_iterations, arm.max_steps) == (1.0, 1, 20)
+
+
+def test_dllm_correct_only_no_kl_arm_differs_only_in_beta(tmp_path):
+    """The KL control of `dllm-countdown3`: `DMPO_CORRECT_ONLY` (which keeps the recipe's beta 0.1) and its no-KL twin
+    differ in beta alone."""
+    import dataclasses
+
+    name = "dllm-countdown3"
+    kl = load_config(None, reasoning_rl.arm_config(name, reasoning_rl.DMPO_CORRECT_ONLY, seed=0, out=tmp_path, rollouts=20))
+    nokl = load_config(None, reasoning_rl.arm_config(name, reasoning_rl.DMPO_CORRECT_ONLY_NO_KL, seed=0, out=tmp_path,
+                                                     rollouts=20))
+    diff = {f.name for f in dataclasses.fields(kl) if getattr(kl, f.name) != getattr(nokl, f.name)}
+    assert diff == {"beta"} and (kl.beta, nokl.beta) == (0.1, 0.0)
+    assert nokl.dmpo_baseline == "correct_only" and nokl.method == "dmpo"
