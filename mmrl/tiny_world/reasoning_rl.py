@@ -205,6 +205,14 @@ DAPO_RECIPE_ARM: dict[str, Any] = {
 DMPO_CORRECT_ONLY = "DMPO, weight on right answers only"
 """The label of `dllm-countdown3`'s DMPO arm with `dmpo_baseline: correct_only` (weights >= 0, 0 on wrong answers)."""
 
+DMPO_CORRECT_ONLY_NO_KL = "DMPO, weight on right answers only, no KL"
+"""The label of `dllm-countdown3`'s `DMPO_CORRECT_ONLY` arm with beta 0: the shared recipe's KL term (beta 0.1, which
+`DMPO_CORRECT_ONLY` inherits) removed, so the pair isolates the KL term (issue 24 item 2, the KL question)."""
+
+DMPO_CORRECT_ONLY_REFERENCE = "DMPO, weight on right answers only, reference target, no KL"
+"""The label of `dllm-countdown3`'s `DMPO_CORRECT_ONLY_NO_KL` arm with the paper's anchor instead of the KL term: the
+reference target (eq. 10's weights carry log p_ref - log p_v, ELBO estimates), beta 0."""
+
 COMPARISONS: dict[str, dict[str, Any]] = {
     "dgpo-vs-grpo": {"recipe": COUNTDOWN_RL, "rollouts": 120, "arms": {
         "GRPO": {"method": "grpo"},
@@ -245,6 +253,10 @@ COMPARISONS: dict[str, dict[str, Any]] = {
         # down denoising conditionals the wrong answers share with the right ones; "none" would still fit a group
         # with no right answer at 1/G each)
         DMPO_CORRECT_ONLY: {**DMPO_ARM, "dmpo_baseline": "correct_only"},
+        # the KL question on the arm above: the same without the recipe's KL term (beta 0.1 -> 0)
+        DMPO_CORRECT_ONLY_NO_KL: {**DMPO_ARM, "dmpo_baseline": "correct_only", "beta": 0.0},
+        # ... and with the paper's own anchor to the base (the reference target) in place of the KL term
+        DMPO_CORRECT_ONLY_REFERENCE: {**DMPO_ARM, "dmpo_baseline": "correct_only", "beta": 0.0, "dmpo_target": "reference"},
     }},
 }
 SHARED_OPTIMIZER: dict[str, Any] = {"adam_beta2": 0.999, "max_grad_norm": 1.0, "weight_decay": 0.0}

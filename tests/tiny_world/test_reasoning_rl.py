@@ -381,6 +381,24 @@ def test_dllm_correct_only_arm_is_dmpo_arm_with_its_baseline(tmp_path):
     assert (arm.dmpo_baseline_strength, arm.num_iterations, arm.max_steps) == (1.0, 1, 20)
 
 
+def test_dllm_correct_only_kl_controls_differ_in_one_field(tmp_path):
+    """The KL controls of `dllm-countdown3`: `DMPO_CORRECT_ONLY` (which keeps the recipe's beta 0.1) and its no-KL twin
+    differ in beta alone; the reference-target arm differs from the no-KL twin in the target alone."""
+    import dataclasses
+
+    name = "dllm-countdown3"
+    kl = load_config(None, reasoning_rl.arm_config(name, reasoning_rl.DMPO_CORRECT_ONLY, seed=0, out=tmp_path, rollouts=20))
+    nokl = load_config(None, reasoning_rl.arm_config(name, reasoning_rl.DMPO_CORRECT_ONLY_NO_KL, seed=0, out=tmp_path,
+                                                     rollouts=20))
+    diff = {f.name for f in dataclasses.fields(kl) if getattr(kl, f.name) != getattr(nokl, f.name)}
+    assert diff == {"beta"} and (kl.beta, nokl.beta) == (0.1, 0.0)
+    assert nokl.dmpo_baseline == "correct_only" and nokl.method == "dmpo"
+    ref = load_config(None, reasoning_rl.arm_config(name, reasoning_rl.DMPO_CORRECT_ONLY_REFERENCE, seed=0, out=tmp_path,
+                                                    rollouts=20))
+    diff = {f.name for f in dataclasses.fields(ref) if getattr(ref, f.name) != getattr(nokl, f.name)}
+    assert diff == {"dmpo_target"} and (ref.dmpo_target, nokl.dmpo_target) == ("reference", "behaviour")
+
+
 def test_pass_at_k_by_hand():
     # 4 samples, 1 right: pass@2 = 1 - C(3, 2) / C(4, 2) = 1 - 3/6
     assert reasoning_rl.pass_at_k(4, 1, 2) == pytest.approx(0.5)
