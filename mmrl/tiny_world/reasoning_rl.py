@@ -762,7 +762,7 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
                 continue  # (curve_points 0: the base's validation figures only)
             plot_curves({a: [[(0, base_val[key])] + curve(r["records"], key) for r in runs] for a, runs in trained.items()},
                         root / f"validation_{key.split('/')[1].replace('@', '')}.png", baseline=base_val[key],
-                        title=f"{name}: validation {label}, {len(val_rows)} problems x {ck}", ylabel=label.split(" (")[0])
+                        title=f"{name}\nvalidation {label}, {len(val_rows)} problems x {ck} samples", ylabel=label.split(" (")[0])
     val_final: dict[str, Any] = {}  # the last validation point of each arm against the base's, paired over problems
     base_val_file = root / "base_validation_items.jsonl"
     if curve_opts and base_val_file.exists():
