@@ -342,8 +342,8 @@ COMPARISONS["dgpo-countdown4-steps"] = {
     # issue 25 item 2: GRPO, DGPO and DAPO's recipe on the long-answer task, the same rollout batches per arm (the
     # dynamic-sampling arms draw more answers to fill theirs, counted and reported); validation curves of greedy
     # accuracy and sampled pass@1/4/16, the test rows scored once per run (16 samples each)
-    "recipe": COUNTDOWN4_STEPS_RL, "rollouts": 40, "final_rows": 100, "final_samples": 16, "pass_ks": (4,),
-    "curve": {"samples": 16, "ks": (4,)}, "curve_points": 2, "stacked": True, "eval_batch": 400,
+    "recipe": COUNTDOWN4_STEPS_RL, "rollouts": 80, "final_rows": 100, "final_samples": 16, "pass_ks": (4,),
+    "curve": {"samples": 16, "ks": (4,)}, "curve_points": 4, "stacked": True, "eval_batch": 400,
     "equal_rollouts": False, "interval_scores": ("greedy", "sampled", "pass@4", "pass"),
     "arms": {
         "GRPO": {"method": "grpo"},
@@ -353,10 +353,9 @@ COMPARISONS["dgpo-countdown4-steps"] = {
         DAPO_RECIPE: DAPO_RECIPE_LONG,
     }}
 COMPARISONS["grpo-regime-countdown4-steps"] = {
-    # issue 25 item 2's regime: one longer GRPO run on the same recipe, validation curves every 20 rollout batches (80 in all)
-    # (does pass@16 or the entropy fall below the base's?)
-    **{k: v for k, v in COMPARISONS["dgpo-countdown4-steps"].items() if k not in ("arms", "rollouts", "curve_points")},
-    "rollouts": 80, "curve_points": 4, "arms": {"GRPO": {"method": "grpo"}}}
+    # issue 25 item 2's regime: the GRPO arm alone (its run is `dgpo-countdown4-steps`' GRPO run: same recipe, 80
+    # rollout batches, validation curves every 20); does pass@16 or the entropy fall below the base's?
+    **{k: v for k, v in COMPARISONS["dgpo-countdown4-steps"].items() if k != "arms"}, "arms": {"GRPO": {"method": "grpo"}}}
 
 SMOKE = {"per_device_train_batch_size": 32, "num_generations": 4, "eval_limit": 16}
 """`--smoke`: 2 rollout batches of 8 prompts x 4 answers, 16 evaluation rows (CI plumbing check)."""

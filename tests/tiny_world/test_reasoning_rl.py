@@ -431,16 +431,19 @@ def test_held_out_items_pass_at_j_and_stacked():
 
 def test_long_answer_comparison_wiring(tmp_path):
     """dgpo-countdown4-steps: the three arms on one recipe and rollout count; DGPO is DAPO's recipe with DGPO's
-    method (its token credit the only difference); DAPO's overlong buffer is L / 5; two curve points a run."""
+    method (its token credit the only difference); DAPO's overlong buffer is L / 5; four curve points a run; the
+    regime comparison's GRPO run is this comparison's GRPO run."""
     name = "dgpo-countdown4-steps"
     comp = reasoning_rl.COMPARISONS[name]
     cfgs = {a: load_config(None, reasoning_rl.arm_config(name, a, seed=1, out=tmp_path)) for a in comp["arms"]}
     grpo, dgpo, dapo = cfgs["GRPO"], cfgs["DGPO"], cfgs[reasoning_rl.DAPO_RECIPE]
     assert (grpo.method, dgpo.method, dapo.method) == ("grpo", "dgpo", "dapo")
     assert grpo.max_steps == dgpo.max_steps == dapo.max_steps == comp["rollouts"]
-    assert grpo.eval_steps == comp["rollouts"] // 2 and grpo.beta == dgpo.beta == dapo.beta == 0.0
+    assert grpo.eval_steps == comp["rollouts"] // 4 and grpo.beta == dgpo.beta == dapo.beta == 0.0
     assert not grpo.dynamic_sampling and dgpo.dynamic_sampling and dapo.dynamic_sampling
     assert dapo.overlong_penalty and dapo.overlong_buffer_len == 34 and dapo.max_completion_length == 170
     diff = {k for k, v in dgpo.to_dict().items() if dapo.to_dict()[k] != v}
     assert diff <= {"method"}, diff  # every option the same but the method
     assert grpo.prompts_per_rollout * grpo.num_generations == 64 and grpo.model_name_or_path.endswith("countdown4-steps-ar")
+    regime = reasoning_rl.arm_config("grpo-regime-countdown4-steps", "GRPO", seed=1, out=tmp_path)
+    assert regime == reasoning_rl.arm_config(name, "GRPO", seed=1, out=tmp_path)
