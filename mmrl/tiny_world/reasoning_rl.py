@@ -417,6 +417,29 @@ RFT_ARM = "RFT"
 CLEAN_REFERENCES = {"countdown3-ar-lazy": "countdown3-ar-clean"}
 """base -> the same model pre-trained on right answers only at the same compute (the clean SFT reference row)."""
 
+CONTINUED_SFT_ARM = "continued SFT on right answers"
+"""The clean-SFT row of a masked-diffusion base that is already pre-trained on right answers only (`clean_base`, e.g.
+`countdown3-md`), where no separately pre-trained clean model exists: the same base trained on for one RL run's
+compute on the training split's true answers (`rft.truth_batches`), with its own pre-training loss
+(`rft.masked_diffusion_nll` with `pretrain.loss_options` of its recipe). Compute equated with the first arm: as many
+optimizer steps as it makes at one step per rollout batch (its rollout batches) and as many trained sequences per step
+as it samples per batch (prompts per rollout x answers per prompt), AdamW at its learning rate (constant) and gradient
+clip; the rollouts' sampling cost is not spent (this row samples nothing)."""
+
+BASELINE_ARMS = (RFT_ARM, CONTINUED_SFT_ARM)
+"""The per-seed baseline rows, reported after the RL arms in this order."""
+
+
+def clean_base(spec) -> bool:
+    """Whether a tiny base (`TinySpec`) was pre-trained on right answers only: no `label_noise` and no shortcut
+    demonstrations (`lazy_frac`) in its data."""
+    return not spec.data.get("label_noise") and not spec.data.get("lazy_frac")
+
+
+def best_of_label(n: int) -> str:
+    """The best-of-n row: the base's `n` sampled answers per test row, scored by the best of them."""
+    return f"best-of-{n} from the base ({n} sampled answers per row, T = 1, the best by the reward)"
+
 
 def count_sampled(trainer, cap: int | None = None, take=None) -> dict[str, Any]:
     """Count the responses `trainer` samples (all dynamic-sampling tries: `dynamic_sampling/sampled_responses`, else
@@ -456,14 +479,19 @@ def run_slug(arm: str, seed: int) -> str:
 def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int = 5, smoke: bool = False,
                              rollouts: int | None = None, progress: bool = True, arms: list[str] | None = None,
                              base: str | None = None, baselines: bool = True, resume: bool = False,
-                             report_only: bool = False) -> dict[str, Any]:
+                             report_only: bool = False, only_baselines: bool = False) -> dict[str, Any]:
     """Run every arm of `COMPARISONS[name]` (or those named in `arms`) over `seeds` from the cached base (the
     recipe's, or the tiny model `base`); report into `<out>/<name>`.
 
     The protocol: curves on `task.validation`, the test rows scored once per run at the end, per-row scores in
     results.json and paired-bootstrap 95% intervals over rows and seeds (`mmrl.tiny_world.stats`). With `baselines`:
     the clean SFT reference at the same compute (`CLEAN_REFERENCES`, with each arm's share of the base-to-clean
-    gap) and rejection-sampling fine-tuning at the same rollouts (`RFT_ARM`, same seeds).
+    gap) and rejection-sampling fine-tuning at the same rollouts (`RFT_ARM`, same seeds; a masked-diffusion model
+    fits its accepted answers with its pre-training loss); for a masked-diffusion base pre-trained on right answers
+    only, continued SFT on the training split's right answers at one RL run's compute (`CONTINUED_SFT_ARM`, same
+    seeds); and best-of-n from the base at the first arm's answers per prompt (`best_of_n.json`, computed once).
+    `only_baselines` runs the baseline rows only (never an RL arm) and builds no report: it fills in the baseline
+    rows of a comparison whose RL arms another call runs into the same `out` (use it with `resume`).
 
     Runs go seed-major (seed 0 of every arm and RFT, then seed 1, ...) and each writes `runs/<run>/result.json` when
     it finishes; `resume` keeps `<out>/<name>` and skips the runs already saved, `report_only` runs nothing and builds
@@ -480,7 +508,8 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
     from mmrl.tiny_world import register
     from mmrl.tiny_world.models import TINY_MODELS, load_base_policy
     from mmrl.tiny_world.report import curve, fmt, markdown_table, mean_std, plot_curves
-    from mmrl.tiny_world.rft import rejection_sampling_ft
+    from mmrl.tiny_world.pretrain import loss_options
+    from mmrl.tiny_world.rft import fit_batches, masked_diffusion_nll, rejection_sampling_ft, truth_batches
     from mmrl.tiny_world.stats import (Interval, difference_interval, gap_closed_interval, mean_interval,
                                        ratio_difference_interval, ratio_interval)
     from mmrl.training.trainer import Trainer
@@ -496,11 +525,13 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
                              or TINY_MODELS[base].family != recipe["family"]):
         valid = sorted(n for n, sp in TINY_MODELS.items() if sp.task == recipe["task"] and sp.family == recipe["family"])
         raise ValueError(f"base {base!r} is not a tiny {recipe['family']} model for {recipe['task']}; valid: {valid}")
+    if only_baselines and (report_only or not baselines):
+        raise ValueError("only_baselines runs the baseline rows: it needs baselines=True and report_only=False")
     say = print if progress else (lambda *a, **k: None)
     root = Path(out) / name
     if report_only and not (root / "base.json").exists():
         raise ValueError(f"--report-only: no saved runs in {root} (base.json missing)")
-    if root.exists() and not (resume or report_only):
+    if root.exists() and not (resume or report_only or only_baselines):
         shutil.rmtree(root)
     root.mkdir(parents=True, exist_ok=True)
     register()
@@ -554,11 +585,23 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
     if ref is not None:
         say(f"[{name}] clean SFT reference: " + "  ".join(f"{a} {v:.3f}" for a, v in ref.items()))
     selected = arms or list(COMPARISONS[name]["arms"])
-    do_rft = baselines and recipe["family"] == "causal_lm"  # causal LMs only: exact sequence likelihoods (a
-    # masked-diffusion RFT would fit an ELBO, not done here)
+    md = recipe["family"] == "masked_diffusion"
+    do_rft = baselines and recipe["family"] in ("causal_lm", "masked_diffusion")
+    do_sft = baselines and md and base_name not in CLEAN_REFERENCES and clean_base(TINY_MODELS[base_name])
+    md_loss = loss_options(TINY_MODELS[base_name].recipe) if md else {}  # the base's own pre-training loss
     first_cfg = load_config(None, arm_config(name, selected[0], seed=0, out=root, rollouts=rollouts, smoke=smoke, base=base))
     cap = first_cfg.max_steps // first_cfg.steps_per_rollout * first_cfg.prompts_per_rollout * first_cfg.num_generations
-    row_arms = selected + ([RFT_ARM] if do_rft else [])
+    baseline_arms = ([RFT_ARM] if do_rft else []) + ([CONTINUED_SFT_ARM] if do_sft else [])
+    row_arms = selected + baseline_arms
+    n_best = first_cfg.num_generations  # best-of-n at the first arm's answers per prompt
+    best_file = root / "best_of_n.json"
+    if baselines and not best_file.exists() and not report_only:
+        b_sum, b_items = held_out_items(load_base_policy(base_name, progress=False, steps=base_steps), rows, task.metric,
+                                        recipe["family"], L, n_best, **eval_opts)
+        best_file.write_text(json.dumps({"n": n_best, "after": b_sum, "items": b_items}))
+    best = json.loads(best_file.read_text()) if baselines and best_file.exists() else None
+    if best is not None:
+        say(f"[{name}] best-of-{best['n']} from the base: {100 * sum(best['items']['best']) / len(best['items']['best']):.1f}")
 
     def one_run(arm: str, seed: int, run_dir: Path) -> dict[str, Any]:
         """Train (or RFT) one arm at one seed from the base, score the test rows once; the saved result."""
@@ -571,14 +614,32 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
             t0 = time.perf_counter()
             rft = rejection_sampling_ft(policy, task.train, task.metric, rollouts=cfg.max_steps // cfg.num_iterations,
                                         prompts_per_rollout=cfg.prompts_per_rollout, group_size=cfg.num_generations,
-                                        lr=cfg.learning_rate, seed=seed, generation=sampled_generation(recipe["family"], L))
+                                        lr=cfg.learning_rate, seed=seed, generation=sampled_generation(recipe["family"], L),
+                                        **({"loss_fn": masked_diffusion_nll(seed, **md_loss), "max_grad_norm": cfg.max_grad_norm}
+                                           if md else {}))
             secs = time.perf_counter() - t0
             after, items = score(policy, rows)
             run_dir.mkdir(parents=True, exist_ok=True)
             say(f"[{name}] {RFT_ARM}, seed {seed}: {sum(rft['accepted'])} of {rft['sampled']} samples kept, {secs:.0f} s: "
                 + "  ".join(f"{a} {v:.3f}" for a, v in after.items()))
             return {"seed": seed, "after": after, "items": items, "seconds": secs, "rollouts": int(rft["sampled"]),
-                    "steps": len(rft["accepted"]), "rft_accepted": sum(rft["accepted"])}
+                    "steps": len(rft["accepted"]), "rft_accepted": sum(rft["accepted"]),
+                    "trained_sequences": sum(rft["accepted"]), "loss": rft["loss"]}
+        if arm == CONTINUED_SFT_ARM:  # the first arm's optimizer steps, its sampled answers per step as true answers
+            cfg = load_config(None, arm_config(name, selected[0], seed=seed, out=run_dir, rollouts=rollouts, smoke=smoke,
+                                               base=base))
+            steps, per_step = cfg.max_steps // cfg.num_iterations, cfg.prompts_per_rollout * cfg.num_generations
+            t0 = time.perf_counter()
+            batches = truth_batches(policy, task.train, steps=steps, batch_size=per_step, gen_length=L, seed=seed)
+            losses = fit_batches(policy, batches, masked_diffusion_nll(seed, **md_loss), lr=cfg.learning_rate,
+                                 max_grad_norm=cfg.max_grad_norm)
+            secs = time.perf_counter() - t0
+            after, items = score(policy, rows)
+            run_dir.mkdir(parents=True, exist_ok=True)
+            say(f"[{name}] {CONTINUED_SFT_ARM}, seed {seed}: {steps} steps of {per_step} true answers, loss "
+                f"{losses[0]:.3f} -> {losses[-1]:.3f}, {secs:.0f} s: " + "  ".join(f"{a} {v:.3f}" for a, v in after.items()))
+            return {"seed": seed, "after": after, "items": items, "seconds": secs, "rollouts": 0, "steps": steps,
+                    "trained_sequences": steps * per_step, "loss": losses}
         cfg = load_config(None, arm_config(name, arm, seed=seed, out=run_dir, rollouts=rollouts, smoke=smoke, base=base))
         trainer = Trainer(cfg, policy=policy, dataset=task.train, reward_funcs=cfg.reward_funcs, eval_dataset=val_rows,
                           eval_metric=task.metric)
@@ -611,9 +672,11 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
                                                        "items": items}
         return res
 
+    if only_baselines and not baseline_arms:
+        raise ValueError(f"only_baselines: {name} on {base_name} has no baseline rows")
     done: dict[str, dict[int, dict]] = {}
     for seed in range(seeds):  # seed-major: a stopped run leaves whole seeds
-        for arm in row_arms:
+        for arm in (baseline_arms if only_baselines else row_arms):
             saved = root / "runs" / run_slug(arm, seed) / "result.json"
             if saved.exists() and (resume or report_only):
                 done.setdefault(arm, {})[seed] = json.loads(saved.read_text())
@@ -621,6 +684,9 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
                 res = one_run(arm, seed, saved.parent)
                 saved.write_text(json.dumps(res))
                 done.setdefault(arm, {})[seed] = res
+    if only_baselines:  # the RL arms and the report belong to another call
+        return {"name": name, "base": base_name, "baseline_runs": {a: done[a] for a in baseline_arms},
+                "best_of_n": best}
     use = complete_seeds({a: set(d) for a, d in done.items()}, row_arms, seeds)
     if not use:
         raise ValueError(f"no seed has finished every row of {name} in {root} ({ {a: sorted(d) for a, d in done.items()} })")
@@ -631,16 +697,17 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
         for seed in use:
             r = dict(done[arm][seed])
             run_dir = root / "runs" / run_slug(arm, seed)
-            r["records"] = read_metrics(run_dir) if arm != RFT_ARM else []
-            r["shortcut"] = shortcut_share(run_dir, op) if arm != RFT_ARM else []
+            r["records"] = read_metrics(run_dir) if arm not in BASELINE_ARMS else []
+            r["shortcut"] = shortcut_share(run_dir, op) if arm not in BASELINE_ARMS else []
             arms.setdefault(arm, []).append(r)
             if "equal_rollouts" in r:
                 e = r["equal_rollouts"]
                 arms.setdefault(equal_rollouts_label(arm, selected[0]), []).append(
                     {"seed": seed, "after": e["after"], "items": e["items"], "seconds": float("nan"),
                      "rollouts": e["rollouts"], "steps": e["step"], "records": [], "shortcut": []})
-    if RFT_ARM in arms:  # RFT last, after the rows at equal rollouts
-        arms[RFT_ARM] = arms.pop(RFT_ARM)
+    for arm in BASELINE_ARMS:  # the baselines last, after the rows at equal rollouts
+        if arm in arms:
+            arms[arm] = arms.pop(arm)
     seeds = len(use)
     pk = f"pass@{k}"
     base_m = {m: [before_items[m]] for m in ("sampled", "greedy")}
@@ -672,6 +739,12 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
                            difference_interval(ref_m["greedy"], base_m["greedy"]).fmt(signed=True),
                            *[fmt(ref[f"pass@{j}"]) for j in ks], fmt(ref[pk]),
                            *shortcut_cells([ref_items]), "1 (by definition)", "-", "-", *["-"] * n_diag])
+    best_m = [best["items"]["best"]] if best is not None else None
+    if best is not None:  # one score per row: the best of its n sampled answers (pass@n for a 1 / 0 metric)
+        table_rows.append([best_of_label(best["n"]), mean_interval(best_m).fmt(),
+                           difference_interval(best_m, base_m["sampled"]).fmt(signed=True), "-", "-", *["-"] * len(ks), "-",
+                           *(["-", "-"] if sc_op is not None else []), "-", "-", f"{best['n'] * len(rows):,} (test rows)",
+                           *["-"] * n_diag])
     reward_key = f"rewards/{recipe['reward_funcs'][0]}/mean"  # the accuracy itself (not weighted, no overlong penalty)
 
     def last(records: list[dict], key: str) -> float:
@@ -698,7 +771,7 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
             diag = [f"{100 * first:.1f} / {100 * lastr:.1f}", short, f"{kl:.3f}", f"{ent:.3f}",
                     f"{mean_std([r['seconds'] for r in runs])[0]:.0f}"]
         else:
-            diag = ["-"] * (n_diag - 1) + ([f"{mean_std([r['seconds'] for r in runs])[0]:.0f}"] if arm == RFT_ARM else ["-"])
+            diag = ["-"] * (n_diag - 1) + ([f"{mean_std([r['seconds'] for r in runs])[0]:.0f}"] if arm in BASELINE_ARMS else ["-"])
         steps = mean_std([float(r["steps"]) for r in runs])
         table_rows.append([f"{arm} ({len(runs)} seeds)", ivs["sampled"].fmt(), ivs["gain"].fmt(signed=True),
                            fmt(*mean_std([r["after"]["greedy"] for r in runs])), ivs["greedy_gain"].fmt(signed=True),
@@ -708,14 +781,17 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
                            f"{steps[0]:.0f}" if steps[1] == 0 else f"{steps[0]:.1f} ± {steps[1]:.1f}",
                            f"{mean_std([float(r['rollouts']) for r in runs])[0]:,.0f}", *diag])
     table = markdown_table(head, table_rows)
-    labels = [a for a in arms if a != RFT_ARM]
+    labels = [a for a in arms if a not in BASELINE_ARMS]
+    present = [a for a in BASELINE_ARMS if a in arms]
     diffs = {}
     for i, a in enumerate(labels):
-        for b in labels[i + 1 :] + ([RFT_ARM] if RFT_ARM in arms else []):
+        for b in labels[i + 1 :] + present:
             diffs[f"{a} - {b}"] = difference_interval([r["items"]["sampled"] for r in arms[a]], [r["items"]["sampled"] for r in arms[b]])
         if ref_m is not None:
             diffs[f"{a} - clean SFT"] = intervals[a].get("vs_clean_sft") or difference_interval(
                 [r["items"]["sampled"] for r in arms[a]], ref_m["sampled"])
+        if best_m is not None:
+            diffs[f"{a} - best-of-{best['n']} from the base"] = difference_interval([r["items"]["sampled"] for r in arms[a]], best_m)
     if diffs:
         table += "\n\n" + markdown_table(["difference, sampled accuracy (points)", "estimate [95% CI]", "claimed (interval excludes 0)"],
                                           [[k_, v.fmt(signed=True), "yes" if v.excludes_zero else "no"] for k_, v in diffs.items()])
@@ -724,7 +800,7 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
         items_of = {a: [r["items"] for r in runs] for a, runs in arms.items()}
         if ref_items is not None:
             items_of["clean SFT"] = [ref_items]
-        pairs = [(a, b) for i, a in enumerate(labels) for b in labels[i + 1:] + ([RFT_ARM] if RFT_ARM in arms else [])
+        pairs = [(a, b) for i, a in enumerate(labels) for b in labels[i + 1:] + present
                  + (["clean SFT"] if ref_items is not None else [])]
         for a, b in pairs:
             xa, xb = items_of[a], items_of[b]
@@ -800,6 +876,7 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
                "test_prompts": [r["prompt"] for r in rows],
                "equal_rollouts_cap": cap,
                "reference": None if ref is None else {"model": CLEAN_REFERENCES[base_name], "after": ref, "items": ref_items},
+               "best_of_n": best,
                "intervals": paired,
                "arm_intervals": {a: {x: v.to_dict() for x, v in ivs.items()} for a, ivs in intervals.items()},
                "differences": {x: v.to_dict() for x, v in diffs.items()},
@@ -813,6 +890,10 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
     (root / "table.md").write_text(table + f"\n\nBase `{base_name}`, {seeds} seeds per arm (seeds {use}), {len(rows)} test rows "
                                    f"(multisets never seen in training), {first_cfg.max_steps // first_cfg.steps_per_rollout} "
                                    f"rollout batches of {first_cfg.prompts_per_rollout} x {first_cfg.num_generations} for "
-                                   f"{selected[0]} ({cap:,} answers sampled per run), {total:.0f} s for this report.\n")
+                                   f"{selected[0]} ({cap:,} answers sampled per run), {total:.0f} s for this report."
+                                   + "".join(f" {a}: {mean_std([float(r['trained_sequences']) for r in arms[a]])[0]:,.0f} "
+                                             f"sequences fitted per run in {arms[a][0]['steps']} optimizer steps"
+                                             + (" (the accepted samples)" if a == RFT_ARM else " (true answers of training rows)") + "."
+                                             for a in present if "trained_sequences" in arms[a][0]) + "\n")
     logger.info("\n" + table + f"\n\n{root}  ({total:.0f} s)")
     return results
