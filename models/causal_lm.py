@@ -28,8 +28,10 @@ from typing import Any, Literal, Sequence
 
 import torch
 
-from mmrl.algorithms.distributions import STATS
-from mmrl.models.base import BaseAdapter, is_peft_model, left_pad, mask_through_first_eos, score_logits, unwrap
+from mmrl.algorithms.distributions import STATS, token_distribution_stats
+from mmrl.models.base import (BaseAdapter, is_peft_model, left_pad, mask_through_first_eos, score_logits,
+                              selective_log_softmax, unwrap)
+from mmrl.models.head_logprob import plain_linear_head
 from mmrl.models.cpu_linear import packed_linears
 from mmrl.models.kv_cache import reserve_cache
 from mmrl.models.prompts import check_max_prompt_length, render_chat, truncate_left
@@ -58,6 +60,14 @@ then the first EOS id. `top_k = 0` and `top_p = 1` disable those filters. `chat_
 
 IGNORED_ESTIMATOR_OPTIONS = ("estimator", "mask_seed", "num_copies")
 """Masked-diffusion estimator options that `logprob` accepts and ignores: an autoregressive log-prob is exact."""
+
+LOGITS_ARE_HEAD_OF_HIDDEN = ("qwen2", "qwen3", "llama", "mistral")
+"""Model types whose transformers forward computes `logits = lm_head(last_hidden_state[:, -logits_to_keep:])` and
+nothing more, so a no-grad scoring may swap the head out and run it in chunks itself
+(`CausalLMAdapter._response_logprob_no_grad`); other models take the full-logits path."""
+
+NO_GRAD_HEAD_BYTES = 32 << 20
+"""float32 logits per chunk of the chunked no-grad scoring (32 MiB: 262 rows at V = 32000)."""
 
 NEGATIVE_SEPARATOR = "\n"
 """Joins a prompt and the negative instruction."""
@@ -511,6 +521,104 @@ class CausalLMAdapter(BaseAdapter):
         # no slice when the model kept only the T positions: a slice's backward allocates a zeroed copy of the logits
         return out.logits if out.logits.shape[1] == t else out.logits[:, -t:]  # [N, T, V]
 
+    def _head_free_base(self, model: torch.nn.Module) -> torch.nn.Module | None:
+        """The transformers model under `model` when its logits are exactly `lm_head(last hidden state)` with a plain
+        linear head (`LOGITS_ARE_HEAD_OF_HIDDEN`, no softcapping), so a no-grad scoring may run the head itself in
+        chunks (`_response_logprob_no_grad`); None otherwise (the full-logits path)."""
+        base = transformers_model(model)
+        config = getattr(base, "config", None)
+        if getattr(config, "model_type", None) not in LOGITS_ARE_HEAD_OF_HIDDEN or getattr(config, "final_logit_softcapping", None):
+            return None
+        if plain_linear_head(getattr(base, "lm_head", None)) is None or not forward_signature(model)[1]:
+            return None
+        return base
+
+    def _final_hidden_no_grad(
+        self, model: torch.nn.Module, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, response_ids: torch.Tensor,
+        response_mask: torch.Tensor, extras: dict,
+    ) -> tuple[torch.Tensor, torch.nn.Linear] | None:
+        """(final hidden states [N, T, H] at the positions predicting the response tokens, the LM head) of a no-grad
+        teacher-forced forward with the head swapped for the identity (so no [N, T, V] logits are made), or None
+        when the model does not allow it (`_head_free_base`), a gradient is on or T = 0. The head's forward stays
+        patched to oneDNN on the CPU only inside `_chunked_head`."""
+        t = response_ids.shape[1]
+        base = self._head_free_base(model) if (t > 0 and not torch.is_grad_enabled()) else None
+        if base is None:
+            return None
+        ids = torch.cat([prompt_ids, response_ids[:, :-1]], dim=1)  # [N, P+T-1]
+        mask = torch.cat([prompt_mask.bool(), response_mask[:, :-1].bool()], dim=1)  # [N, P+T-1]
+        with packed_linears(model, ids.numel(), grad=True, pack=False):
+            head = base.lm_head
+            base.lm_head = torch.nn.Identity()
+            try:
+                hidden = model(input_ids=ids, attention_mask=mask, use_cache=False, logits_to_keep=t,
+                               **self._forward_inputs(ids, mask, extras)).logits  # [N, T, H]
+            finally:
+                base.lm_head = head
+        return hidden, head
+
+    @staticmethod
+    def _chunked_head(hidden: torch.Tensor, head: torch.nn.Linear, reduce) -> None:
+        """Put hidden rows [M, H] through `head` in chunks of `NO_GRAD_HEAD_BYTES` of float32 logits and call
+        `reduce(rows: slice, logits [c, V])` on each (no [M, V] logits are ever alive)."""
+        rows = max(1, NO_GRAD_HEAD_BYTES // (4 * head.weight.shape[0]))
+        with packed_linears(head, hidden.shape[0], grad=True, pack=False):
+            for s in range(0, hidden.shape[0], rows):
+                sl = slice(s, min(s + rows, hidden.shape[0]))
+                reduce(sl, head(hidden[sl]))
+
+    def _response_logprob_no_grad(
+        self, model: torch.nn.Module, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, response_ids: torch.Tensor,
+        response_mask: torch.Tensor, extras: dict, temperature: float,
+    ) -> torch.Tensor | None:
+        """[N, T] float32 log softmax(logits / temperature)[response] at the valid response positions (0 elsewhere),
+        under `no_grad`, without the [N, T, V] logits: the final hidden states of the valid positions only
+        (`_final_hidden_no_grad`) go through the head in chunks (`_chunked_head`), each reduced at once by
+        `selective_log_softmax`. The same numbers as `selective_log_softmax(_response_logits(...))` masked, up to
+        float rounding (the head's products run on fewer rows). None when the model does not allow it."""
+        got = self._final_hidden_no_grad(model, prompt_ids, prompt_mask, response_ids, response_mask, extras)
+        if got is None:
+            return None
+        hidden, head = got
+        valid = response_mask.bool()  # [N, T]
+        targets = response_ids[valid]  # [M]
+        picked = torch.empty(targets.shape[0], dtype=torch.float32, device=hidden.device)  # [M]
+
+        def reduce(sl: slice, logits: torch.Tensor) -> None:
+            picked[sl] = selective_log_softmax(logits, targets[sl], temperature=temperature)
+
+        self._chunked_head(hidden[valid], head, reduce)  # [M, H] valid positions only
+        out = torch.zeros(response_ids.shape, dtype=torch.float32, device=hidden.device)  # [N, T]
+        out[valid] = picked
+        return out
+
+    def _other_stats_no_grad(
+        self, logits: torch.Tensor, model: torch.nn.Module, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
+        response_ids: torch.Tensor, response_mask: torch.Tensor, extras: dict, temperature: float, stats: tuple[str, ...],
+    ) -> dict[str, torch.Tensor] | None:
+        """`token_distribution_stats(logits, other_logits, stats=stats, other_targets=response_ids)` ([N, T] each,
+        `"other_logp"` included) where `other_logits` are `model`'s (the reference's, or the negative condition's)
+        and never exist whole: its final hidden states go through the head in chunks of rows, each chunk's statistics
+        taken against the same rows of `logits` [N, T, V] (detached) at once. Per-row statistics, so the same numbers
+        as on the full logits up to float rounding. None when the model does not allow it."""
+        got = self._final_hidden_no_grad(model, prompt_ids, prompt_mask, response_ids, response_mask, extras)
+        if got is None:
+            return None
+        hidden, head = got
+        n, t = response_ids.shape
+        p_rows = logits.detach().reshape(n * t, -1)  # [N*T, V]
+        targets = response_ids.reshape(-1)  # [N*T]
+        names = (*stats, "other_logp")
+        out = {k: torch.empty(n * t, dtype=torch.float32, device=hidden.device) for k in names}
+
+        def reduce(sl: slice, q_logits: torch.Tensor) -> None:
+            st = token_distribution_stats(p_rows[sl], q_logits, stats=stats, temperature=temperature, other_targets=targets[sl])
+            for k in names:
+                out[k][sl] = st[k]
+
+        self._chunked_head(hidden.reshape(n * t, -1), head, reduce)
+        return {k: v.reshape(n, t) for k, v in out.items()}
+
     def _condition_prompt(self, rollout: Rollout, condition: str) -> tuple[torch.Tensor, torch.Tensor]:
         if condition == "positive":
             return rollout.prompt_ids, rollout.prompt_mask
@@ -557,10 +665,27 @@ class CausalLMAdapter(BaseAdapter):
             raise ValueError("stats_against='negative' compares with the negative condition: score condition='positive'")
         prompt_ids, prompt_mask = self._condition_prompt(rollout, condition)
         resp, resp_mask = rollout.response_ids, rollout.response_mask
+        if not stats:  # a no-grad scoring (the reference's, GCPO's negative): no [N, T, V] logits when the model allows
+            with self.scoring_model(use_reference) as m:
+                logp = self._response_logprob_no_grad(m, prompt_ids, prompt_mask, resp, resp_mask, rollout.extras, temperature)
+            if logp is not None:
+                return TokenScores(logp=logp, stats={})
         with self.scoring_model(use_reference) as m:
             logits = self._response_logits(m, prompt_ids, prompt_mask, resp, resp_mask, rollout.extras)  # [N, T, V]
         other = None
         if any(s != "entropy" for s in stats):
+            with torch.no_grad():
+                if stats_against == "reference":
+                    other_model, o_ids, o_mask = self.scoring_model(True), prompt_ids, prompt_mask
+                else:
+                    (o_ids, o_mask), other_model = self._condition_prompt(rollout, "negative"), self.scoring_model(use_reference)
+                with other_model as om:
+                    st = self._other_stats_no_grad(logits, om, o_ids, o_mask, resp, resp_mask, rollout.extras, temperature, stats)
+            if st is not None:  # the other side's logits were never materialised whole (DGPO's reference, GCPO's full KL)
+                logp = score_logits(logits, resp, resp_mask, temperature=temperature).logp  # [N, T]
+                valid = resp_mask.bool()
+                other_logp = st.pop("other_logp")
+                return TokenScores(logp=logp, stats=st, other_logp=torch.where(valid, other_logp, torch.zeros_like(other_logp)))
             with torch.no_grad():
                 if stats_against == "reference":
                     with self.scoring_model(True) as ref:

@@ -203,7 +203,20 @@ def weight_metrics(prefix: str, w: torch.Tensor, mask: torch.Tensor) -> dict[str
     if v.numel() == 0:
         return {}
     return {f"{prefix}/weight_mean": float(v.mean()), f"{prefix}/weight_std": float(v.std()) if v.numel() > 1 else 0.0,
-            f"{prefix}/weight_max": float(v.max()), f"{prefix}/frac_weight_gt_2": float((v > 2).float().mean())}
+            f"{prefix}/weight_max": float(v.max()), f"{prefix}/frac_weight_gt_2": float((v > 2).float().mean()),
+            f"{prefix}/tokens_for_half": float(tokens_for_mass(w, mask).nanmean())}
+
+
+def tokens_for_mass(w: torch.Tensor, mask: torch.Tensor, mass: float = 0.5) -> torch.Tensor:
+    """[N] per answer, the smallest share of its loss tokens whose |weights| sum to at least `mass` of the answer's
+    total (the heaviest first): 0.5 for uniform weights (a little above, by rounding up), near 1/T when one token
+    carries the credit; nan for an answer with no loss token. w, mask: [N, T]."""
+    a = (w.abs() * mask).float()  # [N, T]
+    top = a.sort(dim=1, descending=True).values.cumsum(1)  # [N, T]
+    total = top[:, -1:]  # [N, 1]
+    count = (top < mass * total - 1e-12).sum(1) + 1  # [N] tokens needed
+    n = mask.sum(1).float()  # [N]
+    return torch.where(n > 0, count.float() / n.clamp(min=1), torch.full_like(n, float("nan")))
 
 
 def zeros_like_tokens(buf) -> torch.Tensor:

@@ -36,8 +36,19 @@ def held_out(policy, rows: Sequence[dict], metric: str, family: str, length: int
     return held_out_items(policy, rows, metric, family, length, k, batch_size)[0]
 
 
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """The unbiased pass@k of one problem from `n` samples of which `c` are right (Chen et al. 2021, "Evaluating
+    Large Language Models Trained on Code", eq. 1): 1 - C(n - c, k) / C(n, k); 1.0 when n - c < k."""
+    from math import comb
+
+    if not 0 <= c <= n or not 1 <= k <= n:
+        raise ValueError(f"pass_at_k needs 0 <= c <= n and 1 <= k <= n, got n={n}, c={c}, k={k}")
+    return 1.0 if n - c < k else 1.0 - comb(n - c, k) / comb(n, k)
+
+
 def held_out_items(policy, rows: Sequence[dict], metric: str, family: str, length: int, k: int = 4,
-                   batch_size: int = 128, shortcut_op: str | None = None) -> tuple[dict[str, float], dict[str, list[float]]]:
+                   batch_size: int = 128, shortcut_op: str | None = None,
+                   ks: Sequence[int] = (), stacked: bool = False) -> tuple[dict[str, float], dict[str, list[float]]]:
     """(`held_out`'s figures, the per-row scores behind them: {"greedy": [R], "sampled": [R] (mean of the row's
     k samples), "pass": [R] (1 if any sample scores 1), "best": [R] (the best of the row's k sample scores:
     best-of-k with the metric itself as the verifier; pass for a 1 / 0 metric)}), for the paired intervals of
@@ -46,14 +57,22 @@ def held_out_items(policy, rows: Sequence[dict], metric: str, family: str, lengt
     With `shortcut_op` (countdown3 and a shortcut demonstrator's operator, `is_shortcut`) the items also hold, per
     row, "shortcut" (share of the k sampled answers that are the shortcut), "right_not_shortcut" (share that are
     right and not the shortcut) and "greedy_shortcut" (1 / 0); the summary adds the held-out shortcut share and the
-    accuracy among the non-shortcut answers, sum(right_not_shortcut) / sum(1 - shortcut) (`non_shortcut_ratio`)."""
+    accuracy among the non-shortcut answers, sum(right_not_shortcut) / sum(1 - shortcut) (`non_shortcut_ratio`).
+
+    Each j of `ks` (1 <= j < k) adds the per-row unbiased pass@j from the k samples (`pass_at_k`) as items and
+    summary "pass@j". `stacked` draws the k samples of every row in one pass over the rows repeated k times (batches
+    of `batch_size` rows; other seeds than the per-sample passes, the same distribution; faster for small models)."""
     from mmrl.training.evaluate import d1_generation, evaluate
 
     greedy = evaluate(policy, rows, metric, batch_size=batch_size, progress=False,
                       **d1_generation(family, length, length, length))
     scores = torch.zeros(len(rows), k)  # [R, K]
     short = torch.zeros(len(rows), k)  # [R, K] 1 where the sample is the shortcut
-    for j in range(k):
+    if stacked and shortcut_op is None:
+        res = evaluate(policy, [r for _ in range(k) for r in rows], metric, batch_size=batch_size, progress=False,
+                       seed=1000, **sampled_generation(family, length))
+        scores = torch.tensor(res.scores, dtype=torch.float).view(k, len(rows)).T.contiguous()  # [R, K]
+    for j in range(0 if stacked and shortcut_op is None else k):
         res = evaluate(policy, rows, metric, batch_size=batch_size, progress=False, seed=1000 + j,
                        **sampled_generation(family, length))
         scores[:, j] = torch.tensor(res.scores)
@@ -64,6 +83,10 @@ def held_out_items(policy, rows: Sequence[dict], metric: str, family: str, lengt
     summary = {"greedy": float(greedy.accuracy), "sampled": float(scores.mean()), f"pass@{k}": float(passed.mean())}
     items = {"greedy": [float(x) for x in greedy.scores], "sampled": scores.mean(1).tolist(), "pass": passed.tolist(),
              "best": scores.max(1).values.tolist()}  # best-of-k with the metric as the verifier
+    right = (scores >= 1).sum(1).tolist()  # [R] right samples per row
+    for j in ks:
+        items[f"pass@{j}"] = [pass_at_k(k, int(c), j) for c in right]
+        summary[f"pass@{j}"] = sum(items[f"pass@{j}"]) / max(1, len(right))
     if shortcut_op is not None:
         right_not = ((scores >= 1) & (short == 0)).float()  # [R, K]
         items["shortcut"] = short.mean(1).tolist()
@@ -184,6 +207,14 @@ DAPO_RECIPE_ARM: dict[str, Any] = {
 DMPO_CORRECT_ONLY = "DMPO, weight on right answers only"
 """The label of `dllm-countdown3`'s DMPO arm with `dmpo_baseline: correct_only` (weights >= 0, 0 on wrong answers)."""
 
+DMPO_CORRECT_ONLY_NO_KL = "DMPO, weight on right answers only, no KL"
+"""The label of `dllm-countdown3`'s `DMPO_CORRECT_ONLY` arm with beta 0: the shared recipe's KL term (beta 0.1, which
+`DMPO_CORRECT_ONLY` inherits) removed, so the pair isolates the KL term (issue 24 item 2, the KL question)."""
+
+DMPO_CORRECT_ONLY_REFERENCE = "DMPO, weight on right answers only, reference target, no KL"
+"""The label of `dllm-countdown3`'s `DMPO_CORRECT_ONLY_NO_KL` arm with the paper's anchor instead of the KL term: the
+reference target (eq. 10's weights carry log p_ref - log p_v, ELBO estimates), beta 0."""
+
 COMPARISONS: dict[str, dict[str, Any]] = {
     "dgpo-vs-grpo": {"recipe": COUNTDOWN_RL, "rollouts": 120, "arms": {
         "GRPO": {"method": "grpo"},
@@ -224,6 +255,10 @@ COMPARISONS: dict[str, dict[str, Any]] = {
         # down denoising conditionals the wrong answers share with the right ones; "none" would still fit a group
         # with no right answer at 1/G each)
         DMPO_CORRECT_ONLY: {**DMPO_ARM, "dmpo_baseline": "correct_only"},
+        # the KL question on the arm above: the same without the recipe's KL term (beta 0.1 -> 0)
+        DMPO_CORRECT_ONLY_NO_KL: {**DMPO_ARM, "dmpo_baseline": "correct_only", "beta": 0.0},
+        # ... and with the paper's own anchor to the base (the reference target) in place of the KL term
+        DMPO_CORRECT_ONLY_REFERENCE: {**DMPO_ARM, "dmpo_baseline": "correct_only", "beta": 0.0, "dmpo_target": "reference"},
     }},
 }
 SHARED_OPTIMIZER: dict[str, Any] = {"adam_beta2": 0.999, "max_grad_norm": 1.0, "weight_decay": 0.0}
@@ -277,6 +312,53 @@ COMPARISONS["dmpo-authors-countdown3"] = {
         "DMPO, its authors' settings": DMPO_AUTHORS_ARM,
     }}
 
+COUNTDOWN4_STEPS_RL: dict[str, Any] = {
+    # the long-answer task of issue 25 (mmrl/tiny_world/countdown_steps.py: answers of 60-160 tokens whose decisions
+    # are a few header tokens) from its tiny causal base; the budget and the a-priori lr are in docs/RESULTS.md
+    # ("Issue 25, item 2") and were written there before the runs
+    "family": "causal_lm",
+    "task": "countdown4_steps",
+    "model_name_or_path": "tiny-world:countdown4-steps-ar",
+    "reward_funcs": ["countdown4_steps"],  # exact 1 / 0
+    "num_generations": 8,
+    "per_device_train_batch_size": 64,  # 8 problems x 8 answers per rollout batch (what half a CPU core allows)
+    "gradient_accumulation_steps": 1,
+    "max_completion_length": 170,  # the base's generation length (answers up to 160 tokens)
+    "temperature": 1.0,
+    "learning_rate": 1e-4,  # half of the 2e-4 at which 20 DGPO steps drifted down (docs/RESULTS.md, issue 25 item 3)
+    "lr_scheduler_type": "constant",
+    "beta": 0.0,  # no KL term (TRL's default, DAPO's and DGPO's recipes): the regime where GRPO's entropy may collapse
+    "dynamic_sampling": False,
+    "diagnostics_reference": True,  # the KL to the base measured in every arm (diag/kl_*; not in the loss)
+    "eval_limit": 100,  # the validation curves: the first 100 validation problems x `curve` samples
+    "save_steps": 0,
+    "credit_steps": 0,
+    "log_completions": False,
+}
+"""The shared settings of `dgpo-countdown4-steps` (an arm sets only its method and its recipe's options)."""
+
+DAPO_RECIPE_LONG: dict[str, Any] = {**DAPO_RECIPE_ARM, "overlong_buffer_len": COUNTDOWN4_STEPS_RL["max_completion_length"] // 5}
+"""`DAPO_RECIPE_ARM` at the long task's length: the soft overlong punishment over the last L_max / 5 = 34 tokens."""
+
+COMPARISONS["dgpo-countdown4-steps"] = {
+    # issue 25 item 2: GRPO, DGPO and DAPO's recipe on the long-answer task, the same rollout batches per arm (the
+    # dynamic-sampling arms draw more answers to fill theirs, counted and reported); validation curves of greedy
+    # accuracy and sampled pass@1/4/16, the test rows scored once per run (16 samples each)
+    "recipe": COUNTDOWN4_STEPS_RL, "rollouts": 80, "final_rows": 100, "final_samples": 16, "pass_ks": (4,),
+    "curve": {"samples": 16, "ks": (4,)}, "curve_points": 4, "stacked": True, "eval_batch": 400,
+    "equal_rollouts": False, "interval_scores": ("greedy", "sampled", "pass@4", "pass"),
+    "arms": {
+        "GRPO": {"method": "grpo"},
+        # DGPO on DAPO's recipe (its method defaults are DAPO's: clip-higher, token mean, dynamic sampling, overlong
+        # punishment, no KL), so DGPO - DAPO is its token credit alone
+        "DGPO": {**DAPO_RECIPE_LONG, "method": "dgpo"},
+        DAPO_RECIPE: DAPO_RECIPE_LONG,
+    }}
+COMPARISONS["grpo-regime-countdown4-steps"] = {
+    # issue 25 item 2's regime: the GRPO arm alone (its run is `dgpo-countdown4-steps`' GRPO run: same recipe, 80
+    # rollout batches, validation curves every 20); does pass@16 or the entropy fall below the base's?
+    **{k: v for k, v in COMPARISONS["dgpo-countdown4-steps"].items() if k != "arms"}, "arms": {"GRPO": {"method": "grpo"}}}
+
 SMOKE = {"per_device_train_batch_size": 32, "num_generations": 4, "eval_limit": 16}
 """`--smoke`: 2 rollout batches of 8 prompts x 4 answers, 16 evaluation rows (CI plumbing check)."""
 
@@ -286,15 +368,16 @@ FINAL_ROWS = 256
 FINAL_SAMPLES = 4
 
 
-def paired_intervals(before_items: dict[str, list[float]], arm_items: dict[str, list[dict[str, list[float]]]]) -> dict:
+def paired_intervals(before_items: dict[str, list[float]], arm_items: dict[str, list[dict[str, list[float]]]],
+                     scores: Sequence[str] = ("greedy", "sampled")) -> dict:
     """Paired-bootstrap 95% intervals (`mmrl.tiny_world.stats`) of every arm's gain over the base and of every pair
-    of arms' difference, for the greedy and the sampled scores: {"gain": {arm: {score: Interval dict}},
+    of arms' difference, for each of `scores` (per-row item names; default the greedy and the sampled): {"gain": {arm: {score: Interval dict}},
     "difference": {"a - b": {score: ...}}, "lines": printable summaries}."""
     from mmrl.tiny_world.stats import difference_interval, gain_interval
 
     out: dict[str, Any] = {"gain": {}, "difference": {}, "lines": []}
     names = list(arm_items)
-    for score in ("greedy", "sampled"):
+    for score in scores:
         for a in names:
             iv = gain_interval([r[score] for r in arm_items[a]], before_items[score])
             out["gain"].setdefault(a, {})[score] = iv.to_dict()
@@ -323,7 +406,8 @@ def arm_config(name: str, arm: str, *, seed: int, out: Path, rollouts: int | Non
     f = int(cfg.get("num_iterations", 1))
     cfg["num_iterations"] = f
     cfg["max_steps"] = rollouts * f
-    cfg["eval_steps"] = max(1, cfg["max_steps"] // 6)
+    points = comp.get("curve_points", 6)  # 0: no validation curve (the test rows at the end only)
+    cfg["eval_steps"] = max(1, cfg["max_steps"] // points) if points else 0
     return cfg
 
 
@@ -332,6 +416,29 @@ RFT_ARM = "RFT"
 
 CLEAN_REFERENCES = {"countdown3-ar-lazy": "countdown3-ar-clean"}
 """base -> the same model pre-trained on right answers only at the same compute (the clean SFT reference row)."""
+
+CONTINUED_SFT_ARM = "continued SFT on right answers"
+"""The clean-SFT row of a masked-diffusion base that is already pre-trained on right answers only (`clean_base`, e.g.
+`countdown3-md`), where no separately pre-trained clean model exists: the same base trained on for one RL run's
+compute on the training split's true answers (`rft.truth_batches`), with its own pre-training loss
+(`rft.masked_diffusion_nll` with `pretrain.loss_options` of its recipe). Compute equated with the first arm: as many
+optimizer steps as it makes at one step per rollout batch (its rollout batches) and as many trained sequences per step
+as it samples per batch (prompts per rollout x answers per prompt), AdamW at its learning rate (constant) and gradient
+clip; the rollouts' sampling cost is not spent (this row samples nothing)."""
+
+BASELINE_ARMS = (RFT_ARM, CONTINUED_SFT_ARM)
+"""The per-seed baseline rows, reported after the RL arms in this order."""
+
+
+def clean_base(spec) -> bool:
+    """Whether a tiny base (`TinySpec`) was pre-trained on right answers only: no `label_noise` and no shortcut
+    demonstrations (`lazy_frac`) in its data."""
+    return not spec.data.get("label_noise") and not spec.data.get("lazy_frac")
+
+
+def best_of_label(n: int) -> str:
+    """The best-of-n row: the base's `n` sampled answers per test row, scored by the best of them."""
+    return f"best-of-{n} from the base ({n} sampled answers per row, T = 1, the best by the reward)"
 
 
 def count_sampled(trainer, cap: int | None = None, take=None) -> dict[str, Any]:
@@ -372,14 +479,19 @@ def run_slug(arm: str, seed: int) -> str:
 def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int = 5, smoke: bool = False,
                              rollouts: int | None = None, progress: bool = True, arms: list[str] | None = None,
                              base: str | None = None, baselines: bool = True, resume: bool = False,
-                             report_only: bool = False) -> dict[str, Any]:
+                             report_only: bool = False, only_baselines: bool = False) -> dict[str, Any]:
     """Run every arm of `COMPARISONS[name]` (or those named in `arms`) over `seeds` from the cached base (the
     recipe's, or the tiny model `base`); report into `<out>/<name>`.
 
     The protocol: curves on `task.validation`, the test rows scored once per run at the end, per-row scores in
     results.json and paired-bootstrap 95% intervals over rows and seeds (`mmrl.tiny_world.stats`). With `baselines`:
     the clean SFT reference at the same compute (`CLEAN_REFERENCES`, with each arm's share of the base-to-clean
-    gap) and rejection-sampling fine-tuning at the same rollouts (`RFT_ARM`, same seeds).
+    gap) and rejection-sampling fine-tuning at the same rollouts (`RFT_ARM`, same seeds; a masked-diffusion model
+    fits its accepted answers with its pre-training loss); for a masked-diffusion base pre-trained on right answers
+    only, continued SFT on the training split's right answers at one RL run's compute (`CONTINUED_SFT_ARM`, same
+    seeds); and best-of-n from the base at the first arm's answers per prompt (`best_of_n.json`, computed once).
+    `only_baselines` runs the baseline rows only (never an RL arm) and builds no report: it fills in the baseline
+    rows of a comparison whose RL arms another call runs into the same `out` (use it with `resume`).
 
     Runs go seed-major (seed 0 of every arm and RFT, then seed 1, ...) and each writes `runs/<run>/result.json` when
     it finishes; `resume` keeps `<out>/<name>` and skips the runs already saved, `report_only` runs nothing and builds
@@ -396,9 +508,10 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
     from mmrl.tiny_world import register
     from mmrl.tiny_world.models import TINY_MODELS, load_base_policy
     from mmrl.tiny_world.report import curve, fmt, markdown_table, mean_std, plot_curves
-    from mmrl.tiny_world.rft import rejection_sampling_ft
-    from mmrl.tiny_world.stats import (difference_interval, gap_closed_interval, mean_interval, ratio_difference_interval,
-                                       ratio_interval)
+    from mmrl.tiny_world.pretrain import loss_options
+    from mmrl.tiny_world.rft import fit_batches, masked_diffusion_nll, rejection_sampling_ft, truth_batches
+    from mmrl.tiny_world.stats import (Interval, difference_interval, gap_closed_interval, mean_interval,
+                                       ratio_difference_interval, ratio_interval)
     from mmrl.training.trainer import Trainer
 
     if name not in COMPARISONS:
@@ -406,51 +519,89 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
     bad = sorted(set(arms or []) - set(COMPARISONS[name]["arms"]))
     if bad:
         raise ValueError(f"unknown arms {bad} of {name}; valid: {list(COMPARISONS[name]['arms'])}")
-    recipe = COMPARISONS[name]["recipe"]
+    comp = COMPARISONS[name]
+    recipe = comp["recipe"]
     if base is not None and (base not in TINY_MODELS or TINY_MODELS[base].task != recipe["task"]
                              or TINY_MODELS[base].family != recipe["family"]):
         valid = sorted(n for n, sp in TINY_MODELS.items() if sp.task == recipe["task"] and sp.family == recipe["family"])
         raise ValueError(f"base {base!r} is not a tiny {recipe['family']} model for {recipe['task']}; valid: {valid}")
+    if only_baselines and (report_only or not baselines):
+        raise ValueError("only_baselines runs the baseline rows: it needs baselines=True and report_only=False")
     say = print if progress else (lambda *a, **k: None)
     root = Path(out) / name
     if report_only and not (root / "base.json").exists():
         raise ValueError(f"--report-only: no saved runs in {root} (base.json missing)")
-    if root.exists() and not (resume or report_only):
+    if root.exists() and not (resume or report_only or only_baselines):
         shutil.rmtree(root)
     root.mkdir(parents=True, exist_ok=True)
     register()
     base_name = base or recipe["model_name_or_path"].split(":", 1)[1]
     op = TINY_MODELS[base_name].data.get("lazy_op", "+") if base_name in TINY_MODELS else "+"  # the shortcut to count
     task = load_task(recipe["task"])
-    rows = task.test[: 16 if smoke else FINAL_ROWS]  # evaluated once per run, at the end
+    rows = task.test[: 16 if smoke else comp.get("final_rows", FINAL_ROWS)]  # evaluated once per run, at the end
     val_rows = task.validation[: 16 if smoke else recipe["eval_limit"]]  # the curves (and any choice) use validation
-    k = 2 if smoke else FINAL_SAMPLES
+    k = 2 if smoke else comp.get("final_samples", FINAL_SAMPLES)
+    ks = tuple(j for j in comp.get("pass_ks", ()) if j < k)  # the unbiased pass@j beside pass@k
     L = recipe["max_completion_length"]
     sc_op = op if recipe["task"] == "countdown3" else None  # the held-out shortcut share: countdown3's demonstrator
+    eval_opts = {"stacked": bool(comp.get("stacked")), "batch_size": comp.get("eval_batch", 128)}
+
+    def score(pol, rows_: Sequence[dict]) -> tuple[dict[str, float], dict[str, list[float]]]:
+        """The held-out figures and per-row items of `pol` on `rows_` (k samples a row, pass@j for j in ks)."""
+        return held_out_items(pol, rows_, task.metric, recipe["family"], L, k, shortcut_op=sc_op, ks=ks, **eval_opts)
+
+    curve_opts = comp.get("curve")  # {"samples": n, "ks": (...)}: validation pass@k curves instead of eval/accuracy
+    ck = (2 if smoke else curve_opts["samples"]) if curve_opts else 0
+    cks = tuple(j for j in (curve_opts or {}).get("ks", ()) if j < ck)
+
+    def curve_eval(pol, sink: Path | None = None, step: int = 0) -> dict[str, float]:
+        """The validation curve's point: greedy accuracy, sampled pass@1 (eval/accuracy) and pass@j, pass@ck; its
+        per-problem items appended to `sink` (a jsonl of {"step", "items"}) when given."""
+        t0 = time.perf_counter()
+        a, it = held_out_items(pol, val_rows, task.metric, recipe["family"], L, ck, ks=cks, **eval_opts)
+        if sink is not None:
+            with open(sink, "a") as f:
+                f.write(json.dumps({"step": step, "items": it}) + "\n")
+        return {"eval/accuracy": a["sampled"], "eval/greedy": a["greedy"],
+                **{f"eval/{x}": v for x, v in a.items() if x.startswith("pass@")}, "perf/eval_time": time.perf_counter() - t0}
     t_all = time.perf_counter()
     base_steps = SMOKE_BASE_STEPS if smoke else None
     base_file = root / "base.json"
     if base_file.exists() and (resume or report_only):
         saved_base = json.loads(base_file.read_text())
     else:
-        before, before_items = held_out_items(load_base_policy(base_name, progress=progress, steps=base_steps), rows,
-                                              task.metric, recipe["family"], L, k, shortcut_op=sc_op)
+        base_policy = load_base_policy(base_name, progress=progress, steps=base_steps)
+        before, before_items = score(base_policy, rows)
         ref, ref_items = None, None
         if baselines and base_name in CLEAN_REFERENCES:
-            ref, ref_items = held_out_items(load_base_policy(CLEAN_REFERENCES[base_name], progress=progress, steps=base_steps),
-                                            rows, task.metric, recipe["family"], L, k, shortcut_op=sc_op)
-        saved_base = {"before": before, "before_items": before_items, "ref": ref, "ref_items": ref_items}
+            ref, ref_items = score(load_base_policy(CLEAN_REFERENCES[base_name], progress=progress, steps=base_steps), rows)
+        saved_base = {"before": before, "before_items": before_items, "ref": ref, "ref_items": ref_items,
+                      "validation": curve_eval(base_policy, root / "base_validation_items.jsonl") if curve_opts else None}
         base_file.write_text(json.dumps(saved_base))
     before, before_items, ref, ref_items = (saved_base[x] for x in ("before", "before_items", "ref", "ref_items"))
-    say(f"[{name}] base: " + "  ".join(f"{a} {v:.3f}" for a, v in before.items()))
+    base_val = saved_base.get("validation")  # the curves' step 0
+    say(f"[{name}] base: " + "  ".join(f"{a} {v:.3f}" for a, v in before.items())
+        + (("; validation: " + "  ".join(f"{a[5:]} {v:.3f}" for a, v in base_val.items() if a.startswith("eval/"))) if base_val else ""))
     if ref is not None:
         say(f"[{name}] clean SFT reference: " + "  ".join(f"{a} {v:.3f}" for a, v in ref.items()))
     selected = arms or list(COMPARISONS[name]["arms"])
-    do_rft = baselines and recipe["family"] == "causal_lm"  # causal LMs only: exact sequence likelihoods (a
-    # masked-diffusion RFT would fit an ELBO, not done here)
+    md = recipe["family"] == "masked_diffusion"
+    do_rft = baselines and recipe["family"] in ("causal_lm", "masked_diffusion")
+    do_sft = baselines and md and base_name not in CLEAN_REFERENCES and clean_base(TINY_MODELS[base_name])
+    md_loss = loss_options(TINY_MODELS[base_name].recipe) if md else {}  # the base's own pre-training loss
     first_cfg = load_config(None, arm_config(name, selected[0], seed=0, out=root, rollouts=rollouts, smoke=smoke, base=base))
     cap = first_cfg.max_steps // first_cfg.steps_per_rollout * first_cfg.prompts_per_rollout * first_cfg.num_generations
-    row_arms = selected + ([RFT_ARM] if do_rft else [])
+    baseline_arms = ([RFT_ARM] if do_rft else []) + ([CONTINUED_SFT_ARM] if do_sft else [])
+    row_arms = selected + baseline_arms
+    n_best = first_cfg.num_generations  # best-of-n at the first arm's answers per prompt
+    best_file = root / "best_of_n.json"
+    if baselines and not best_file.exists() and not report_only:
+        b_sum, b_items = held_out_items(load_base_policy(base_name, progress=False, steps=base_steps), rows, task.metric,
+                                        recipe["family"], L, n_best, **eval_opts)
+        best_file.write_text(json.dumps({"n": n_best, "after": b_sum, "items": b_items}))
+    best = json.loads(best_file.read_text()) if baselines and best_file.exists() else None
+    if best is not None:
+        say(f"[{name}] best-of-{best['n']} from the base: {100 * sum(best['items']['best']) / len(best['items']['best']):.1f}")
 
     def one_run(arm: str, seed: int, run_dir: Path) -> dict[str, Any]:
         """Train (or RFT) one arm at one seed from the base, score the test rows once; the saved result."""
@@ -463,33 +614,55 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
             t0 = time.perf_counter()
             rft = rejection_sampling_ft(policy, task.train, task.metric, rollouts=cfg.max_steps // cfg.num_iterations,
                                         prompts_per_rollout=cfg.prompts_per_rollout, group_size=cfg.num_generations,
-                                        lr=cfg.learning_rate, seed=seed, generation=sampled_generation(recipe["family"], L))
+                                        lr=cfg.learning_rate, seed=seed, generation=sampled_generation(recipe["family"], L),
+                                        **({"loss_fn": masked_diffusion_nll(seed, **md_loss), "max_grad_norm": cfg.max_grad_norm}
+                                           if md else {}))
             secs = time.perf_counter() - t0
-            after, items = held_out_items(policy, rows, task.metric, recipe["family"], L, k, shortcut_op=sc_op)
+            after, items = score(policy, rows)
             run_dir.mkdir(parents=True, exist_ok=True)
             say(f"[{name}] {RFT_ARM}, seed {seed}: {sum(rft['accepted'])} of {rft['sampled']} samples kept, {secs:.0f} s: "
                 + "  ".join(f"{a} {v:.3f}" for a, v in after.items()))
             return {"seed": seed, "after": after, "items": items, "seconds": secs, "rollouts": int(rft["sampled"]),
-                    "steps": len(rft["accepted"]), "rft_accepted": sum(rft["accepted"])}
+                    "steps": len(rft["accepted"]), "rft_accepted": sum(rft["accepted"]),
+                    "trained_sequences": sum(rft["accepted"]), "loss": rft["loss"]}
+        if arm == CONTINUED_SFT_ARM:  # the first arm's optimizer steps, its sampled answers per step as true answers
+            cfg = load_config(None, arm_config(name, selected[0], seed=seed, out=run_dir, rollouts=rollouts, smoke=smoke,
+                                               base=base))
+            steps, per_step = cfg.max_steps // cfg.num_iterations, cfg.prompts_per_rollout * cfg.num_generations
+            t0 = time.perf_counter()
+            batches = truth_batches(policy, task.train, steps=steps, batch_size=per_step, gen_length=L, seed=seed)
+            losses = fit_batches(policy, batches, masked_diffusion_nll(seed, **md_loss), lr=cfg.learning_rate,
+                                 max_grad_norm=cfg.max_grad_norm)
+            secs = time.perf_counter() - t0
+            after, items = score(policy, rows)
+            run_dir.mkdir(parents=True, exist_ok=True)
+            say(f"[{name}] {CONTINUED_SFT_ARM}, seed {seed}: {steps} steps of {per_step} true answers, loss "
+                f"{losses[0]:.3f} -> {losses[-1]:.3f}, {secs:.0f} s: " + "  ".join(f"{a} {v:.3f}" for a, v in after.items()))
+            return {"seed": seed, "after": after, "items": items, "seconds": secs, "rollouts": 0, "steps": steps,
+                    "trained_sequences": steps * per_step, "loss": losses}
         cfg = load_config(None, arm_config(name, arm, seed=seed, out=run_dir, rollouts=rollouts, smoke=smoke, base=base))
         trainer = Trainer(cfg, policy=policy, dataset=task.train, reward_funcs=cfg.reward_funcs, eval_dataset=val_rows,
                           eval_metric=task.metric)
+        if curve_opts and cfg.eval_steps:
+            # the instance's own: `_evaluate_or_save` calls self.evaluate
+            trainer.evaluate = lambda: curve_eval(policy, run_dir / "validation_items.jsonl", trainer.step)
         snap_secs = [0.0]
 
         def take(step: int, sampled: int) -> dict[str, Any]:
             ts = time.perf_counter()
-            a, it = held_out_items(policy, rows, task.metric, recipe["family"], L, k, shortcut_op=sc_op)
+            a, it = score(policy, rows)
             snap_secs[0] += time.perf_counter() - ts
             say(f"[{name}] {arm}, seed {seed}: at step {step}, {sampled} answers sampled: "
                 + "  ".join(f"{x} {v:.3f}" for x, v in a.items()))
             return {"step": step, "rollouts": sampled, "after": a, "items": it}
 
-        dynamic = bool(COMPARISONS[name]["arms"][arm].get("dynamic_sampling"))  # (off under --smoke, `arm_config`)
+        # (off under --smoke, `arm_config`); a comparison with equal_rollouts False scores every run once only
+        dynamic = bool(COMPARISONS[name]["arms"][arm].get("dynamic_sampling")) and comp.get("equal_rollouts", True)
         state = count_sampled(trainer, cap if dynamic else None, take)
         t0 = time.perf_counter()
         trainer.train()
         secs = time.perf_counter() - t0 - snap_secs[0]
-        after, items = held_out_items(policy, rows, task.metric, recipe["family"], L, k, shortcut_op=sc_op)
+        after, items = score(policy, rows)
         say(f"[{name}] {arm}, seed {seed}: {cfg.max_steps} steps, {state['sampled']} answers sampled, {secs:.0f} s: "
             + "  ".join(f"{a} {v:.3f}" for a, v in after.items()))
         res = {"seed": seed, "after": after, "items": items, "seconds": secs, "rollouts": state["sampled"],
@@ -499,9 +672,11 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
                                                        "items": items}
         return res
 
+    if only_baselines and not baseline_arms:
+        raise ValueError(f"only_baselines: {name} on {base_name} has no baseline rows")
     done: dict[str, dict[int, dict]] = {}
     for seed in range(seeds):  # seed-major: a stopped run leaves whole seeds
-        for arm in row_arms:
+        for arm in (baseline_arms if only_baselines else row_arms):
             saved = root / "runs" / run_slug(arm, seed) / "result.json"
             if saved.exists() and (resume or report_only):
                 done.setdefault(arm, {})[seed] = json.loads(saved.read_text())
@@ -509,6 +684,9 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
                 res = one_run(arm, seed, saved.parent)
                 saved.write_text(json.dumps(res))
                 done.setdefault(arm, {})[seed] = res
+    if only_baselines:  # the RL arms and the report belong to another call
+        return {"name": name, "base": base_name, "baseline_runs": {a: done[a] for a in baseline_arms},
+                "best_of_n": best}
     use = complete_seeds({a: set(d) for a, d in done.items()}, row_arms, seeds)
     if not use:
         raise ValueError(f"no seed has finished every row of {name} in {root} ({ {a: sorted(d) for a, d in done.items()} })")
@@ -519,16 +697,17 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
         for seed in use:
             r = dict(done[arm][seed])
             run_dir = root / "runs" / run_slug(arm, seed)
-            r["records"] = read_metrics(run_dir) if arm != RFT_ARM else []
-            r["shortcut"] = shortcut_share(run_dir, op) if arm != RFT_ARM else []
+            r["records"] = read_metrics(run_dir) if arm not in BASELINE_ARMS else []
+            r["shortcut"] = shortcut_share(run_dir, op) if arm not in BASELINE_ARMS else []
             arms.setdefault(arm, []).append(r)
             if "equal_rollouts" in r:
                 e = r["equal_rollouts"]
                 arms.setdefault(equal_rollouts_label(arm, selected[0]), []).append(
                     {"seed": seed, "after": e["after"], "items": e["items"], "seconds": float("nan"),
                      "rollouts": e["rollouts"], "steps": e["step"], "records": [], "shortcut": []})
-    if RFT_ARM in arms:  # RFT last, after the rows at equal rollouts
-        arms[RFT_ARM] = arms.pop(RFT_ARM)
+    for arm in BASELINE_ARMS:  # the baselines last, after the rows at equal rollouts
+        if arm in arms:
+            arms[arm] = arms.pop(arm)
     seeds = len(use)
     pk = f"pass@{k}"
     base_m = {m: [before_items[m]] for m in ("sampled", "greedy")}
@@ -546,18 +725,26 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
     sc_head = ([f"held-out shortcut share (sampled) [95% CI]", "accuracy among non-shortcut answers [95% CI]"]
                if sc_op is not None else [])
     head = ["model", f"sampled acc. (T=1, {k} per row) [95% CI]", "gain (points) [95% CI]", "greedy acc.",
-            "greedy gain [95% CI]", pk, *sc_head, "share of the gap to clean SFT closed (sampled) [95% CI]",
+            "greedy gain [95% CI]", *[f"pass@{j}" for j in ks], pk, *sc_head, "share of the gap to clean SFT closed (sampled) [95% CI]",
             "optimizer steps", "answers sampled per run", "train reward, first / last 5 steps",
             "shortcut answers in the rollouts, first / last 5 steps", "KL to base (last step)", "entropy (last step)",
             "s per run"]
     n_diag = 5  # the train reward, shortcut, KL, entropy and time columns
-    table_rows = [["base model", mean_interval(base_m["sampled"]).fmt(), "-", fmt(before["greedy"]), "-", fmt(before[pk]),
+    table_rows = [["base model", mean_interval(base_m["sampled"]).fmt(), "-", fmt(before["greedy"]), "-",
+                   *[fmt(before[f"pass@{j}"]) for j in ks], fmt(before[pk]),
                    *shortcut_cells([before_items]), "-", "-", "-", *["-"] * n_diag]]
     if ref is not None:
         table_rows.append([f"clean SFT at the same compute (`{CLEAN_REFERENCES[base_name]}`)", mean_interval(ref_m["sampled"]).fmt(),
                            difference_interval(ref_m["sampled"], base_m["sampled"]).fmt(signed=True), fmt(ref["greedy"]),
-                           difference_interval(ref_m["greedy"], base_m["greedy"]).fmt(signed=True), fmt(ref[pk]),
+                           difference_interval(ref_m["greedy"], base_m["greedy"]).fmt(signed=True),
+                           *[fmt(ref[f"pass@{j}"]) for j in ks], fmt(ref[pk]),
                            *shortcut_cells([ref_items]), "1 (by definition)", "-", "-", *["-"] * n_diag])
+    best_m = [best["items"]["best"]] if best is not None else None
+    if best is not None:  # one score per row: the best of its n sampled answers (pass@n for a 1 / 0 metric)
+        table_rows.append([best_of_label(best["n"]), mean_interval(best_m).fmt(),
+                           difference_interval(best_m, base_m["sampled"]).fmt(signed=True), "-", "-", *["-"] * len(ks), "-",
+                           *(["-", "-"] if sc_op is not None else []), "-", "-", f"{best['n'] * len(rows):,} (test rows)",
+                           *["-"] * n_diag])
     reward_key = f"rewards/{recipe['reward_funcs'][0]}/mean"  # the accuracy itself (not weighted, no overlong penalty)
 
     def last(records: list[dict], key: str) -> float:
@@ -584,23 +771,27 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
             diag = [f"{100 * first:.1f} / {100 * lastr:.1f}", short, f"{kl:.3f}", f"{ent:.3f}",
                     f"{mean_std([r['seconds'] for r in runs])[0]:.0f}"]
         else:
-            diag = ["-"] * (n_diag - 1) + ([f"{mean_std([r['seconds'] for r in runs])[0]:.0f}"] if arm == RFT_ARM else ["-"])
+            diag = ["-"] * (n_diag - 1) + ([f"{mean_std([r['seconds'] for r in runs])[0]:.0f}"] if arm in BASELINE_ARMS else ["-"])
         steps = mean_std([float(r["steps"]) for r in runs])
         table_rows.append([f"{arm} ({len(runs)} seeds)", ivs["sampled"].fmt(), ivs["gain"].fmt(signed=True),
                            fmt(*mean_std([r["after"]["greedy"] for r in runs])), ivs["greedy_gain"].fmt(signed=True),
+                           *[fmt(*mean_std([r["after"][f"pass@{j}"] for r in runs])) for j in ks],
                            fmt(*mean_std([r["after"][pk] for r in runs])), *shortcut_cells([r["items"] for r in runs]),
                            ivs["gap_closed"].fmt(scale=1.0, digits=2) if "gap_closed" in ivs else "-",
                            f"{steps[0]:.0f}" if steps[1] == 0 else f"{steps[0]:.1f} ± {steps[1]:.1f}",
                            f"{mean_std([float(r['rollouts']) for r in runs])[0]:,.0f}", *diag])
     table = markdown_table(head, table_rows)
-    labels = [a for a in arms if a != RFT_ARM]
+    labels = [a for a in arms if a not in BASELINE_ARMS]
+    present = [a for a in BASELINE_ARMS if a in arms]
     diffs = {}
     for i, a in enumerate(labels):
-        for b in labels[i + 1 :] + ([RFT_ARM] if RFT_ARM in arms else []):
+        for b in labels[i + 1 :] + present:
             diffs[f"{a} - {b}"] = difference_interval([r["items"]["sampled"] for r in arms[a]], [r["items"]["sampled"] for r in arms[b]])
         if ref_m is not None:
             diffs[f"{a} - clean SFT"] = intervals[a].get("vs_clean_sft") or difference_interval(
                 [r["items"]["sampled"] for r in arms[a]], ref_m["sampled"])
+        if best_m is not None:
+            diffs[f"{a} - best-of-{best['n']} from the base"] = difference_interval([r["items"]["sampled"] for r in arms[a]], best_m)
     if diffs:
         table += "\n\n" + markdown_table(["difference, sampled accuracy (points)", "estimate [95% CI]", "claimed (interval excludes 0)"],
                                           [[k_, v.fmt(signed=True), "yes" if v.excludes_zero else "no"] for k_, v in diffs.items()])
@@ -609,7 +800,7 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
         items_of = {a: [r["items"] for r in runs] for a, runs in arms.items()}
         if ref_items is not None:
             items_of["clean SFT"] = [ref_items]
-        pairs = [(a, b) for i, a in enumerate(labels) for b in labels[i + 1:] + ([RFT_ARM] if RFT_ARM in arms else [])
+        pairs = [(a, b) for i, a in enumerate(labels) for b in labels[i + 1:] + present
                  + (["clean SFT"] if ref_items is not None else [])]
         for a, b in pairs:
             xa, xb = items_of[a], items_of[b]
@@ -636,17 +827,56 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
                 title=f"{name}: KL to the base (k3, per token)", ylabel="KL")
     plot_curves({a: [curve(r["records"], "entropy") for r in runs] for a, runs in trained.items()}, root / "entropy.png",
                 title=f"{name}: policy entropy of the sampled tokens", ylabel="entropy (nats per token)")
+    if any("dgpo/tokens_for_half" in x for runs in trained.values() for r in runs for x in r["records"]):
+        plot_curves({a: [curve(r["records"], "dgpo/tokens_for_half") for r in runs] for a, runs in trained.items()},
+                    root / "tokens_for_half.png", title=f"{name}: share of an answer's tokens carrying half its DGPO weight",
+                    ylabel="share (uniform: 0.5)")
+    if curve_opts:  # the validation curves from the base (step 0) on, and the base's figure as a dashed line
+        for key, label in [("eval/greedy", "greedy accuracy"), ("eval/accuracy", "sampled pass@1 (T = 1)"),
+                           *[(f"eval/pass@{j}", f"pass@{j} (T = 1)") for j in (*cks, ck) if j > 1]]:
+            if not any(key in x for runs in trained.values() for r in runs for x in r["records"]):
+                continue  # (curve_points 0: the base's validation figures only)
+            plot_curves({a: [[(0, base_val[key])] + curve(r["records"], key) for r in runs] for a, runs in trained.items()},
+                        root / f"validation_{key.split('/')[1].replace('@', '')}.png", baseline=base_val[key],
+                        title=f"{name}\nvalidation {label}, {len(val_rows)} problems x {ck} samples", ylabel=label.split(" (")[0])
+    val_final: dict[str, Any] = {}  # the last validation point of each arm against the base's, paired over problems
+    base_val_file = root / "base_validation_items.jsonl"
+    if curve_opts and base_val_file.exists():
+        base_vi = json.loads(base_val_file.read_text().splitlines()[-1])["items"]
+        for a, runs in trained.items():
+            files = [root / "runs" / run_slug(a, r["seed"]) / "validation_items.jsonl" for r in runs]
+            if not all(f.exists() for f in files):
+                continue
+            last_ = [json.loads(f.read_text().splitlines()[-1]) for f in files]
+            val_final[a] = {"step": last_[0]["step"], **{x: difference_interval([v["items"][x] for v in last_], base_vi[x]).to_dict()
+                                                         for x in ("greedy", "sampled", *[f"pass@{j}" for j in cks], "pass")}}
+        if val_final:
+            table += "\n\n" + markdown_table(
+                ["validation, last curve point - base (points)", "step", "greedy [95% CI]", "pass@1 [95% CI]",
+                 *[f"pass@{j} [95% CI]" for j in cks], f"pass@{ck} [95% CI]"],
+                [[a, str(v["step"]), *[Interval(**{y: z for y, z in v[x].items() if y != "excludes_zero"}).fmt(signed=True)
+                                       for x in ("greedy", "sampled", *[f"pass@{j}" for j in cks], "pass")]]
+                 for a, v in val_final.items()])
     total = time.perf_counter() - t_all
-    paired = paired_intervals(before_items, {a: [r["items"] for r in runs] for a, runs in arms.items()})
+    scores_ = tuple(x for x in comp.get("interval_scores", ("greedy", "sampled")) if x in before_items)  # (smoke: k = 2)
+    paired = paired_intervals(before_items, {a: [r["items"] for r in runs] for a, runs in arms.items()}, scores_)
+    if comp.get("interval_scores"):  # every gain and difference on every score, one table
+        iv_ = lambda d: Interval(**{x: v for x, v in d.items() if x != "excludes_zero"})  # noqa: E731
+        table += "\n\n" + markdown_table(
+            ["gain over the base / difference (points)", *[f"{pk if x == 'pass' else x} [95% CI]" for x in scores_]],
+            [[f"{a} - base", *[iv_(paired["gain"][a][x]).fmt(signed=True) for x in scores_]] for a in paired["gain"]]
+            + [[d, *[iv_(v[x]).fmt(signed=True) + (" (claimed)" if iv_(v[x]).excludes_zero else "") for x in scores_]]
+               for d, v in paired["difference"].items()])
     for line in paired.get("lines", []):
         say(f"[{name}] {line}")
-    results = {"name": name, "base": base_name, "before": before, "before_items": before_items, "seeds": seeds,
+    results = {"name": name, "base": base_name, "before": before, "before_items": before_items, "base_validation": base_val, "validation_final": val_final, "seeds": seeds,
                "seeds_used": use, "seconds": total, "run_seconds": {a: [r["seconds"] for r in runs] for a, runs in arms.items()},
                "smoke": smoke, "table": table, "protocol": "curves on validation, test once per run; paired bootstrap 95% CI "
                                                           "over test rows and seeds",
                "test_prompts": [r["prompt"] for r in rows],
                "equal_rollouts_cap": cap,
                "reference": None if ref is None else {"model": CLEAN_REFERENCES[base_name], "after": ref, "items": ref_items},
+               "best_of_n": best,
                "intervals": paired,
                "arm_intervals": {a: {x: v.to_dict() for x, v in ivs.items()} for a, ivs in intervals.items()},
                "differences": {x: v.to_dict() for x, v in diffs.items()},
@@ -660,6 +890,10 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
     (root / "table.md").write_text(table + f"\n\nBase `{base_name}`, {seeds} seeds per arm (seeds {use}), {len(rows)} test rows "
                                    f"(multisets never seen in training), {first_cfg.max_steps // first_cfg.steps_per_rollout} "
                                    f"rollout batches of {first_cfg.prompts_per_rollout} x {first_cfg.num_generations} for "
-                                   f"{selected[0]} ({cap:,} answers sampled per run), {total:.0f} s for this report.\n")
+                                   f"{selected[0]} ({cap:,} answers sampled per run), {total:.0f} s for this report."
+                                   + "".join(f" {a}: {mean_std([float(r['trained_sequences']) for r in arms[a]])[0]:,.0f} "
+                                             f"sequences fitted per run in {arms[a][0]['steps']} optimizer steps"
+                                             + (" (the accepted samples)" if a == RFT_ARM else " (true answers of training rows)") + "."
+                                             for a in present if "trained_sequences" in arms[a][0]) + "\n")
     logger.info("\n" + table + f"\n\n{root}  ({total:.0f} s)")
     return results

@@ -191,3 +191,15 @@ def test_dmpo_kl_term_is_beta_times_the_token_mean_k3_to_the_reference(tmp_path)
     for a, b, c in zip(g_with, g_without, g_k3):
         if c is not None:
             torch.testing.assert_close(a - b, c, rtol=1e-3, atol=1e-6)
+
+
+def test_tokens_for_mass_by_hand():
+    """The share of an answer's tokens carrying half its |weight|: uniform 4 tokens -> 2/4; one heavy token of
+    weight 3 among three of 1/3 (total 4) -> 1/4; the mask's padding is not counted; no token -> nan."""
+    from mmrl.methods.base import tokens_for_mass, weight_metrics
+
+    w = torch.tensor([[1.0, 1.0, 1.0, 1.0], [3.0, 1 / 3, 1 / 3, 1 / 3], [1.0, 1.0, 9.0, 9.0], [1.0, 1.0, 1.0, 1.0]])
+    mask = torch.tensor([[1, 1, 1, 1], [1, 1, 1, 1], [1, 1, 0, 0], [0, 0, 0, 0]], dtype=torch.bool)
+    got = tokens_for_mass(w, mask)
+    assert got[:3].tolist() == pytest.approx([0.5, 0.25, 0.5]) and torch.isnan(got[3])
+    assert weight_metrics("x", w, mask)["x/tokens_for_half"] == pytest.approx((0.5 + 0.25 + 0.5) / 3)

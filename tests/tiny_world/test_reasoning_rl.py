@@ -193,7 +193,8 @@ def test_dllm_comparison_smoke_with_the_trust_region(tmp_path, monkeypatch, smok
     region on the `countdown3-md` base; per-item scores and paired intervals land in results.json."""
     monkeypatch.setenv("MMRL_CACHE", str(smoke_cache))
     res = reasoning_rl.run_reasoning_comparison("dllm-countdown3", tmp_path / "rep", seeds=1, smoke=True, progress=False,
-                                                rollouts=1, arms=["DMPO F=8, trust region 0.05"])  # 8 steps on 1 rollout
+                                                rollouts=1, arms=["DMPO F=8, trust region 0.05"],  # 8 steps on 1 rollout
+                                                baselines=False)  # (rows: below)
     run = res["arms"]["DMPO F=8, trust region 0.05"][0]
     assert len(run["items"]["greedy"]) == len(res["before_items"]["greedy"]) == 16
     gain = res["intervals"]["gain"]["DMPO F=8, trust region 0.05"]["greedy"]
@@ -379,3 +380,135 @@ def test_dllm_correct_only_arm_is_dmpo_arm_with_its_baseline(tmp_path):
     diff = {f.name for f in dataclasses.fields(arm) if getattr(arm, f.name) != getattr(ref, f.name)}
     assert diff == {"dmpo_baseline"} and arm.dmpo_baseline == "correct_only" and ref.dmpo_baseline == "group"
     assert (arm.dmpo_baseline_strength, arm.num_iterations, arm.max_steps) == (1.0, 1, 20)
+
+
+def test_dllm_correct_only_kl_controls_differ_in_one_field(tmp_path):
+    """The KL controls of `dllm-countdown3`: `DMPO_CORRECT_ONLY` (which keeps the recipe's beta 0.1) and its no-KL twin
+    differ in beta alone; the reference-target arm differs from the no-KL twin in the target alone."""
+    import dataclasses
+
+    name = "dllm-countdown3"
+    kl = load_config(None, reasoning_rl.arm_config(name, reasoning_rl.DMPO_CORRECT_ONLY, seed=0, out=tmp_path, rollouts=20))
+    nokl = load_config(None, reasoning_rl.arm_config(name, reasoning_rl.DMPO_CORRECT_ONLY_NO_KL, seed=0, out=tmp_path,
+                                                     rollouts=20))
+    diff = {f.name for f in dataclasses.fields(kl) if getattr(kl, f.name) != getattr(nokl, f.name)}
+    assert diff == {"beta"} and (kl.beta, nokl.beta) == (0.1, 0.0)
+    assert nokl.dmpo_baseline == "correct_only" and nokl.method == "dmpo"
+    ref = load_config(None, reasoning_rl.arm_config(name, reasoning_rl.DMPO_CORRECT_ONLY_REFERENCE, seed=0, out=tmp_path,
+                                                    rollouts=20))
+    diff = {f.name for f in dataclasses.fields(ref) if getattr(ref, f.name) != getattr(nokl, f.name)}
+    assert diff == {"dmpo_target"} and (ref.dmpo_target, nokl.dmpo_target) == ("reference", "behaviour")
+
+
+def test_pass_at_k_by_hand():
+    # 4 samples, 1 right: pass@2 = 1 - C(3, 2) / C(4, 2) = 1 - 3/6
+    assert reasoning_rl.pass_at_k(4, 1, 2) == pytest.approx(0.5)
+    assert reasoning_rl.pass_at_k(4, 1, 1) == pytest.approx(0.25)  # pass@1 is the share right
+    assert reasoning_rl.pass_at_k(16, 0, 4) == 0.0 and reasoning_rl.pass_at_k(16, 13, 4) == 1.0  # n - c < k
+    assert reasoning_rl.pass_at_k(16, 2, 16) == 1.0 and reasoning_rl.pass_at_k(16, 0, 16) == 0.0
+    with pytest.raises(ValueError, match="pass_at_k"):
+        reasoning_rl.pass_at_k(4, 5, 2)
+
+
+def test_held_out_items_pass_at_j_and_stacked():
+    """pass@j from k samples lies between the sampled accuracy and pass@k; the stacked pass gives the same figures'
+    shapes and ranges."""
+    from mmrl.models import adapter_class
+    from mmrl.core.registry import REWARDS
+
+    @REWARDS.register("_first_char_is_b") if "_first_char_is_b" not in REWARDS else (lambda f: f)
+    def _first_char_is_b(prompts, completions, **kw):
+        return [1.0 if str(c).startswith("b") else 0.0 for c in completions]
+
+    pol = adapter_class("causal_lm").tiny(seed=0, max_new_tokens=2)
+    rows = [{"prompt": "xy"}, {"prompt": "z"}, {"prompt": "q"}]
+    for stacked in (False, True):
+        summary, items = reasoning_rl.held_out_items(pol, rows, "_first_char_is_b", "causal_lm", 2, k=8, ks=(1, 4),
+                                                     stacked=stacked, batch_size=5)
+        assert items["pass@1"] == pytest.approx(items["sampled"])
+        assert all(s <= p4 + 1e-9 <= p + 2e-9 for s, p4, p in zip(items["sampled"], items["pass@4"], items["pass"]))
+        assert summary["pass@4"] == pytest.approx(sum(items["pass@4"]) / 3) and set(summary) >= {"pass@8", "pass@4"}
+
+
+def test_long_answer_comparison_wiring(tmp_path):
+    """dgpo-countdown4-steps: the three arms on one recipe and rollout count; DGPO is DAPO's recipe with DGPO's
+    method (its token credit the only difference); DAPO's overlong buffer is L / 5; four curve points a run; the
+    regime comparison's GRPO run is this comparison's GRPO run."""
+    name = "dgpo-countdown4-steps"
+    comp = reasoning_rl.COMPARISONS[name]
+    cfgs = {a: load_config(None, reasoning_rl.arm_config(name, a, seed=1, out=tmp_path)) for a in comp["arms"]}
+    grpo, dgpo, dapo = cfgs["GRPO"], cfgs["DGPO"], cfgs[reasoning_rl.DAPO_RECIPE]
+    assert (grpo.method, dgpo.method, dapo.method) == ("grpo", "dgpo", "dapo")
+    assert grpo.max_steps == dgpo.max_steps == dapo.max_steps == comp["rollouts"]
+    assert grpo.eval_steps == comp["rollouts"] // 4 and grpo.beta == dgpo.beta == dapo.beta == 0.0
+    assert not grpo.dynamic_sampling and dgpo.dynamic_sampling and dapo.dynamic_sampling
+    assert dapo.overlong_penalty and dapo.overlong_buffer_len == 34 and dapo.max_completion_length == 170
+    diff = {k for k, v in dgpo.to_dict().items() if dapo.to_dict()[k] != v}
+    assert diff <= {"method"}, diff  # every option the same but the method
+    assert grpo.prompts_per_rollout * grpo.num_generations == 64 and grpo.model_name_or_path.endswith("countdown4-steps-ar")
+    regime = reasoning_rl.arm_config("grpo-regime-countdown4-steps", "GRPO", seed=1, out=tmp_path)
+    assert regime == reasoning_rl.arm_config(name, "GRPO", seed=1, out=tmp_path)
+
+
+def test_dllm_baseline_rows_rft_and_continued_sft_then_the_report(tmp_path, monkeypatch):
+    """The masked-diffusion comparison's baseline rows (`only_baselines`, no RL arm run): RFT at the first arm's
+    rollouts and continued SFT on right answers at its optimizer steps x answers per step, both fitted with the base
+    recipe's own loss (countdown3-md: no 1/t, mean over masked tokens); best-of-n at its answers per prompt; then a
+    report over a saved RL arm shows every row, pass@k and each difference. A tiny untrained policy stands in for the
+    base and a stand-in scorer reads the weights, so a row that did not train scores as the base."""
+    from mmrl.models.masked_diffusion import MaskedDiffusionAdapter
+    from mmrl.tiny_world import models, rft
+
+    monkeypatch.setattr(models, "load_base_policy", lambda name, **kw: MaskedDiffusionAdapter.tiny(seed=0, gen_length=16, hidden_size=32))
+    calls = {"options": [], "fits": []}
+    nll, fit = rft.masked_diffusion_nll, rft.fit_batches
+    monkeypatch.setattr(rft, "masked_diffusion_nll", lambda seed=0, **o: calls["options"].append(o) or nll(seed, **o))
+    monkeypatch.setattr(rft, "fit_batches", lambda pol, batches, *a, **kw: calls["fits"].append(list(batches)) or fit(pol, batches, *a, **kw))
+
+    def scorer(policy, rows, metric, family, length, k=4, batch_size=128, shortcut_op=None, **kw):
+        w = float(sum(p.detach().double().sum() for p in policy.model.parameters()))  # moves when the weights do
+        x = [float((i + int(abs(w) * 1e4)) % 3 == 0) for i in range(len(rows))]
+        items = {"greedy": x, "sampled": x, "pass": x, "best": x, "shortcut": [0.0] * len(rows), "right_not_shortcut": x,
+                 "greedy_shortcut": [0.0] * len(rows)}
+        return {"greedy": sum(x) / len(x), "sampled": sum(x) / len(x), f"pass@{k}": sum(x) / len(x), "w": w}, items
+
+    monkeypatch.setattr(reasoning_rl, "held_out_items", scorer)
+    name, arm = "dllm-countdown3", "diffu-GRPO"
+    out = reasoning_rl.run_reasoning_comparison(name, tmp_path, seeds=1, smoke=True, progress=False, arms=[arm],
+                                                only_baselines=True, resume=True)
+    root = tmp_path / name
+    sft, rft_row = reasoning_rl.CONTINUED_SFT_ARM, reasoning_rl.RFT_ARM
+    assert sorted(out["baseline_runs"]) == sorted([rft_row, sft]) and not (root / "runs" / "diffu_grpo-seed0").exists()
+    assert calls["options"] and all(o == {"time_weight": "none", "normalise": "masked"} for o in calls["options"])
+    base_w = json.loads((root / "base.json").read_text())["before"]["w"]
+    answers = {r["solution"] for r in __import__("mmrl.data.tasks", fromlist=["load_task"]).load_task("countdown3").train}
+    for seed in (0,):
+        r = json.loads((root / "runs" / reasoning_rl.run_slug(rft_row, seed) / "result.json").read_text())
+        s = json.loads((root / "runs" / reasoning_rl.run_slug(sft, seed) / "result.json").read_text())
+        assert r["rollouts"] == 2 * 8 * 4 and r["steps"] == 2  # smoke: 2 rollout batches of 8 problems x 4 answers
+        assert s["rollouts"] == 0 and s["steps"] == 2 and s["trained_sequences"] == 2 * 32 and len(s["loss"]) == 2
+        assert s["after"]["w"] != base_w  # the continued SFT trained the weights
+    sft_fits = [b for b in calls["fits"] if b and isinstance(b[0], tuple)]
+    assert len(sft_fits) == 1 and all(len(b) == 2 for b in sft_fits)
+    pol = MaskedDiffusionAdapter.tiny(seed=0, gen_length=16, hidden_size=32)
+    for x_p, m_p, x_r, fixed in sft_fits[0]:
+        assert x_r.shape == (32, 16) and not fixed.any()
+        assert all(pol.tokenizer.decode(row).split(pol.tokenizer.eos_token)[0].replace(" ", "") in answers for row in x_r)
+    assert json.loads((root / "best_of_n.json").read_text())["n"] == 4  # the first arm's answers per prompt
+    # an RL arm's saved runs (as another call leaves them), then the report over every row
+    for seed in (0,):
+        d = root / "runs" / reasoning_rl.run_slug(arm, seed)
+        d.mkdir(parents=True)
+        x = [1.0] * 16
+        (d / "result.json").write_text(json.dumps({"seed": seed, "after": {"greedy": 1.0, "sampled": 1.0, "pass@2": 1.0},
+                                                   "items": {"greedy": x, "sampled": x, "pass": x, "best": x, "shortcut": [0.0] * 16,
+                                                             "right_not_shortcut": x, "greedy_shortcut": [0.0] * 16},
+                                                   "seconds": 1.0, "rollouts": 64, "steps": 2}))
+    res = reasoning_rl.run_reasoning_comparison(name, tmp_path, seeds=1, smoke=True, progress=False, arms=[arm], report_only=True)
+    assert list(res["arms"]) == [arm, rft_row, sft] and res["seeds_used"] == [0]
+    assert {f"{arm} - {rft_row}", f"{arm} - {sft}", f"{arm} - best-of-4 from the base"} <= set(res["differences"])
+    table = (root / "table.md").read_text()
+    assert f"{sft} (1 seeds)" in table and "RFT (1 seeds)" in table and reasoning_rl.best_of_label(4) in table
+    assert "pass@2" in table.splitlines()[0] and "64 sequences fitted per run" in table
+    with pytest.raises(ValueError, match="only_baselines"):
+        reasoning_rl.run_reasoning_comparison(name, tmp_path, smoke=True, progress=False, only_baselines=True, report_only=True)
