@@ -14,6 +14,8 @@ from typing import Any, Sequence
 
 import torch
 
+from mmrl.tiny_world.models import SMOKE_BASE_STEPS
+
 logger = logging.getLogger(__name__)
 
 
@@ -360,8 +362,6 @@ COMPARISONS["grpo-regime-countdown4-steps"] = {
 SMOKE = {"per_device_train_batch_size": 32, "num_generations": 4, "eval_limit": 16}
 """`--smoke`: 2 rollout batches of 8 prompts x 4 answers, 16 evaluation rows (CI plumbing check)."""
 
-SMOKE_BASE_STEPS = 20
-"""Pre-training steps of the base under `--smoke` (a separately cached, nearly untrained model)."""
 
 FINAL_ROWS = 256
 """Held-out rows of the before / after figures (x `FINAL_SAMPLES` sampled answers each)."""
