@@ -135,8 +135,9 @@ def run_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int 
       answers), fully solved ones kept, one step per rollout batch, the same loss and optimizer as the clean SFT
       row (`mmrl.tiny_world.rft`);
     - best-of-n from the base: n = the arms' answers per puzzle, sampled as in training, the puzzle scored by its
-      best answer (the reward as the verifier: it reads the solution, so an oracle reranker's ceiling).
-    """
+      best answer (the reward as the verifier: it reads the solution, so an oracle reranker's ceiling), and the same
+      n answers reranked as a user could: the one with the fewest violated constraints (`sudoku4_verifier`, which
+      reads only the puzzle)."""
     from mmrl.config.train_config import load_config
     from mmrl.data.tasks import load_task
     from mmrl.tiny_world import register
@@ -147,6 +148,7 @@ def run_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int 
     from mmrl.tiny_world.reasoning_rl import held_out_items, sampled_generation
     from mmrl.tiny_world.rft import fit_batches, masked_diffusion_nll, rejection_sampling_ft, truth_batches
     from mmrl.tiny_world.stats import difference_interval, mean_interval
+    from mmrl.tiny_world.tasks import sudoku4_verifier
     from mmrl.tiny_world.report import curve, fmt, markdown_table, mean_std, plot_curves
     from mmrl.training.trainer import Trainer
 
@@ -174,7 +176,7 @@ def run_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int 
     best = None
     if baselines:
         t0 = time.perf_counter()
-        best = held_out_items(base_policy, test, task.metric, "masked_diffusion", 16, k=n_best)
+        best = held_out_items(base_policy, test, task.metric, "masked_diffusion", 16, k=n_best, verifier=sudoku4_verifier)
         best = {**best[0], "items": best[1], "seconds": time.perf_counter() - t0}
     arms: dict[str, list[dict]] = {}
 
@@ -227,6 +229,10 @@ def run_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int 
         rows.append([f"{best_label}: {n_best} sampled answers per puzzle, the best by the reward",
                      mean_interval([best["items"]["best"]]).fmt(), gains[best_label].fmt(signed=True), "-", "-",
                      f"{best['seconds']:.0f}"])
+        verified_label = f"best-of-{n_best} (base), constraint verifier"
+        gains[verified_label] = difference_interval([best["items"]["verified"]], base_m)
+        rows.append([f"{verified_label}: the answer with the fewest violated Sudoku constraints (reads only the puzzle)",
+                     mean_interval([best["items"]["verified"]]).fmt(), gains[verified_label].fmt(signed=True), "-", "-", "-"])
         rows.append([f"base, one sampled answer (T = 1, mean of {n_best})", mean_interval([best["items"]["sampled"]]).fmt(),
                      difference_interval([best["items"]["sampled"]], base_m).fmt(signed=True), "-", "-", "-"])
     for arm, runs in arms.items():
@@ -244,9 +250,10 @@ def run_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int 
     table = markdown_table(["model", "test cell accuracy (%) [95% CI]", "gain over the base (points) [95% CI]",
                             "validation cell accuracy, last eval (%)", "train reward, first / last 5 steps (%)", "s per run"], rows)
     rl = list(COMPARISONS[name])
-    refs = [r for r in (CLEAN_SFT_ROW, RFT_ROW) if r in arms] + ([best_label] if best is not None else [])
+    refs = [r for r in (CLEAN_SFT_ROW, RFT_ROW) if r in arms] + ([best_label, verified_label] if best is not None else [])
     ref_items = {**{r: [x["items"] for x in arms[r]] for r in refs if r in arms},
-                 **({best_label: [best["items"]["best"]]} if best is not None else {})}
+                 **({best_label: [best["items"]["best"]], verified_label: [best["items"]["verified"]]}
+                    if best is not None else {})}
     diffs: dict[str, Any] = {}
     for i, a in enumerate(rl):
         for b in rl[i + 1:]:

@@ -363,3 +363,21 @@ def test_a_parse_that_timed_out_is_tried_again_not_remembered_as_unparseable(mon
     assert text_math.math_equal("\\frac{5}{7}", "\\frac{10}{14}") is False  # the timed-out parse
     assert fired
     assert text_math.math_equal("\\frac{5}{7}", "\\frac{10}{14}") is True
+
+
+def test_sudoku_violations_by_hand():
+    from mmrl.rewards.sudoku import sudoku_violations
+
+    solution = "1234341221434321"  # rows 1234 / 3412 / 2143 / 4321
+    puzzle = "1030000221400300"  # givens at cells 0, 2, 7, 8, 9, 10, 13
+    assert sudoku_violations(solution, puzzle) == 0
+    # one blank cell wrong (cell 1: 2 -> 4): row 0 repeats 4 once, column 1 repeats 4 once, box 0 repeats 4 once
+    assert sudoku_violations("1434341221434321", puzzle) == 3
+    # a given cell changed (cell 0: 1 -> 2): the given, row 0, column 0 and box 0 each count once
+    assert sudoku_violations("2234341221434321", puzzle) == 4
+    # a cell left blank ("0") counts once, and its row, column and box do not count it again
+    assert sudoku_violations("1034341221434321", puzzle) == 1
+    # short answers are padded with blanks: 8 missing cells, 4 of them givens (cells 8, 9, 10, 13)
+    assert sudoku_violations("12343412", puzzle) == 8 + 4
+    with pytest.raises(ValueError, match="puzzle has 12 cells"):
+        sudoku_violations("1" * 12, "0" * 12)

@@ -92,12 +92,14 @@ def test_sudoku_dmpo_vs_d1_smoke_has_the_baseline_rows(tmp_path, monkeypatch, sm
     best = res["best_of_n"]["items"]  # best-of-4 from the base: each puzzle's best sample, at least its mean sample
     assert res["n_best"] == 4 and all(b >= s for b, s in zip(best["best"], best["sampled"]))
     assert best["greedy"] == res["base_items"]  # the same greedy decoding as the base row
+    assert all(v <= b for v, b in zip(best["verified"], best["best"]))  # the verifier's pick is one of the samples
+    assert "dmpo, F=1 - best-of-4 (base), constraint verifier" in res["differences"]
     gain = res["gains"]["dmpo, F=1"]
     assert gain["low"] <= gain["estimate"] <= gain["high"] and gain["n_items"] == n
     assert {"dmpo, F=1 - diffu-grpo (d1), F=1", f"dmpo, F=1 - {CLEAN_SFT_ROW}", f"diffu-grpo (d1), F=1 - {RFT_ROW}",
             "dmpo, F=1 - best-of-4 (base)"} <= set(res["differences"])
     table = (root / "table.md").read_text()
-    assert all(x in table for x in ("base model", "best-of-4", CLEAN_SFT_ROW, RFT_ROW, "[95% CI]", "claimed"))
+    assert all(x in table for x in ("base model", "best-of-4", "constraint verifier", CLEAN_SFT_ROW, RFT_ROW, "[95% CI]", "claimed"))
     assert (root / "accuracy.png").read_bytes()[:4] == b"\x89PNG"  # the validation curves
 
 
