@@ -14,6 +14,8 @@ from typing import Any, Sequence
 
 import torch
 
+from mmrl.tiny_world.models import SMOKE_BASE_STEPS
+
 logger = logging.getLogger(__name__)
 
 
@@ -360,8 +362,6 @@ COMPARISONS["grpo-regime-countdown4-steps"] = {
 SMOKE = {"per_device_train_batch_size": 32, "num_generations": 4, "eval_limit": 16}
 """`--smoke`: 2 rollout batches of 8 prompts x 4 answers, 16 evaluation rows (CI plumbing check)."""
 
-SMOKE_BASE_STEPS = 20
-"""Pre-training steps of the base under `--smoke` (a separately cached, nearly untrained model)."""
 
 FINAL_ROWS = 256
 """Held-out rows of the before / after figures (x `FINAL_SAMPLES` sampled answers each)."""
@@ -554,10 +554,14 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
     ck = (2 if smoke else curve_opts["samples"]) if curve_opts else 0
     cks = tuple(j for j in (curve_opts or {}).get("ks", ()) if j < ck)
 
-    def curve_eval(pol) -> dict[str, float]:
-        """The validation curve's point: greedy accuracy, sampled pass@1 (eval/accuracy) and pass@j, pass@ck."""
+    def curve_eval(pol, sink: Path | None = None, step: int = 0) -> dict[str, float]:
+        """The validation curve's point: greedy accuracy, sampled pass@1 (eval/accuracy) and pass@j, pass@ck; its
+        per-problem items appended to `sink` (a jsonl of {"step", "items"}) when given."""
         t0 = time.perf_counter()
-        a, _ = held_out_items(pol, val_rows, task.metric, recipe["family"], L, ck, ks=cks, **eval_opts)
+        a, it = held_out_items(pol, val_rows, task.metric, recipe["family"], L, ck, ks=cks, **eval_opts)
+        if sink is not None:
+            with open(sink, "a") as f:
+                f.write(json.dumps({"step": step, "items": it}) + "\n")
         return {"eval/accuracy": a["sampled"], "eval/greedy": a["greedy"],
                 **{f"eval/{x}": v for x, v in a.items() if x.startswith("pass@")}, "perf/eval_time": time.perf_counter() - t0}
     t_all = time.perf_counter()
@@ -572,7 +576,7 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
         if baselines and base_name in CLEAN_REFERENCES:
             ref, ref_items = score(load_base_policy(CLEAN_REFERENCES[base_name], progress=progress, steps=base_steps), rows)
         saved_base = {"before": before, "before_items": before_items, "ref": ref, "ref_items": ref_items,
-                      "validation": curve_eval(base_policy) if curve_opts else None}
+                      "validation": curve_eval(base_policy, root / "base_validation_items.jsonl") if curve_opts else None}
         base_file.write_text(json.dumps(saved_base))
     before, before_items, ref, ref_items = (saved_base[x] for x in ("before", "before_items", "ref", "ref_items"))
     base_val = saved_base.get("validation")  # the curves' step 0
@@ -640,7 +644,8 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
         trainer = Trainer(cfg, policy=policy, dataset=task.train, reward_funcs=cfg.reward_funcs, eval_dataset=val_rows,
                           eval_metric=task.metric)
         if curve_opts and cfg.eval_steps:
-            trainer.evaluate = lambda: curve_eval(policy)  # the instance's own: `_evaluate_or_save` calls self.evaluate
+            # the instance's own: `_evaluate_or_save` calls self.evaluate
+            trainer.evaluate = lambda: curve_eval(policy, run_dir / "validation_items.jsonl", trainer.step)
         snap_secs = [0.0]
 
         def take(step: int, sampled: int) -> dict[str, Any]:
@@ -833,7 +838,25 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
                 continue  # (curve_points 0: the base's validation figures only)
             plot_curves({a: [[(0, base_val[key])] + curve(r["records"], key) for r in runs] for a, runs in trained.items()},
                         root / f"validation_{key.split('/')[1].replace('@', '')}.png", baseline=base_val[key],
-                        title=f"{name}: validation {label}, {len(val_rows)} problems x {ck}", ylabel=label.split(" (")[0])
+                        title=f"{name}\nvalidation {label}, {len(val_rows)} problems x {ck} samples", ylabel=label.split(" (")[0])
+    val_final: dict[str, Any] = {}  # the last validation point of each arm against the base's, paired over problems
+    base_val_file = root / "base_validation_items.jsonl"
+    if curve_opts and base_val_file.exists():
+        base_vi = json.loads(base_val_file.read_text().splitlines()[-1])["items"]
+        for a, runs in trained.items():
+            files = [root / "runs" / run_slug(a, r["seed"]) / "validation_items.jsonl" for r in runs]
+            if not all(f.exists() for f in files):
+                continue
+            last_ = [json.loads(f.read_text().splitlines()[-1]) for f in files]
+            val_final[a] = {"step": last_[0]["step"], **{x: difference_interval([v["items"][x] for v in last_], base_vi[x]).to_dict()
+                                                         for x in ("greedy", "sampled", *[f"pass@{j}" for j in cks], "pass")}}
+        if val_final:
+            table += "\n\n" + markdown_table(
+                ["validation, last curve point - base (points)", "step", "greedy [95% CI]", "pass@1 [95% CI]",
+                 *[f"pass@{j} [95% CI]" for j in cks], f"pass@{ck} [95% CI]"],
+                [[a, str(v["step"]), *[Interval(**{y: z for y, z in v[x].items() if y != "excludes_zero"}).fmt(signed=True)
+                                       for x in ("greedy", "sampled", *[f"pass@{j}" for j in cks], "pass")]]
+                 for a, v in val_final.items()])
     total = time.perf_counter() - t_all
     scores_ = tuple(x for x in comp.get("interval_scores", ("greedy", "sampled")) if x in before_items)  # (smoke: k = 2)
     paired = paired_intervals(before_items, {a: [r["items"] for r in runs] for a, runs in arms.items()}, scores_)
@@ -846,7 +869,7 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
                for d, v in paired["difference"].items()])
     for line in paired.get("lines", []):
         say(f"[{name}] {line}")
-    results = {"name": name, "base": base_name, "before": before, "before_items": before_items, "base_validation": base_val, "seeds": seeds,
+    results = {"name": name, "base": base_name, "before": before, "before_items": before_items, "base_validation": base_val, "validation_final": val_final, "seeds": seeds,
                "seeds_used": use, "seconds": total, "run_seconds": {a: [r["seconds"] for r in runs] for a, runs in arms.items()},
                "smoke": smoke, "table": table, "protocol": "curves on validation, test once per run; paired bootstrap 95% CI "
                                                           "over test rows and seeds",

@@ -143,7 +143,8 @@ def run_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int 
     from mmrl.reporting.metrics_log import read_metrics
     from mmrl.tiny_world.models import load_base_policy
     from mmrl.tiny_world.quickstart import evaluate_items
-    from mmrl.tiny_world.reasoning_rl import SMOKE_BASE_STEPS, held_out_items, sampled_generation
+    from mmrl.tiny_world.models import SMOKE_BASE_STEPS
+    from mmrl.tiny_world.reasoning_rl import held_out_items, sampled_generation
     from mmrl.tiny_world.rft import fit_batches, masked_diffusion_nll, rejection_sampling_ft, truth_batches
     from mmrl.tiny_world.stats import difference_interval, mean_interval
     from mmrl.tiny_world.report import curve, fmt, markdown_table, mean_std, plot_curves

@@ -70,12 +70,12 @@ def test_sudoku_dmpo_vs_d1_arms_differ_only_in_the_method(tmp_path):
     assert ca.max_steps == 10 and ca.per_device_train_batch_size == 128 and ca.num_generations == 16 and ca.beta == 0.1
 
 
-def test_sudoku_dmpo_vs_d1_smoke_has_the_baseline_rows(tmp_path, monkeypatch):
+def test_sudoku_dmpo_vs_d1_smoke_has_the_baseline_rows(tmp_path, monkeypatch, smoke_cache):
     """The Sudoku comparison end to end at smoke size (20-step base, one rollout batch of 8 x 4, 16 test puzzles):
     the RL rows and the clean-SFT, RFT and best-of-n rows, per-puzzle scores per seed, the paired intervals."""
     from mmrl.tiny_world.replicate import CLEAN_SFT_ROW, COMPARISONS, RFT_ROW
 
-    monkeypatch.setenv("MMRL_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("MMRL_CACHE", str(smoke_cache))
     assert main(["replicate", "dmpo-vs-d1", "--smoke", "--seeds", "1", "--rollouts", "1", "--out", str(tmp_path / "rep")]) == 0
     root = tmp_path / "rep" / "dmpo-vs-d1"
     res = json.loads((root / "results.json").read_text())
@@ -101,11 +101,11 @@ def test_sudoku_dmpo_vs_d1_smoke_has_the_baseline_rows(tmp_path, monkeypatch):
     assert (root / "accuracy.png").read_bytes()[:4] == b"\x89PNG"  # the validation curves
 
 
-def test_shapes_quickstart_smoke_writes_report(tmp_path, monkeypatch):
+def test_shapes_quickstart_smoke_writes_report(tmp_path, monkeypatch, smoke_cache):
     """The default main command (GCPO on the shapes world) end to end at smoke size: a 20-step base, 2 RL steps."""
     from mmrl.geneval.rules import TASKS
 
-    monkeypatch.setenv("MMRL_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("MMRL_CACHE", str(smoke_cache))
     out = tmp_path / "qs"
     assert main(["quickstart", "--smoke", "--out", str(out)]) == 0
     res = json.loads((out / "results.json").read_text())
@@ -129,8 +129,8 @@ def test_shapes_quickstart_smoke_writes_report(tmp_path, monkeypatch):
     assert (out / "grid.png").read_bytes()[:4] == b"\x89PNG"
 
 
-def test_gcpo_vs_grpo_smoke(tmp_path, monkeypatch):
-    monkeypatch.setenv("MMRL_CACHE", str(tmp_path / "cache"))
+def test_gcpo_vs_grpo_smoke(tmp_path, monkeypatch, smoke_cache):
+    monkeypatch.setenv("MMRL_CACHE", str(smoke_cache))
     assert main(["replicate", "gcpo-vs-grpo", "--smoke", "--seeds", "1", "--lr", "2.5e-4", "--out", str(tmp_path / "rep")]) == 0
     root = tmp_path / "rep" / "gcpo-vs-grpo"
     res = json.loads((root / "results.json").read_text())
@@ -149,14 +149,14 @@ def test_gcpo_vs_grpo_smoke(tmp_path, monkeypatch):
     assert "GRPO (1 seed)" in table and "GCPO (1 seed)" in table and "gain vs base" in table and "share of the gap" in table
 
 
-def test_gcpo_vs_grpo_lr_choice_scores_validation_only(tmp_path, monkeypatch):
+def test_gcpo_vs_grpo_lr_choice_scores_validation_only(tmp_path, monkeypatch, smoke_cache):
     """`mmrl replicate gcpo-vs-grpo-lr` trains both arms at each lr and scores validation prompts only: no test
     prompt is ever evaluated, and the chosen lr is the one with the best validation mean over the two arms."""
     from mmrl.data.tasks import load_task
     from mmrl.tiny_world import register
     from mmrl.tiny_world.shapes_rl import LR_CHOICES
 
-    monkeypatch.setenv("MMRL_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("MMRL_CACHE", str(smoke_cache))
     assert main(["replicate", "gcpo-vs-grpo-lr", "--smoke", "--seeds", "1", "--out", str(tmp_path / "rep")]) == 0
     root = tmp_path / "rep" / "gcpo-vs-grpo-lr"
     choice = json.loads((root / "choice.json").read_text())

@@ -78,8 +78,8 @@ def test_held_out_greedy_sampled_pass_at_k():
     assert all(p >= s for p, s in zip(items["pass"], items["sampled"]))
 
 
-def test_reasoning_comparison_smoke(tmp_path, monkeypatch):
-    monkeypatch.setenv("MMRL_CACHE", str(tmp_path / "cache"))
+def test_reasoning_comparison_smoke(tmp_path, monkeypatch, smoke_cache):
+    monkeypatch.setenv("MMRL_CACHE", str(smoke_cache))
     dapo = reasoning_rl.DAPO_RECIPE
     assert main(["replicate", "dgpo-vs-grpo", "--smoke", "--seeds", "1", "--out", str(tmp_path / "rep"), "--arm", "GRPO",
                  "--arm", "DGPO", "--arm", dapo]) == 0
@@ -110,8 +110,8 @@ def test_reasoning_comparison_smoke(tmp_path, monkeypatch):
         assert (root / png).read_bytes()[:4] == b"\x89PNG"
 
 
-def test_overfit_pool_smoke(tmp_path, monkeypatch):
-    monkeypatch.setenv("MMRL_CACHE", str(tmp_path / "cache"))
+def test_overfit_pool_smoke(tmp_path, monkeypatch, smoke_cache):
+    monkeypatch.setenv("MMRL_CACHE", str(smoke_cache))
     res = overfit_pool.run_overfit_pool(tmp_path / "rep", seeds=1, smoke=True, progress=False,
                                         only=[("causal_lm", "grpo"), ("causal_lm", "dmpo")])
     assert set(res["cells"]) == {"causal_lm / grpo", "causal_lm / dmpo"}
@@ -188,12 +188,13 @@ def test_shortcut_share_counts_the_shortcut_per_step(tmp_path):
     assert reasoning_rl.shortcut_share(tmp_path / "missing") == []
 
 
-def test_dllm_comparison_smoke_with_the_trust_region(tmp_path, monkeypatch):
+def test_dllm_comparison_smoke_with_the_trust_region(tmp_path, monkeypatch, smoke_cache):
     """The masked-diffusion Countdown comparison end to end at smoke size: DMPO with reuse F = 8 under the trust
     region on the `countdown3-md` base; per-item scores and paired intervals land in results.json."""
-    monkeypatch.setenv("MMRL_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("MMRL_CACHE", str(smoke_cache))
     res = reasoning_rl.run_reasoning_comparison("dllm-countdown3", tmp_path / "rep", seeds=1, smoke=True, progress=False,
-                                                arms=["DMPO F=8, trust region 0.05"], baselines=False)  # (rows: below)
+                                                rollouts=1, arms=["DMPO F=8, trust region 0.05"],  # 8 steps on 1 rollout
+                                                baselines=False)  # (rows: below)
     run = res["arms"]["DMPO F=8, trust region 0.05"][0]
     assert len(run["items"]["greedy"]) == len(res["before_items"]["greedy"]) == 16
     gain = res["intervals"]["gain"]["DMPO F=8, trust region 0.05"]["greedy"]
@@ -256,10 +257,10 @@ def test_dmpo_kl_2x2_arms_differ_only_in_method_and_beta(tmp_path):
     assert cfgs["DMPO, no KL"].weight_decay == 0.0 and cfgs["DMPO, KL 0.1"].num_iterations == 1
 
 
-def test_dmpo_kl_comparison_smoke(tmp_path, monkeypatch):
+def test_dmpo_kl_comparison_smoke(tmp_path, monkeypatch, smoke_cache):
     """The 2 x 2's DMPO-with-KL arm end to end at smoke size: the KL term is logged every step, the test items carry
     the shortcut counts, and the table has the shortcut columns and their differences."""
-    monkeypatch.setenv("MMRL_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("MMRL_CACHE", str(smoke_cache))
     res = reasoning_rl.run_reasoning_comparison("dmpo-kl-countdown3", tmp_path / "rep", seeds=1, smoke=True, progress=False,
                                                 arms=["DMPO, KL 0.1", "diffu-GRPO, no KL"], baselines=False)
     n = len(res["test_prompts"])
