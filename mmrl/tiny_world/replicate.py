@@ -173,6 +173,7 @@ def run_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int 
     t_all = time.perf_counter()
     base_policy = load_base_policy("sudoku4", progress=progress, steps=base_steps)
     base, base_items = evaluate_items(base_policy, test, task.metric)
+    base_val, _ = evaluate_items(base_policy, val, task.metric)  # the curves' starting point (validation column)
     best = None
     if baselines:
         t0 = time.perf_counter()
@@ -221,7 +222,7 @@ def run_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int 
     total = time.perf_counter() - t_all
 
     base_m = [base_items]
-    rows = [["base model", mean_interval(base_m).fmt(), "-", "-", "-", "-"]]
+    rows = [["base model", mean_interval(base_m).fmt(), "-", fmt(base_val), "-", "-"]]
     gains: dict[str, Any] = {}
     best_label = f"best-of-{n_best} (base)"
     if best is not None:
@@ -271,7 +272,7 @@ def run_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int 
     plot_curves({a: [curve(r["records"], "reward", smooth=5) for r in runs] for a, runs in arms.items() if runs[0]["records"]},
                 root / "reward.png", title=f"{name}: training reward", ylabel="reward")
     results = {"name": name, "protocol": "curves on validation, test once per run; paired bootstrap 95% CI over test puzzles and seeds",
-               "base": base, "base_items": base_items, "test_puzzles": [r["puzzle"] for r in test],
+               "base": base, "base_items": base_items, "base_validation": base_val, "test_puzzles": [r["puzzle"] for r in test],
                "validation_puzzles": len(val), "best_of_n": best, "n_best": n_best,
                "gains": {a: iv.to_dict() for a, iv in gains.items()},
                "differences": {k: v.to_dict() for k, v in diffs.items()}, "table": table,

@@ -100,6 +100,8 @@ def test_sudoku_dmpo_vs_d1_smoke_has_the_baseline_rows(tmp_path, monkeypatch, sm
             "dmpo, F=1 - best-of-4 (base)"} <= set(res["differences"])
     table = (root / "table.md").read_text()
     assert all(x in table for x in ("base model", "best-of-4", "constraint verifier", CLEAN_SFT_ROW, RFT_ROW, "[95% CI]", "claimed"))
+    base_row = next(line for line in table.splitlines() if line.startswith("| base model |"))
+    assert base_row.split("|")[4].strip() == f"{100 * res['base_validation']:.1f}"  # the curves' start, on validation
     assert (root / "accuracy.png").read_bytes()[:4] == b"\x89PNG"  # the validation curves
 
 
