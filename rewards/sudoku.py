@@ -56,6 +56,26 @@ def sudoku_violations(digits: str, puzzle: str) -> int:
                      for u in units)
 
 
+def sudoku_solved(text: str, puzzle: str, solution: str) -> float:
+    """1.0 when the answer fills every blank ("0") cell of `puzzle` with the `solution` digit, else 0.0 (the
+    fully-solved 1 / 0 reward: `sudoku_score == 1`; issue 24 item 5)."""
+    return 1.0 if sudoku_score(text, puzzle, solution) == 1.0 else 0.0
+
+
+def sudoku_validity(digits: str, puzzle: str) -> float:
+    """A verifier reward that does not read the solution: `max(0, 1 - sudoku_violations / (3 * blanks))` in [0, 1].
+
+    With the given cells kept (the masked-diffusion canvas fixes them), each blank cell adds at most 3 violations
+    (one repeat in each of its row, column and box; or 1 when it is not a digit 1..n), so `3 * blanks` bounds the
+    count and the reward is 1 exactly for a valid completion of the puzzle (unique or not) and 0 at the bound; a
+    grid that changes a given can pass the bound and is clipped to 0. A puzzle without blanks scores 0 (as
+    `sudoku_score`). Shapes: `puzzle` n*n cells ("0" = blank), `digits` the answer's digit string."""
+    blanks = str(puzzle).count("0")
+    if not blanks:
+        return 0.0
+    return max(0.0, 1.0 - sudoku_violations(digits, str(puzzle)) / (3 * blanks))
+
+
 @REWARDS.register("sudoku")
 @isolated  # pure CPU string work: under a timeout it runs in a killable child process
 def sudoku(prompts, completions, puzzle, solution, **kwargs) -> list[float]:

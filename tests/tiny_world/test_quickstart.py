@@ -70,6 +70,52 @@ def test_sudoku_dmpo_vs_d1_arms_differ_only_in_the_method(tmp_path):
     assert ca.max_steps == 10 and ca.per_device_train_batch_size == 128 and ca.num_generations == 16 and ca.beta == 0.1
 
 
+def test_sudoku_rewards_arms_differ_only_in_the_reward(tmp_path):
+    """`sudoku-rewards` (issue 24 item 5): within a method its arms' resolved configs differ only in `reward_funcs`,
+    on the `dmpo-vs-d1` recipe, batch and optimizer; the rewards are registered and score a right, a valid but
+    different and a wrong grid as hand-computed."""
+    import dataclasses
+
+    from mmrl.config.train_config import load_config
+    from mmrl.core.registry import REWARDS
+    from mmrl.tiny_world import register
+    from mmrl.tiny_world.replicate import COMPARISONS, arm_config
+
+    register()
+    arms = COMPARISONS["sudoku-rewards"]
+    cfgs = {a: load_config(None, arm_config("sudoku-rewards", a, seed=0, rollouts=10, out=tmp_path)) for a in arms}
+    ref = [load_config(None, arm_config("dmpo-vs-d1", a, seed=0, rollouts=10, out=tmp_path)) for a in COMPARISONS["dmpo-vs-d1"]]
+    ref = {c.method: c for c in ref}  # diffu_grpo, dmpo
+    fields = [f.name for f in dataclasses.fields(next(iter(cfgs.values()))) if not f.name.startswith("_")]
+    for arm, cfg in cfgs.items():
+        differ = {f for f in fields if getattr(cfg, f) != getattr(ref[cfg.method], f)}
+        assert differ <= {"reward_funcs"}, (arm, differ)
+        assert len(cfg.reward_funcs) == 1 and cfg.reward_funcs[0] in REWARDS
+    assert {c.reward_funcs[0] for c in cfgs.values()} == {"sudoku4", "sudoku4_solved", "sudoku4_valid"}
+    puzzle, solution, other = "1234000000000000", "1234341221434321", "1234341243212143"  # two valid completions
+    wrong = "1234341221434312"  # the last two cells swapped: 2 of 12 blanks wrong, columns 2 and 3 repeat
+    grids = [solution, other, wrong]
+    rows = dict(prompts=[None] * 3, puzzle=[puzzle] * 3, solution=[solution] * 3)
+    assert REWARDS["sudoku4_solved"](completions=grids, **rows) == [1.0, 0.0, 0.0]
+    assert REWARDS["sudoku4_valid"](completions=grids, **rows) == [1.0, 1.0, pytest.approx(1 - 2 / 36)]
+    assert REWARDS["sudoku4"](completions=grids, **rows)[2] == pytest.approx(10 / 12)
+
+
+def test_replicate_contrasts_name_arms_and_cutoff_parses():
+    """Every reported contrast names two arms of its comparison; `--cutoff` is HH:MM UTC with a one-line error."""
+    import datetime as dt
+
+    from mmrl.tiny_world.replicate import COMPARISONS, CONTRASTS, _cutoff_time
+
+    for name, pairs in CONTRASTS.items():
+        assert all(a in COMPARISONS[name] and b in COMPARISONS[name] and a != b for a, b in pairs)
+    assert _cutoff_time(None) is None
+    when = dt.datetime.fromtimestamp(_cutoff_time("08:03"), dt.timezone.utc)
+    assert (when.hour, when.minute, when.second) == (8, 3, 0)
+    with pytest.raises(ValueError, match="cutoff must be HH:MM"):
+        _cutoff_time("8h03")
+
+
 def test_sudoku_dmpo_vs_d1_smoke_has_the_baseline_rows(tmp_path, monkeypatch, smoke_cache):
     """The Sudoku comparison end to end at smoke size (20-step base, one rollout batch of 8 x 4, 16 test puzzles):
     the RL rows and the clean-SFT, RFT and best-of-n rows, per-puzzle scores per seed, the paired intervals."""
