@@ -13,7 +13,7 @@
 | hellinger_memory | DGPO | peak memory of the chunked Hellinger / entropy statistics |
 | diagnostics_overhead | 29 | Trainer step time with the `diag/` diagnostics on against off (CPU time on a CPU) |
 
-    python benchmarks/run_all.py --smoke --out /tmp/bench          # seconds each (CI)
+    python benchmarks/run_all.py --smoke --jobs 2 --out /tmp/bench  # seconds each, two at a time (CI)
     python benchmarks/run_all.py --out bench_results --lock /tmp/mmrl_cpu.lock   # full size, ~30-40 min on 2 cores
     flock /tmp/core1.lock taskset -c 1 python benchmarks/run_all.py --threads 1 --out benchmarks/results --only janus_sampling
     python benchmarks/run_all.py --gpu --out bench_results/gpu      # one GPU (benchmarks/gpu.sh)
@@ -35,7 +35,9 @@ import os
 import shlex
 import subprocess
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -124,7 +126,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--extra", action="append", default=[], metavar="NAME=ARGS",
                     help="more arguments for one benchmark, after its size's (repeatable), e.g. "
                          "'method_costs=--methods dgpo,grpo_beta0.04 --no-memory'")
+    ap.add_argument("--jobs", type=int, default=1,
+                    help="benchmarks run at once (only with --smoke: timings taken side by side are not comparable)")
     args = ap.parse_args(argv)
+    if args.jobs < 1 or (args.jobs > 1 and not args.smoke):
+        raise SystemExit(f"--jobs {args.jobs}: expected 1, or more than 1 together with --smoke (full-size timings "
+                         "run one benchmark at a time)")
     extra: dict[str, list[str]] = {}
     for item in args.extra:
         name, sep, rest = item.partition("=")
@@ -155,7 +162,9 @@ def main(argv: list[str] | None = None) -> int:
         if old.get("size") == size and old.get("device") == device:
             summary["benchmarks"] = {n: b for n, b in old.get("benchmarks", {}).items() if n not in names}
     failed = []
-    for name in names:
+    written = threading.Lock()  # --jobs > 1: the summary is rewritten by whichever benchmark ends
+
+    def run_one(name: str) -> None:
         cmd = command(name, size, out, device, args.threads, extra.get(name))
         print(f"== {name} ({BENCHMARKS[name]['issue']}): {' '.join(cmd[1:])}", flush=True)
         with exclusive(args.lock):
@@ -169,15 +178,25 @@ def main(argv: list[str] | None = None) -> int:
             seconds = time.perf_counter() - t0
             load_end = os.getloadavg()
         status = "ok" if code == 0 else "timeout" if code is None else "failed"
-        if status != "ok":
-            failed.append(name)
         json_path = out / f"{name}.json"
-        summary["benchmarks"][name] = {"issue": BENCHMARKS[name]["issue"], "command": cmd[1:], "exit_code": code, "status": status,
-                                       "seconds": seconds, "json": json_path.name if json_path.exists() else None,
-                                       "threads": args.threads, "finished": time.strftime("%Y-%m-%d %H:%M:%S"),
-                                       "loadavg_start": list(load_start), "loadavg_end": list(load_end)}
-        print(f"   {status} in {seconds:.0f} s" + ("" if status == "ok" else f" (see {out / (name + '.log')})"), flush=True)
-        write_json(out / "summary.json", summary)
+        with written:
+            if status != "ok":
+                failed.append(name)
+            summary["benchmarks"][name] = {"issue": BENCHMARKS[name]["issue"], "command": cmd[1:], "exit_code": code,
+                                           "status": status, "seconds": seconds,
+                                           "json": json_path.name if json_path.exists() else None,
+                                           "threads": args.threads, "finished": time.strftime("%Y-%m-%d %H:%M:%S"),
+                                           "loadavg_start": list(load_start), "loadavg_end": list(load_end)}
+            print(f"   {name}: {status} in {seconds:.0f} s" + ("" if status == "ok" else f" (see {out / (name + '.log')})"),
+                  flush=True)
+            write_json(out / "summary.json", summary)
+
+    if args.jobs == 1:
+        for name in names:
+            run_one(name)
+    else:  # smoke runs only: concurrent benchmarks time each other
+        with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+            list(pool.map(run_one, names))
     summary["finished"] = time.strftime("%Y-%m-%d %H:%M:%S")
     write_json(out / "summary.json", summary)
     print(json.dumps({n: s["status"] for n, s in summary["benchmarks"].items()}))

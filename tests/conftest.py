@@ -21,3 +21,13 @@ import mmrl.tiny_world  # noqa: E402
 # the tests use the tiny world's tasks and rewards as an application would (tests/core/test_architecture.py checks
 # that the engine alone does not know them)
 mmrl.tiny_world.register()
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def smoke_cache(tmp_path_factory) -> Path:
+    """One tiny-world cache for the session's smoke runs: each smoke base (`SMOKE_BASE_STEPS`) is built once, not
+    once per test (tests that check what a build writes keep their own cache)."""
+    return tmp_path_factory.mktemp("tiny-world-cache")

@@ -215,6 +215,10 @@ def spec_for(name: str) -> TinySpec:
     return TINY_MODELS[name]
 
 
+SMOKE_BASE_STEPS = 20
+"""Pre-training steps of every smoke base (`smoke_spec`): the `--smoke` runs check the pipeline, not the model."""
+
+
 def smoke_spec(name: str, steps: int) -> TinySpec:
     """The spec of `name` pre-trained for only `steps` steps (cached under its own key): pipeline checks (CI)."""
     from dataclasses import replace

@@ -17,6 +17,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from mmrl.tiny_world.models import SMOKE_BASE_STEPS
+
 logger = logging.getLogger(__name__)
 
 FAMILIES: dict[str, dict[str, Any]] = {
@@ -62,9 +64,6 @@ nothing evaluated held-out."""
 
 SMOKE = {"max_steps": 2, "num_generations": 2, "per_device_train_batch_size": 4}
 """`--smoke`: two steps of 2 prompts x 2 samples per cell (CI plumbing check)."""
-SMOKE_BASE_STEPS = 20
-"""Pre-training steps of the bases under `--smoke` (separately cached, nearly untrained)."""
-
 
 def cells() -> list[tuple[str, str]]:
     """(family, method) pairs in table order."""

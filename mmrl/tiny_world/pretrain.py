@@ -99,6 +99,19 @@ def annealed_attention(u: torch.Tensor, share: float) -> torch.Tensor:
     return causal | (u < share)
 
 
+LOSS_OPTIONS = ("eps", "time_weight", "normalise", "token_reweight", "suffix_frac")
+"""The keys of a masked-diffusion pre-training recipe (`TinySpec.recipe`, `masked_diffusion_sft`'s options) that
+choose the loss itself (`masked_sft_loss`); the others (`ar_init_steps`, `diffusion_lr`, `anneal_steps`) choose the
+schedule around it."""
+
+
+def loss_options(recipe: dict) -> dict:
+    """The `masked_sft_loss` keyword options of a masked-diffusion pre-training `recipe` (`LOSS_OPTIONS`), so a
+    fine-tuning run fits its data with the loss its base was pre-trained with (e.g. `countdown3-md`:
+    `{"time_weight": "none", "normalise": "masked"}`; `{}` is LLaDA's eq. 5)."""
+    return {k: (float(v) if k == "suffix_frac" else v) for k, v in recipe.items() if k in LOSS_OPTIONS}
+
+
 def masked_sft_loss(policy, x_p: torch.Tensor, m_p: torch.Tensor, x_r: torch.Tensor, fixed: torch.Tensor,
                     generator: torch.Generator, *, eps: float = 1e-3, time_weight: str = "inv_t",
                     normalise: str = "length", token_reweight: Sequence[float] | None = None,

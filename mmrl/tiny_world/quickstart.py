@@ -73,7 +73,7 @@ def run_quickstart(out: str | Path = "runs/quickstart", *, seeds: int = 1, smoke
     from mmrl.data.tasks import load_task
     from mmrl.tiny_world import register
     from mmrl.reporting.metrics_log import read_metrics
-    from mmrl.tiny_world.models import ensure_built, load_base_policy
+    from mmrl.tiny_world.models import SMOKE_BASE_STEPS, ensure_built, load_base_policy
     from mmrl.tiny_world.report import curve, fmt, markdown_table, mean_std, plot_curves
     from mmrl.training.trainer import Trainer
 
@@ -85,7 +85,8 @@ def run_quickstart(out: str | Path = "runs/quickstart", *, seeds: int = 1, smoke
     say = print if progress else (lambda *a, **k: None)
     say("[1/4] tiny base model (masked diffusion, sudoku4): built once, then cached")
     t0 = time.perf_counter()
-    path = ensure_built("sudoku4", progress=progress)
+    base_steps = SMOKE_BASE_STEPS if smoke else None  # --smoke checks the pipeline: a separately cached smoke base
+    path = ensure_built("sudoku4", progress=progress, steps=base_steps)
     build_s = time.perf_counter() - t0
     register()  # the tiny world's tasks and rewards
     task = load_task("sudoku4")
@@ -98,7 +99,7 @@ def run_quickstart(out: str | Path = "runs/quickstart", *, seeds: int = 1, smoke
     test = task.test[: recipe["eval_limit"]]
     d1_test = d1_task.test[: recipe["eval_limit"]]
     say("[2/4] base model accuracy on held-out puzzles")
-    base = load_base_policy("sudoku4", progress=progress)
+    base = load_base_policy("sudoku4", progress=progress, steps=base_steps)
     before = evaluate_base(base, test, task.metric)
     before_d1 = evaluate_base(base, d1_test, task.metric)
     say(f"      sudoku4 test {100 * before:.1f}%   d1 test {100 * before_d1:.1f}%")
@@ -107,7 +108,7 @@ def run_quickstart(out: str | Path = "runs/quickstart", *, seeds: int = 1, smoke
         say(f"[3/4] DMPO, seed {seed + 1}/{seeds}")
         run_dir = out / f"dmpo-seed{seed}"
         cfg = load_config(None, {**recipe, "seed": seed, "output_dir": str(run_dir), "progress_bar": progress})
-        policy = load_base_policy("sudoku4", progress=False)
+        policy = load_base_policy("sudoku4", progress=False, steps=base_steps)
         t0 = time.perf_counter()
         Trainer(cfg, policy=policy, dataset=task.train, reward_funcs=task.reward_funcs,
                 eval_dataset=task.validation[: recipe["eval_limit"]], eval_metric=task.metric).train()  # curves: validation
@@ -134,7 +135,7 @@ def run_quickstart(out: str | Path = "runs/quickstart", *, seeds: int = 1, smoke
     credit = sorted((out / "dmpo-seed0" / "credit").glob("*.html")) if (out / "dmpo-seed0" / "credit").is_dir() else []
     if credit:
         shutil.copy(credit[-1], out / "token_credit.html")
-    samples = _samples(base, load_base_policy("sudoku4", progress=False), runs, out, test[:8])
+    samples = _samples(base, load_base_policy("sudoku4", progress=False, steps=base_steps), runs, out, test[:8])
     total = time.perf_counter() - t_start
     results = {"before": before, "before_d1": before_d1, "after": [r["after"] for r in runs], "after_d1": [r["after_d1"] for r in runs],
                "gain_mean": gm, "gain_std": gs, "seeds": seeds, "recipe": recipe, "seconds": total, "build_seconds": build_s,
@@ -203,7 +204,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seeds", type=int, default=1, help="RL runs with different seeds (the gain is reported as mean ± std; "
                         "docs/RESULTS.md uses 3)")
     parser.add_argument("--steps", type=int, default=None, help="optimizer steps per run (default: the recipe's)")
-    parser.add_argument("--smoke", action="store_true", help="a few steps only, to check the pipeline (CI)")
+    parser.add_argument("--smoke", action="store_true", help="a few steps on a 20-step smoke base (cached apart), to check the pipeline (CI)")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -10,9 +10,11 @@ from __future__ import annotations
 import logging
 import re
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
+
+from mmrl.tiny_world.models import SMOKE_BASE_STEPS
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +48,8 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 def held_out_items(policy, rows: Sequence[dict], metric: str, family: str, length: int, k: int = 4,
                    batch_size: int = 128, shortcut_op: str | None = None,
-                   ks: Sequence[int] = (), stacked: bool = False) -> tuple[dict[str, float], dict[str, list[float]]]:
+                   ks: Sequence[int] = (), stacked: bool = False,
+                   verifier: Callable[[dict, str], float] | None = None) -> tuple[dict[str, float], dict[str, list[float]]]:
     """(`held_out`'s figures, the per-row scores behind them: {"greedy": [R], "sampled": [R] (mean of the row's
     k samples), "pass": [R] (1 if any sample scores 1), "best": [R] (the best of the row's k sample scores:
     best-of-k with the metric itself as the verifier; pass for a 1 / 0 metric)}), for the paired intervals of
@@ -59,21 +62,30 @@ def held_out_items(policy, rows: Sequence[dict], metric: str, family: str, lengt
 
     Each j of `ks` (1 <= j < k) adds the per-row unbiased pass@j from the k samples (`pass_at_k`) as items and
     summary "pass@j". `stacked` draws the k samples of every row in one pass over the rows repeated k times (batches
-    of `batch_size` rows; other seeds than the per-sample passes, the same distribution; faster for small models)."""
+    of `batch_size` rows; other seeds than the per-sample passes, the same distribution; faster for small models).
+
+    `verifier(row, completion)` (higher is better; it must not read the row's answer) adds best-of-k as a user could
+    run it: per row, the metric's score of the sample the verifier ranks first (ties: the earliest sample), items and
+    summary "verified"."""
     from mmrl.training.evaluate import d1_generation, evaluate
 
     greedy = evaluate(policy, rows, metric, batch_size=batch_size, progress=False,
                       **d1_generation(family, length, length, length))
     scores = torch.zeros(len(rows), k)  # [R, K]
     short = torch.zeros(len(rows), k)  # [R, K] 1 where the sample is the shortcut
+    texts: list[list[str]] = [[""] * k for _ in rows]  # [R][K] the sampled answers (for `verifier`)
     if stacked and shortcut_op is None:
         res = evaluate(policy, [r for _ in range(k) for r in rows], metric, batch_size=batch_size, progress=False,
                        seed=1000, **sampled_generation(family, length))
         scores = torch.tensor(res.scores, dtype=torch.float).view(k, len(rows)).T.contiguous()  # [R, K]
+        for i, c in enumerate(res.completions):  # sample-major: i = j * R + r
+            texts[i % len(rows)][i // len(rows)] = c if isinstance(c, str) else ""
     for j in range(0 if stacked and shortcut_op is None else k):
         res = evaluate(policy, rows, metric, batch_size=batch_size, progress=False, seed=1000 + j,
                        **sampled_generation(family, length))
         scores[:, j] = torch.tensor(res.scores)
+        for r, c in enumerate(res.completions):
+            texts[r][j] = c if isinstance(c, str) else ""
         if shortcut_op is not None:
             short[:, j] = torch.tensor([float(is_shortcut(r["prompt"], c if isinstance(c, str) else "", shortcut_op))
                                         for r, c in zip(rows, res.completions)])
@@ -81,6 +93,10 @@ def held_out_items(policy, rows: Sequence[dict], metric: str, family: str, lengt
     summary = {"greedy": float(greedy.accuracy), "sampled": float(scores.mean()), f"pass@{k}": float(passed.mean())}
     items = {"greedy": [float(x) for x in greedy.scores], "sampled": scores.mean(1).tolist(), "pass": passed.tolist(),
              "best": scores.max(1).values.tolist()}  # best-of-k with the metric as the verifier
+    if verifier is not None:
+        picked = [max(range(k), key=lambda j: (verifier(row, texts[r][j]), -j)) for r, row in enumerate(rows)]
+        items["verified"] = [float(scores[r, j]) for r, j in enumerate(picked)]
+        summary["verified"] = sum(items["verified"]) / max(1, len(rows))
     right = (scores >= 1).sum(1).tolist()  # [R] right samples per row
     for j in ks:
         items[f"pass@{j}"] = [pass_at_k(k, int(c), j) for c in right]
@@ -342,8 +358,8 @@ COMPARISONS["dgpo-countdown4-steps"] = {
     # issue 25 item 2: GRPO, DGPO and DAPO's recipe on the long-answer task, the same rollout batches per arm (the
     # dynamic-sampling arms draw more answers to fill theirs, counted and reported); validation curves of greedy
     # accuracy and sampled pass@1/4/16, the test rows scored once per run (16 samples each)
-    "recipe": COUNTDOWN4_STEPS_RL, "rollouts": 40, "final_rows": 100, "final_samples": 16, "pass_ks": (4,),
-    "curve": {"samples": 16, "ks": (4,)}, "curve_points": 2, "stacked": True, "eval_batch": 400,
+    "recipe": COUNTDOWN4_STEPS_RL, "rollouts": 80, "final_rows": 100, "final_samples": 16, "pass_ks": (4,),
+    "curve": {"samples": 16, "ks": (4,)}, "curve_points": 4, "stacked": True, "eval_batch": 400,
     "equal_rollouts": False, "interval_scores": ("greedy", "sampled", "pass@4", "pass"),
     "arms": {
         "GRPO": {"method": "grpo"},
@@ -353,16 +369,13 @@ COMPARISONS["dgpo-countdown4-steps"] = {
         DAPO_RECIPE: DAPO_RECIPE_LONG,
     }}
 COMPARISONS["grpo-regime-countdown4-steps"] = {
-    # issue 25 item 2's regime: one longer GRPO run on the same recipe, validation curves every 20 rollout batches (80 in all)
-    # (does pass@16 or the entropy fall below the base's?)
-    **{k: v for k, v in COMPARISONS["dgpo-countdown4-steps"].items() if k not in ("arms", "rollouts", "curve_points")},
-    "rollouts": 80, "curve_points": 4, "arms": {"GRPO": {"method": "grpo"}}}
+    # issue 25 item 2's regime: the GRPO arm alone (its run is `dgpo-countdown4-steps`' GRPO run: same recipe, 80
+    # rollout batches, validation curves every 20); does pass@16 or the entropy fall below the base's?
+    **{k: v for k, v in COMPARISONS["dgpo-countdown4-steps"].items() if k != "arms"}, "arms": {"GRPO": {"method": "grpo"}}}
 
 SMOKE = {"per_device_train_batch_size": 32, "num_generations": 4, "eval_limit": 16}
 """`--smoke`: 2 rollout batches of 8 prompts x 4 answers, 16 evaluation rows (CI plumbing check)."""
 
-SMOKE_BASE_STEPS = 20
-"""Pre-training steps of the base under `--smoke` (a separately cached, nearly untrained model)."""
 
 FINAL_ROWS = 256
 """Held-out rows of the before / after figures (x `FINAL_SAMPLES` sampled answers each)."""
@@ -418,6 +431,29 @@ RFT_ARM = "RFT"
 CLEAN_REFERENCES = {"countdown3-ar-lazy": "countdown3-ar-clean"}
 """base -> the same model pre-trained on right answers only at the same compute (the clean SFT reference row)."""
 
+CONTINUED_SFT_ARM = "continued SFT on right answers"
+"""The clean-SFT row of a masked-diffusion base that is already pre-trained on right answers only (`clean_base`, e.g.
+`countdown3-md`), where no separately pre-trained clean model exists: the same base trained on for one RL run's
+compute on the training split's true answers (`rft.truth_batches`), with its own pre-training loss
+(`rft.masked_diffusion_nll` with `pretrain.loss_options` of its recipe). Compute equated with the first arm: as many
+optimizer steps as it makes at one step per rollout batch (its rollout batches) and as many trained sequences per step
+as it samples per batch (prompts per rollout x answers per prompt), AdamW at its learning rate (constant) and gradient
+clip; the rollouts' sampling cost is not spent (this row samples nothing)."""
+
+BASELINE_ARMS = (RFT_ARM, CONTINUED_SFT_ARM)
+"""The per-seed baseline rows, reported after the RL arms in this order."""
+
+
+def clean_base(spec) -> bool:
+    """Whether a tiny base (`TinySpec`) was pre-trained on right answers only: no `label_noise` and no shortcut
+    demonstrations (`lazy_frac`) in its data."""
+    return not spec.data.get("label_noise") and not spec.data.get("lazy_frac")
+
+
+def best_of_label(n: int) -> str:
+    """The best-of-n row: the base's `n` sampled answers per test row, scored by the best of them."""
+    return f"best-of-{n} from the base ({n} sampled answers per row, T = 1, the best by the reward)"
+
 
 def count_sampled(trainer, cap: int | None = None, take=None) -> dict[str, Any]:
     """Count the responses `trainer` samples (all dynamic-sampling tries: `dynamic_sampling/sampled_responses`, else
@@ -457,14 +493,19 @@ def run_slug(arm: str, seed: int) -> str:
 def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int = 5, smoke: bool = False,
                              rollouts: int | None = None, progress: bool = True, arms: list[str] | None = None,
                              base: str | None = None, baselines: bool = True, resume: bool = False,
-                             report_only: bool = False) -> dict[str, Any]:
+                             report_only: bool = False, only_baselines: bool = False) -> dict[str, Any]:
     """Run every arm of `COMPARISONS[name]` (or those named in `arms`) over `seeds` from the cached base (the
     recipe's, or the tiny model `base`); report into `<out>/<name>`.
 
     The protocol: curves on `task.validation`, the test rows scored once per run at the end, per-row scores in
     results.json and paired-bootstrap 95% intervals over rows and seeds (`mmrl.tiny_world.stats`). With `baselines`:
     the clean SFT reference at the same compute (`CLEAN_REFERENCES`, with each arm's share of the base-to-clean
-    gap) and rejection-sampling fine-tuning at the same rollouts (`RFT_ARM`, same seeds).
+    gap) and rejection-sampling fine-tuning at the same rollouts (`RFT_ARM`, same seeds; a masked-diffusion model
+    fits its accepted answers with its pre-training loss); for a masked-diffusion base pre-trained on right answers
+    only, continued SFT on the training split's right answers at one RL run's compute (`CONTINUED_SFT_ARM`, same
+    seeds); and best-of-n from the base at the first arm's answers per prompt (`best_of_n.json`, computed once).
+    `only_baselines` runs the baseline rows only (never an RL arm) and builds no report: it fills in the baseline
+    rows of a comparison whose RL arms another call runs into the same `out` (use it with `resume`).
 
     Runs go seed-major (seed 0 of every arm and RFT, then seed 1, ...) and each writes `runs/<run>/result.json` when
     it finishes; `resume` keeps `<out>/<name>` and skips the runs already saved, `report_only` runs nothing and builds
@@ -481,7 +522,8 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
     from mmrl.tiny_world import register
     from mmrl.tiny_world.models import TINY_MODELS, load_base_policy
     from mmrl.tiny_world.report import curve, fmt, markdown_table, mean_std, plot_curves
-    from mmrl.tiny_world.rft import rejection_sampling_ft
+    from mmrl.tiny_world.pretrain import loss_options
+    from mmrl.tiny_world.rft import fit_batches, masked_diffusion_nll, rejection_sampling_ft, truth_batches
     from mmrl.tiny_world.stats import (Interval, difference_interval, gap_closed_interval, mean_interval,
                                        ratio_difference_interval, ratio_interval)
     from mmrl.training.trainer import Trainer
@@ -497,11 +539,13 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
                              or TINY_MODELS[base].family != recipe["family"]):
         valid = sorted(n for n, sp in TINY_MODELS.items() if sp.task == recipe["task"] and sp.family == recipe["family"])
         raise ValueError(f"base {base!r} is not a tiny {recipe['family']} model for {recipe['task']}; valid: {valid}")
+    if only_baselines and (report_only or not baselines):
+        raise ValueError("only_baselines runs the baseline rows: it needs baselines=True and report_only=False")
     say = print if progress else (lambda *a, **k: None)
     root = Path(out) / name
     if report_only and not (root / "base.json").exists():
         raise ValueError(f"--report-only: no saved runs in {root} (base.json missing)")
-    if root.exists() and not (resume or report_only):
+    if root.exists() and not (resume or report_only or only_baselines):
         shutil.rmtree(root)
     root.mkdir(parents=True, exist_ok=True)
     register()
@@ -524,10 +568,14 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
     ck = (2 if smoke else curve_opts["samples"]) if curve_opts else 0
     cks = tuple(j for j in (curve_opts or {}).get("ks", ()) if j < ck)
 
-    def curve_eval(pol) -> dict[str, float]:
-        """The validation curve's point: greedy accuracy, sampled pass@1 (eval/accuracy) and pass@j, pass@ck."""
+    def curve_eval(pol, sink: Path | None = None, step: int = 0) -> dict[str, float]:
+        """The validation curve's point: greedy accuracy, sampled pass@1 (eval/accuracy) and pass@j, pass@ck; its
+        per-problem items appended to `sink` (a jsonl of {"step", "items"}) when given."""
         t0 = time.perf_counter()
-        a, _ = held_out_items(pol, val_rows, task.metric, recipe["family"], L, ck, ks=cks, **eval_opts)
+        a, it = held_out_items(pol, val_rows, task.metric, recipe["family"], L, ck, ks=cks, **eval_opts)
+        if sink is not None:
+            with open(sink, "a") as f:
+                f.write(json.dumps({"step": step, "items": it}) + "\n")
         return {"eval/accuracy": a["sampled"], "eval/greedy": a["greedy"],
                 **{f"eval/{x}": v for x, v in a.items() if x.startswith("pass@")}, "perf/eval_time": time.perf_counter() - t0}
     t_all = time.perf_counter()
@@ -542,7 +590,7 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
         if baselines and base_name in CLEAN_REFERENCES:
             ref, ref_items = score(load_base_policy(CLEAN_REFERENCES[base_name], progress=progress, steps=base_steps), rows)
         saved_base = {"before": before, "before_items": before_items, "ref": ref, "ref_items": ref_items,
-                      "validation": curve_eval(base_policy) if curve_opts else None}
+                      "validation": curve_eval(base_policy, root / "base_validation_items.jsonl") if curve_opts else None}
         base_file.write_text(json.dumps(saved_base))
     before, before_items, ref, ref_items = (saved_base[x] for x in ("before", "before_items", "ref", "ref_items"))
     base_val = saved_base.get("validation")  # the curves' step 0
@@ -551,11 +599,23 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
     if ref is not None:
         say(f"[{name}] clean SFT reference: " + "  ".join(f"{a} {v:.3f}" for a, v in ref.items()))
     selected = arms or list(COMPARISONS[name]["arms"])
-    do_rft = baselines and recipe["family"] == "causal_lm"  # causal LMs only: exact sequence likelihoods (a
-    # masked-diffusion RFT would fit an ELBO, not done here)
+    md = recipe["family"] == "masked_diffusion"
+    do_rft = baselines and recipe["family"] in ("causal_lm", "masked_diffusion")
+    do_sft = baselines and md and base_name not in CLEAN_REFERENCES and clean_base(TINY_MODELS[base_name])
+    md_loss = loss_options(TINY_MODELS[base_name].recipe) if md else {}  # the base's own pre-training loss
     first_cfg = load_config(None, arm_config(name, selected[0], seed=0, out=root, rollouts=rollouts, smoke=smoke, base=base))
     cap = first_cfg.max_steps // first_cfg.steps_per_rollout * first_cfg.prompts_per_rollout * first_cfg.num_generations
-    row_arms = selected + ([RFT_ARM] if do_rft else [])
+    baseline_arms = ([RFT_ARM] if do_rft else []) + ([CONTINUED_SFT_ARM] if do_sft else [])
+    row_arms = selected + baseline_arms
+    n_best = first_cfg.num_generations  # best-of-n at the first arm's answers per prompt
+    best_file = root / "best_of_n.json"
+    if baselines and not best_file.exists() and not report_only:
+        b_sum, b_items = held_out_items(load_base_policy(base_name, progress=False, steps=base_steps), rows, task.metric,
+                                        recipe["family"], L, n_best, **eval_opts)
+        best_file.write_text(json.dumps({"n": n_best, "after": b_sum, "items": b_items}))
+    best = json.loads(best_file.read_text()) if baselines and best_file.exists() else None
+    if best is not None:
+        say(f"[{name}] best-of-{best['n']} from the base: {100 * sum(best['items']['best']) / len(best['items']['best']):.1f}")
 
     def one_run(arm: str, seed: int, run_dir: Path) -> dict[str, Any]:
         """Train (or RFT) one arm at one seed from the base, score the test rows once; the saved result."""
@@ -568,19 +628,38 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
             t0 = time.perf_counter()
             rft = rejection_sampling_ft(policy, task.train, task.metric, rollouts=cfg.max_steps // cfg.num_iterations,
                                         prompts_per_rollout=cfg.prompts_per_rollout, group_size=cfg.num_generations,
-                                        lr=cfg.learning_rate, seed=seed, generation=sampled_generation(recipe["family"], L))
+                                        lr=cfg.learning_rate, seed=seed, generation=sampled_generation(recipe["family"], L),
+                                        **({"loss_fn": masked_diffusion_nll(seed, **md_loss), "max_grad_norm": cfg.max_grad_norm}
+                                           if md else {}))
             secs = time.perf_counter() - t0
             after, items = score(policy, rows)
             run_dir.mkdir(parents=True, exist_ok=True)
             say(f"[{name}] {RFT_ARM}, seed {seed}: {sum(rft['accepted'])} of {rft['sampled']} samples kept, {secs:.0f} s: "
                 + "  ".join(f"{a} {v:.3f}" for a, v in after.items()))
             return {"seed": seed, "after": after, "items": items, "seconds": secs, "rollouts": int(rft["sampled"]),
-                    "steps": len(rft["accepted"]), "rft_accepted": sum(rft["accepted"])}
+                    "steps": len(rft["accepted"]), "rft_accepted": sum(rft["accepted"]),
+                    "trained_sequences": sum(rft["accepted"]), "loss": rft["loss"]}
+        if arm == CONTINUED_SFT_ARM:  # the first arm's optimizer steps, its sampled answers per step as true answers
+            cfg = load_config(None, arm_config(name, selected[0], seed=seed, out=run_dir, rollouts=rollouts, smoke=smoke,
+                                               base=base))
+            steps, per_step = cfg.max_steps // cfg.num_iterations, cfg.prompts_per_rollout * cfg.num_generations
+            t0 = time.perf_counter()
+            batches = truth_batches(policy, task.train, steps=steps, batch_size=per_step, gen_length=L, seed=seed)
+            losses = fit_batches(policy, batches, masked_diffusion_nll(seed, **md_loss), lr=cfg.learning_rate,
+                                 max_grad_norm=cfg.max_grad_norm)
+            secs = time.perf_counter() - t0
+            after, items = score(policy, rows)
+            run_dir.mkdir(parents=True, exist_ok=True)
+            say(f"[{name}] {CONTINUED_SFT_ARM}, seed {seed}: {steps} steps of {per_step} true answers, loss "
+                f"{losses[0]:.3f} -> {losses[-1]:.3f}, {secs:.0f} s: " + "  ".join(f"{a} {v:.3f}" for a, v in after.items()))
+            return {"seed": seed, "after": after, "items": items, "seconds": secs, "rollouts": 0, "steps": steps,
+                    "trained_sequences": steps * per_step, "loss": losses}
         cfg = load_config(None, arm_config(name, arm, seed=seed, out=run_dir, rollouts=rollouts, smoke=smoke, base=base))
         trainer = Trainer(cfg, policy=policy, dataset=task.train, reward_funcs=cfg.reward_funcs, eval_dataset=val_rows,
                           eval_metric=task.metric)
         if curve_opts and cfg.eval_steps:
-            trainer.evaluate = lambda: curve_eval(policy)  # the instance's own: `_evaluate_or_save` calls self.evaluate
+            # the instance's own: `_evaluate_or_save` calls self.evaluate
+            trainer.evaluate = lambda: curve_eval(policy, run_dir / "validation_items.jsonl", trainer.step)
         snap_secs = [0.0]
 
         def take(step: int, sampled: int) -> dict[str, Any]:
@@ -607,9 +686,11 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
                                                        "items": items}
         return res
 
+    if only_baselines and not baseline_arms:
+        raise ValueError(f"only_baselines: {name} on {base_name} has no baseline rows")
     done: dict[str, dict[int, dict]] = {}
     for seed in range(seeds):  # seed-major: a stopped run leaves whole seeds
-        for arm in row_arms:
+        for arm in (baseline_arms if only_baselines else row_arms):
             saved = root / "runs" / run_slug(arm, seed) / "result.json"
             if saved.exists() and (resume or report_only):
                 done.setdefault(arm, {})[seed] = json.loads(saved.read_text())
@@ -617,6 +698,9 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
                 res = one_run(arm, seed, saved.parent)
                 saved.write_text(json.dumps(res))
                 done.setdefault(arm, {})[seed] = res
+    if only_baselines:  # the RL arms and the report belong to another call
+        return {"name": name, "base": base_name, "baseline_runs": {a: done[a] for a in baseline_arms},
+                "best_of_n": best}
     use = complete_seeds({a: set(d) for a, d in done.items()}, row_arms, seeds)
     if not use:
         raise ValueError(f"no seed has finished every row of {name} in {root} ({ {a: sorted(d) for a, d in done.items()} })")
@@ -627,16 +711,17 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
         for seed in use:
             r = dict(done[arm][seed])
             run_dir = root / "runs" / run_slug(arm, seed)
-            r["records"] = read_metrics(run_dir) if arm != RFT_ARM else []
-            r["shortcut"] = shortcut_share(run_dir, op) if arm != RFT_ARM else []
+            r["records"] = read_metrics(run_dir) if arm not in BASELINE_ARMS else []
+            r["shortcut"] = shortcut_share(run_dir, op) if arm not in BASELINE_ARMS else []
             arms.setdefault(arm, []).append(r)
             if "equal_rollouts" in r:
                 e = r["equal_rollouts"]
                 arms.setdefault(equal_rollouts_label(arm, selected[0]), []).append(
                     {"seed": seed, "after": e["after"], "items": e["items"], "seconds": float("nan"),
                      "rollouts": e["rollouts"], "steps": e["step"], "records": [], "shortcut": []})
-    if RFT_ARM in arms:  # RFT last, after the rows at equal rollouts
-        arms[RFT_ARM] = arms.pop(RFT_ARM)
+    for arm in BASELINE_ARMS:  # the baselines last, after the rows at equal rollouts
+        if arm in arms:
+            arms[arm] = arms.pop(arm)
     seeds = len(use)
     pk = f"pass@{k}"
     base_m = {m: [before_items[m]] for m in ("sampled", "greedy")}
@@ -668,6 +753,12 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
                            difference_interval(ref_m["greedy"], base_m["greedy"]).fmt(signed=True),
                            *[fmt(ref[f"pass@{j}"]) for j in ks], fmt(ref[pk]),
                            *shortcut_cells([ref_items]), "1 (by definition)", "-", "-", *["-"] * n_diag])
+    best_m = [best["items"]["best"]] if best is not None else None
+    if best is not None:  # one score per row: the best of its n sampled answers (pass@n for a 1 / 0 metric)
+        table_rows.append([best_of_label(best["n"]), mean_interval(best_m).fmt(),
+                           difference_interval(best_m, base_m["sampled"]).fmt(signed=True), "-", "-", *["-"] * len(ks), "-",
+                           *(["-", "-"] if sc_op is not None else []), "-", "-", f"{best['n'] * len(rows):,} (test rows)",
+                           *["-"] * n_diag])
     reward_key = f"rewards/{recipe['reward_funcs'][0]}/mean"  # the accuracy itself (not weighted, no overlong penalty)
 
     def last(records: list[dict], key: str) -> float:
@@ -694,7 +785,7 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
             diag = [f"{100 * first:.1f} / {100 * lastr:.1f}", short, f"{kl:.3f}", f"{ent:.3f}",
                     f"{mean_std([r['seconds'] for r in runs])[0]:.0f}"]
         else:
-            diag = ["-"] * (n_diag - 1) + ([f"{mean_std([r['seconds'] for r in runs])[0]:.0f}"] if arm == RFT_ARM else ["-"])
+            diag = ["-"] * (n_diag - 1) + ([f"{mean_std([r['seconds'] for r in runs])[0]:.0f}"] if arm in BASELINE_ARMS else ["-"])
         steps = mean_std([float(r["steps"]) for r in runs])
         table_rows.append([f"{arm} ({len(runs)} seeds)", ivs["sampled"].fmt(), ivs["gain"].fmt(signed=True),
                            fmt(*mean_std([r["after"]["greedy"] for r in runs])), ivs["greedy_gain"].fmt(signed=True),
@@ -704,14 +795,17 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
                            f"{steps[0]:.0f}" if steps[1] == 0 else f"{steps[0]:.1f} ± {steps[1]:.1f}",
                            f"{mean_std([float(r['rollouts']) for r in runs])[0]:,.0f}", *diag])
     table = markdown_table(head, table_rows)
-    labels = [a for a in arms if a != RFT_ARM]
+    labels = [a for a in arms if a not in BASELINE_ARMS]
+    present = [a for a in BASELINE_ARMS if a in arms]
     diffs = {}
     for i, a in enumerate(labels):
-        for b in labels[i + 1 :] + ([RFT_ARM] if RFT_ARM in arms else []):
+        for b in labels[i + 1 :] + present:
             diffs[f"{a} - {b}"] = difference_interval([r["items"]["sampled"] for r in arms[a]], [r["items"]["sampled"] for r in arms[b]])
         if ref_m is not None:
             diffs[f"{a} - clean SFT"] = intervals[a].get("vs_clean_sft") or difference_interval(
                 [r["items"]["sampled"] for r in arms[a]], ref_m["sampled"])
+        if best_m is not None:
+            diffs[f"{a} - best-of-{best['n']} from the base"] = difference_interval([r["items"]["sampled"] for r in arms[a]], best_m)
     if diffs:
         table += "\n\n" + markdown_table(["difference, sampled accuracy (points)", "estimate [95% CI]", "claimed (interval excludes 0)"],
                                           [[k_, v.fmt(signed=True), "yes" if v.excludes_zero else "no"] for k_, v in diffs.items()])
@@ -720,7 +814,7 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
         items_of = {a: [r["items"] for r in runs] for a, runs in arms.items()}
         if ref_items is not None:
             items_of["clean SFT"] = [ref_items]
-        pairs = [(a, b) for i, a in enumerate(labels) for b in labels[i + 1:] + ([RFT_ARM] if RFT_ARM in arms else [])
+        pairs = [(a, b) for i, a in enumerate(labels) for b in labels[i + 1:] + present
                  + (["clean SFT"] if ref_items is not None else [])]
         for a, b in pairs:
             xa, xb = items_of[a], items_of[b]
@@ -758,7 +852,25 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
                 continue  # (curve_points 0: the base's validation figures only)
             plot_curves({a: [[(0, base_val[key])] + curve(r["records"], key) for r in runs] for a, runs in trained.items()},
                         root / f"validation_{key.split('/')[1].replace('@', '')}.png", baseline=base_val[key],
-                        title=f"{name}: validation {label}, {len(val_rows)} problems x {ck}", ylabel=label.split(" (")[0])
+                        title=f"{name}\nvalidation {label}, {len(val_rows)} problems x {ck} samples", ylabel=label.split(" (")[0])
+    val_final: dict[str, Any] = {}  # the last validation point of each arm against the base's, paired over problems
+    base_val_file = root / "base_validation_items.jsonl"
+    if curve_opts and base_val_file.exists():
+        base_vi = json.loads(base_val_file.read_text().splitlines()[-1])["items"]
+        for a, runs in trained.items():
+            files = [root / "runs" / run_slug(a, r["seed"]) / "validation_items.jsonl" for r in runs]
+            if not all(f.exists() for f in files):
+                continue
+            last_ = [json.loads(f.read_text().splitlines()[-1]) for f in files]
+            val_final[a] = {"step": last_[0]["step"], **{x: difference_interval([v["items"][x] for v in last_], base_vi[x]).to_dict()
+                                                         for x in ("greedy", "sampled", *[f"pass@{j}" for j in cks], "pass")}}
+        if val_final:
+            table += "\n\n" + markdown_table(
+                ["validation, last curve point - base (points)", "step", "greedy [95% CI]", "pass@1 [95% CI]",
+                 *[f"pass@{j} [95% CI]" for j in cks], f"pass@{ck} [95% CI]"],
+                [[a, str(v["step"]), *[Interval(**{y: z for y, z in v[x].items() if y != "excludes_zero"}).fmt(signed=True)
+                                       for x in ("greedy", "sampled", *[f"pass@{j}" for j in cks], "pass")]]
+                 for a, v in val_final.items()])
     total = time.perf_counter() - t_all
     scores_ = tuple(x for x in comp.get("interval_scores", ("greedy", "sampled")) if x in before_items)  # (smoke: k = 2)
     paired = paired_intervals(before_items, {a: [r["items"] for r in runs] for a, runs in arms.items()}, scores_)
@@ -771,13 +883,14 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
                for d, v in paired["difference"].items()])
     for line in paired.get("lines", []):
         say(f"[{name}] {line}")
-    results = {"name": name, "base": base_name, "before": before, "before_items": before_items, "base_validation": base_val, "seeds": seeds,
+    results = {"name": name, "base": base_name, "before": before, "before_items": before_items, "base_validation": base_val, "validation_final": val_final, "seeds": seeds,
                "seeds_used": use, "seconds": total, "run_seconds": {a: [r["seconds"] for r in runs] for a, runs in arms.items()},
                "smoke": smoke, "table": table, "protocol": "curves on validation, test once per run; paired bootstrap 95% CI "
                                                           "over test rows and seeds",
                "test_prompts": [r["prompt"] for r in rows],
                "equal_rollouts_cap": cap,
                "reference": None if ref is None else {"model": CLEAN_REFERENCES[base_name], "after": ref, "items": ref_items},
+               "best_of_n": best,
                "intervals": paired,
                "arm_intervals": {a: {x: v.to_dict() for x, v in ivs.items()} for a, ivs in intervals.items()},
                "differences": {x: v.to_dict() for x, v in diffs.items()},
@@ -791,6 +904,10 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
     (root / "table.md").write_text(table + f"\n\nBase `{base_name}`, {seeds} seeds per arm (seeds {use}), {len(rows)} test rows "
                                    f"(multisets never seen in training), {first_cfg.max_steps // first_cfg.steps_per_rollout} "
                                    f"rollout batches of {first_cfg.prompts_per_rollout} x {first_cfg.num_generations} for "
-                                   f"{selected[0]} ({cap:,} answers sampled per run), {total:.0f} s for this report.\n")
+                                   f"{selected[0]} ({cap:,} answers sampled per run), {total:.0f} s for this report."
+                                   + "".join(f" {a}: {mean_std([float(r['trained_sequences']) for r in arms[a]])[0]:,.0f} "
+                                             f"sequences fitted per run in {arms[a][0]['steps']} optimizer steps"
+                                             + (" (the accepted samples)" if a == RFT_ARM else " (true answers of training rows)") + "."
+                                             for a in present if "trained_sequences" in arms[a][0]) + "\n")
     logger.info("\n" + table + f"\n\n{root}  ({total:.0f} s)")
     return results

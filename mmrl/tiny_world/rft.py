@@ -10,8 +10,10 @@ Language Models", RFT: SFT on the model's own correct samples), and the offline 
 
 It works for every family through the policy protocol: `sample` for the rollouts, `logprob` (teacher-forced
 log-probs of the accepted response tokens) for the loss `-sum(logp * mask) / sum(mask)`; a masked-diffusion model
-fits its accepted samples with its own pre-training loss instead (`masked_diffusion_nll`, LLaDA's SFT loss: the
-sequence likelihood is not exact there).
+fits its accepted samples with its own pre-training loss instead (`masked_diffusion_nll` with the base recipe's loss
+options, `pretrain.loss_options`: the sequence likelihood is not exact there, so RFT maximises the same masked-token
+objective, the ELBO or its recipe's variant, that pre-training did, on the accepted answers packed as pre-training
+packs an answer, `eos_padded`).
 
 The fitting loop (`fit_batches`: one AdamW step per batch) is shared with the clean-SFT baseline of the Sudoku
 comparison (`truth_batches`: the training puzzles' true solutions instead of accepted samples, same loss, same
@@ -38,23 +40,37 @@ def rft_loss(policy, rollout) -> torch.Tensor:
     return -(scores.logp * mask).sum() / mask.sum().clamp(min=1.0)
 
 
-def masked_diffusion_nll(seed: int = 0) -> Callable[[Any, Any], torch.Tensor]:
-    """A loss function `(policy, batch) -> scalar` for a masked-diffusion policy: LLaDA's SFT loss
-    (`mmrl.tiny_world.pretrain.masked_sft_loss`, the base's own pre-training loss) on a `Rollout`'s responses or on
-    a `truth_batches` tuple (x_p, m_p, x_r, fixed); its mask rates and masks come from one CPU generator seeded
-    `seed`, so a run is reproducible."""
-    from mmrl.tiny_world.pretrain import masked_sft_loss
+def eos_padded(ids: torch.Tensor, eos_ids: Sequence[int]) -> torch.Tensor:
+    """`ids` [N, T] with every position after a row's first EOS set to `eos_ids[0]`: a masked-diffusion rollout's
+    generated span as pre-training packs an answer (`pretrain.pack_pairs`: the answer, then EOS to the end), so what
+    follows the answer's EOS (never read by the reward) is not fitted. Rows without an EOS are unchanged."""
+    from mmrl.models.base import mask_through_first_eos
 
+    keep = mask_through_first_eos(ids, eos_ids)  # [N, T] True up to and including the first EOS
+    return torch.where(keep, ids, torch.full_like(ids, eos_ids[0]))
+
+
+def masked_diffusion_nll(seed: int = 0, **options) -> Callable[[Any, Any], torch.Tensor]:
+    """A loss function `(policy, batch) -> scalar` for a masked-diffusion policy: its pre-training loss
+    (`mmrl.tiny_world.pretrain.masked_sft_loss` with `options`, the base's recipe's loss keys,
+    `pretrain.loss_options(spec.recipe)`; none: LLaDA's SFT loss, eq. 5) on a `Rollout`'s responses (`eos_padded`,
+    as pre-training packs an answer) or on a `truth_batches` tuple (x_p, m_p, x_r, fixed); its mask rates and masks
+    come from one CPU generator seeded `seed`, so a run is reproducible."""
+    from mmrl.tiny_world.pretrain import LOSS_OPTIONS, masked_sft_loss
+
+    bad = sorted(set(options) - set(LOSS_OPTIONS))
+    if bad:
+        raise ValueError(f"unknown masked-diffusion loss options {bad}; valid: {list(LOSS_OPTIONS)}")
     g = torch.Generator().manual_seed(seed)
 
     def loss(policy, batch) -> torch.Tensor:
         if isinstance(batch, tuple):
             x_p, m_p, x_r, fixed = batch
         else:  # a Rollout: the infilled given cells (`extras["fixed"]`) are never masked nor counted
-            x_p, m_p, x_r = batch.prompt_ids, batch.prompt_mask, batch.response_ids
+            x_p, m_p, x_r = batch.prompt_ids, batch.prompt_mask, eos_padded(batch.response_ids, policy.eos_token_ids)
             fixed = batch.extras.get("fixed")
             fixed = torch.zeros_like(x_r, dtype=torch.bool) if fixed is None else fixed
-        return masked_sft_loss(policy, x_p, m_p, x_r, fixed.cpu(), g)
+        return masked_sft_loss(policy, x_p, m_p, x_r, fixed.cpu(), g, **options)
 
     return loss
 

@@ -18,6 +18,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from mmrl.tiny_world.models import SMOKE_BASE_STEPS
+
 logger = logging.getLogger(__name__)
 
 SHAPES_RL: dict[str, Any] = {
@@ -148,8 +150,6 @@ def choose_lr(out: str | Path = "runs/replicate", *, lrs: tuple[float, ...] = LR
     return choice
 
 
-BASE_SMOKE_STEPS = 20
-"""Pre-training steps of the base model under `smoke` (a separately cached, untrained-looking model)."""
 
 CLEAN_REFERENCE = "shapes-clean"
 """The base pre-trained on correct captions at the same compute: the reference of "share of the gap closed"."""
@@ -214,7 +214,7 @@ def run_shapes_rl(root: str | Path, arms: list[str], *, seeds: int = 5, smoke: b
     root.mkdir(parents=True)
     t_all = time.perf_counter()
     register()  # the tiny world's tasks and rewards
-    base_steps = BASE_SMOKE_STEPS if smoke else None
+    base_steps = SMOKE_BASE_STEPS if smoke else None
     t0 = time.perf_counter()
     base_dir = ensure_built(base, progress=progress, steps=base_steps)
     build_s = time.perf_counter() - t0

@@ -26,7 +26,7 @@ from mmrl.core.registry import REWARDS
 from mmrl.data.tasks import TASKS, Task, d1_countdown_test, d1_sudoku_test
 from mmrl.rewards.completions import completion_text
 from mmrl.rewards.countdown import countdown_correct, countdown_score
-from mmrl.rewards.sudoku import sudoku_score
+from mmrl.rewards.sudoku import sudoku_digits, sudoku_score, sudoku_solved, sudoku_validity, sudoku_violations
 
 # ------------------------------------------------------------------------------------------------------ Sudoku
 
@@ -57,15 +57,28 @@ def all_grids() -> tuple[str, ...]:
     return tuple(out)
 
 
+@lru_cache(maxsize=1)
+def _grids_with() -> tuple[tuple[int, ...], ...]:
+    """[16][5] bitmasks over `all_grids()`: bit g of entry [i][d] is set when grid g has digit d in cell i."""
+    masks = [[0] * 5 for _ in range(16)]
+    for g, grid in enumerate(all_grids()):
+        for i, ch in enumerate(grid):
+            masks[i][int(ch)] |= 1 << g
+    return tuple(tuple(m) for m in masks)
+
+
 def count_solutions(puzzle: str, limit: int = 2) -> int:
-    """Number of grids consistent with `puzzle` ("0" = blank), counted up to `limit`."""
-    n = 0
-    for g in all_grids():
-        if all(p == "0" or p == q for p, q in zip(puzzle, g)):
-            n += 1
-            if n >= limit:
-                break
-    return n
+    """Number of grids consistent with `puzzle` ("0" = blank), counted up to `limit`: the grids left after
+    intersecting, over the given cells, the grids with that digit there (puzzle generation calls this some 10^4
+    times per task, so no Python loop over the 288 grids)."""
+    alive = (1 << len(all_grids())) - 1
+    masks = _grids_with()
+    for i, ch in enumerate(puzzle):
+        if ch != "0":
+            if ch not in "1234":  # no grid has it
+                return 0
+            alive &= masks[i][int(ch)]
+    return min(alive.bit_count(), limit)
 
 
 def make_puzzle(grid: str, blanks: int, rng: random.Random, tries: int = 50) -> str | None:
@@ -132,6 +145,28 @@ def sudoku4_row(puzzle: str, solution: str) -> dict:
 def sudoku4(prompts, completions, puzzle, solution, **kwargs) -> list[float]:
     """d1's Sudoku reward (fraction of blank cells filled correctly) on a response that is the bare answer."""
     return [sudoku_score(f"<answer>{completion_text(c)}</answer>", p, s) for c, p, s in zip(completions, puzzle, solution)]
+
+
+@REWARDS.register("sudoku4_solved")
+def sudoku4_solved(prompts, completions, puzzle, solution, **kwargs) -> list[float]:
+    """The fully-solved 1 / 0 Sudoku reward (`sudoku_solved`) on a bare-answer response: positive reward only on
+    grids whose every blank cell is right (issue 24 item 5)."""
+    return [sudoku_solved(f"<answer>{completion_text(c)}</answer>", p, s) for c, p, s in zip(completions, puzzle, solution)]
+
+
+@REWARDS.register("sudoku4_valid")
+def sudoku4_valid(prompts, completions, puzzle, **kwargs) -> list[float]:
+    """A verifier reward that never reads the solution: `sudoku_validity` (1 - violated constraints / (3 x blanks),
+    clipped at 0) of the answer, read as the sudoku4 reward reads it; 1 for any valid completion of the puzzle."""
+    return [sudoku_validity(sudoku_digits(f"<answer>{completion_text(c)}</answer>") or "", p)
+            for c, p in zip(completions, puzzle)]
+
+
+def sudoku4_verifier(row: dict, completion: str) -> float:
+    """Best-of-n's verifier for sudoku4 that reads only the puzzle: minus the violated constraints of the answer
+    (`sudoku_violations`), so 0 for any valid completion of the puzzle."""
+    digits = sudoku_digits(f"<answer>{completion_text(completion)}</answer>") or ""  # the reward's own reading
+    return -float(sudoku_violations(digits, row["puzzle"]))
 
 
 SUDOKU_BLANKS = (6, 10)

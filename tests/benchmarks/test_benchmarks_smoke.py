@@ -22,7 +22,7 @@ SUMMARY_KEYS = {"median", "p25", "p75", "min", "max", "n", "values"}
 @pytest.fixture(scope="module")
 def results(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("bench")
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "run_all.py"), "--smoke", "--out", str(out)],
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "run_all.py"), "--smoke", "--jobs", "2", "--out", str(out)],
                           capture_output=True, text=True, timeout=600, cwd=ROOT)
     logs = "\n".join(f"--- {p.name}\n{p.read_text()[-3000:]}" for p in out.glob("*.log"))
     assert proc.returncode == 0, proc.stdout + proc.stderr + logs
@@ -165,6 +165,16 @@ def test_run_all_extra_arguments(tmp_path):
                           capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert proc.returncode != 0 and "--extra 'nosuch=1': expected NAME=ARGS" in proc.stderr
     assert not (tmp_path / "summary.json").exists()  # refused before anything ran
+
+
+def test_run_all_refuses_parallel_full_size_timings(tmp_path):
+    import run_all
+
+    with pytest.raises(SystemExit, match="--jobs 2: expected 1, or more than 1 together with --smoke"):
+        run_all.main(["--jobs", "2", "--out", str(tmp_path)])
+    with pytest.raises(SystemExit, match="--jobs 0"):
+        run_all.main(["--smoke", "--jobs", "0", "--out", str(tmp_path)])
+    assert not (tmp_path / "summary.json").exists()
 
 
 def test_summaries_and_ratios_by_hand():

@@ -47,10 +47,10 @@ def test_maskgit_loss_by_hand():
     assert maskgit_loss(logits, targets, masked).item() == pytest.approx(want, abs=1e-6)
 
 
-def test_dmpo_vs_grpo_masked_smoke(tmp_path, monkeypatch):
+def test_dmpo_vs_grpo_masked_smoke(tmp_path, monkeypatch, smoke_cache):
     from mmrl.geneval.rules import TASKS
 
-    monkeypatch.setenv("MMRL_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("MMRL_CACHE", str(smoke_cache))
     assert main(["replicate", "dmpo-vs-grpo-masked", "--smoke", "--seeds", "1", "--out", str(tmp_path / "rep")]) == 0
     root = tmp_path / "rep" / "dmpo-vs-grpo-masked"
     res = json.loads((root / "results.json").read_text())

@@ -78,8 +78,8 @@ def test_held_out_greedy_sampled_pass_at_k():
     assert all(p >= s for p, s in zip(items["pass"], items["sampled"]))
 
 
-def test_reasoning_comparison_smoke(tmp_path, monkeypatch):
-    monkeypatch.setenv("MMRL_CACHE", str(tmp_path / "cache"))
+def test_reasoning_comparison_smoke(tmp_path, monkeypatch, smoke_cache):
+    monkeypatch.setenv("MMRL_CACHE", str(smoke_cache))
     dapo = reasoning_rl.DAPO_RECIPE
     assert main(["replicate", "dgpo-vs-grpo", "--smoke", "--seeds", "1", "--out", str(tmp_path / "rep"), "--arm", "GRPO",
                  "--arm", "DGPO", "--arm", dapo]) == 0
@@ -110,8 +110,8 @@ def test_reasoning_comparison_smoke(tmp_path, monkeypatch):
         assert (root / png).read_bytes()[:4] == b"\x89PNG"
 
 
-def test_overfit_pool_smoke(tmp_path, monkeypatch):
-    monkeypatch.setenv("MMRL_CACHE", str(tmp_path / "cache"))
+def test_overfit_pool_smoke(tmp_path, monkeypatch, smoke_cache):
+    monkeypatch.setenv("MMRL_CACHE", str(smoke_cache))
     res = overfit_pool.run_overfit_pool(tmp_path / "rep", seeds=1, smoke=True, progress=False,
                                         only=[("causal_lm", "grpo"), ("causal_lm", "dmpo")])
     assert set(res["cells"]) == {"causal_lm / grpo", "causal_lm / dmpo"}
@@ -188,12 +188,13 @@ def test_shortcut_share_counts_the_shortcut_per_step(tmp_path):
     assert reasoning_rl.shortcut_share(tmp_path / "missing") == []
 
 
-def test_dllm_comparison_smoke_with_the_trust_region(tmp_path, monkeypatch):
+def test_dllm_comparison_smoke_with_the_trust_region(tmp_path, monkeypatch, smoke_cache):
     """The masked-diffusion Countdown comparison end to end at smoke size: DMPO with reuse F = 8 under the trust
     region on the `countdown3-md` base; per-item scores and paired intervals land in results.json."""
-    monkeypatch.setenv("MMRL_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("MMRL_CACHE", str(smoke_cache))
     res = reasoning_rl.run_reasoning_comparison("dllm-countdown3", tmp_path / "rep", seeds=1, smoke=True, progress=False,
-                                                arms=["DMPO F=8, trust region 0.05"])
+                                                rollouts=1, arms=["DMPO F=8, trust region 0.05"],  # 8 steps on 1 rollout
+                                                baselines=False)  # (rows: below)
     run = res["arms"]["DMPO F=8, trust region 0.05"][0]
     assert len(run["items"]["greedy"]) == len(res["before_items"]["greedy"]) == 16
     gain = res["intervals"]["gain"]["DMPO F=8, trust region 0.05"]["greedy"]
@@ -256,10 +257,10 @@ def test_dmpo_kl_2x2_arms_differ_only_in_method_and_beta(tmp_path):
     assert cfgs["DMPO, no KL"].weight_decay == 0.0 and cfgs["DMPO, KL 0.1"].num_iterations == 1
 
 
-def test_dmpo_kl_comparison_smoke(tmp_path, monkeypatch):
+def test_dmpo_kl_comparison_smoke(tmp_path, monkeypatch, smoke_cache):
     """The 2 x 2's DMPO-with-KL arm end to end at smoke size: the KL term is logged every step, the test items carry
     the shortcut counts, and the table has the shortcut columns and their differences."""
-    monkeypatch.setenv("MMRL_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("MMRL_CACHE", str(smoke_cache))
     res = reasoning_rl.run_reasoning_comparison("dmpo-kl-countdown3", tmp_path / "rep", seeds=1, smoke=True, progress=False,
                                                 arms=["DMPO, KL 0.1", "diffu-GRPO, no KL"], baselines=False)
     n = len(res["test_prompts"])
@@ -431,16 +432,110 @@ def test_held_out_items_pass_at_j_and_stacked():
 
 def test_long_answer_comparison_wiring(tmp_path):
     """dgpo-countdown4-steps: the three arms on one recipe and rollout count; DGPO is DAPO's recipe with DGPO's
-    method (its token credit the only difference); DAPO's overlong buffer is L / 5; two curve points a run."""
+    method (its token credit the only difference); DAPO's overlong buffer is L / 5; four curve points a run; the
+    regime comparison's GRPO run is this comparison's GRPO run."""
     name = "dgpo-countdown4-steps"
     comp = reasoning_rl.COMPARISONS[name]
     cfgs = {a: load_config(None, reasoning_rl.arm_config(name, a, seed=1, out=tmp_path)) for a in comp["arms"]}
     grpo, dgpo, dapo = cfgs["GRPO"], cfgs["DGPO"], cfgs[reasoning_rl.DAPO_RECIPE]
     assert (grpo.method, dgpo.method, dapo.method) == ("grpo", "dgpo", "dapo")
     assert grpo.max_steps == dgpo.max_steps == dapo.max_steps == comp["rollouts"]
-    assert grpo.eval_steps == comp["rollouts"] // 2 and grpo.beta == dgpo.beta == dapo.beta == 0.0
+    assert grpo.eval_steps == comp["rollouts"] // 4 and grpo.beta == dgpo.beta == dapo.beta == 0.0
     assert not grpo.dynamic_sampling and dgpo.dynamic_sampling and dapo.dynamic_sampling
     assert dapo.overlong_penalty and dapo.overlong_buffer_len == 34 and dapo.max_completion_length == 170
     diff = {k for k, v in dgpo.to_dict().items() if dapo.to_dict()[k] != v}
     assert diff <= {"method"}, diff  # every option the same but the method
     assert grpo.prompts_per_rollout * grpo.num_generations == 64 and grpo.model_name_or_path.endswith("countdown4-steps-ar")
+    regime = reasoning_rl.arm_config("grpo-regime-countdown4-steps", "GRPO", seed=1, out=tmp_path)
+    assert regime == reasoning_rl.arm_config(name, "GRPO", seed=1, out=tmp_path)
+
+
+def test_dllm_baseline_rows_rft_and_continued_sft_then_the_report(tmp_path, monkeypatch):
+    """The masked-diffusion comparison's baseline rows (`only_baselines`, no RL arm run): RFT at the first arm's
+    rollouts and continued SFT on right answers at its optimizer steps x answers per step, both fitted with the base
+    recipe's own loss (countdown3-md: no 1/t, mean over masked tokens); best-of-n at its answers per prompt; then a
+    report over a saved RL arm shows every row, pass@k and each difference. A tiny untrained policy stands in for the
+    base and a stand-in scorer reads the weights, so a row that did not train scores as the base."""
+    from mmrl.models.masked_diffusion import MaskedDiffusionAdapter
+    from mmrl.tiny_world import models, rft
+
+    monkeypatch.setattr(models, "load_base_policy", lambda name, **kw: MaskedDiffusionAdapter.tiny(seed=0, gen_length=16, hidden_size=32))
+    calls = {"options": [], "fits": []}
+    nll, fit = rft.masked_diffusion_nll, rft.fit_batches
+    monkeypatch.setattr(rft, "masked_diffusion_nll", lambda seed=0, **o: calls["options"].append(o) or nll(seed, **o))
+    monkeypatch.setattr(rft, "fit_batches", lambda pol, batches, *a, **kw: calls["fits"].append(list(batches)) or fit(pol, batches, *a, **kw))
+
+    def scorer(policy, rows, metric, family, length, k=4, batch_size=128, shortcut_op=None, **kw):
+        w = float(sum(p.detach().double().sum() for p in policy.model.parameters()))  # moves when the weights do
+        x = [float((i + int(abs(w) * 1e4)) % 3 == 0) for i in range(len(rows))]
+        items = {"greedy": x, "sampled": x, "pass": x, "best": x, "shortcut": [0.0] * len(rows), "right_not_shortcut": x,
+                 "greedy_shortcut": [0.0] * len(rows)}
+        return {"greedy": sum(x) / len(x), "sampled": sum(x) / len(x), f"pass@{k}": sum(x) / len(x), "w": w}, items
+
+    monkeypatch.setattr(reasoning_rl, "held_out_items", scorer)
+    name, arm = "dllm-countdown3", "diffu-GRPO"
+    out = reasoning_rl.run_reasoning_comparison(name, tmp_path, seeds=1, smoke=True, progress=False, arms=[arm],
+                                                only_baselines=True, resume=True)
+    root = tmp_path / name
+    sft, rft_row = reasoning_rl.CONTINUED_SFT_ARM, reasoning_rl.RFT_ARM
+    assert sorted(out["baseline_runs"]) == sorted([rft_row, sft]) and not (root / "runs" / "diffu_grpo-seed0").exists()
+    assert calls["options"] and all(o == {"time_weight": "none", "normalise": "masked"} for o in calls["options"])
+    base_w = json.loads((root / "base.json").read_text())["before"]["w"]
+    answers = {r["solution"] for r in __import__("mmrl.data.tasks", fromlist=["load_task"]).load_task("countdown3").train}
+    for seed in (0,):
+        r = json.loads((root / "runs" / reasoning_rl.run_slug(rft_row, seed) / "result.json").read_text())
+        s = json.loads((root / "runs" / reasoning_rl.run_slug(sft, seed) / "result.json").read_text())
+        assert r["rollouts"] == 2 * 8 * 4 and r["steps"] == 2  # smoke: 2 rollout batches of 8 problems x 4 answers
+        assert s["rollouts"] == 0 and s["steps"] == 2 and s["trained_sequences"] == 2 * 32 and len(s["loss"]) == 2
+        assert s["after"]["w"] != base_w  # the continued SFT trained the weights
+    sft_fits = [b for b in calls["fits"] if b and isinstance(b[0], tuple)]
+    assert len(sft_fits) == 1 and all(len(b) == 2 for b in sft_fits)
+    pol = MaskedDiffusionAdapter.tiny(seed=0, gen_length=16, hidden_size=32)
+    for x_p, m_p, x_r, fixed in sft_fits[0]:
+        assert x_r.shape == (32, 16) and not fixed.any()
+        assert all(pol.tokenizer.decode(row).split(pol.tokenizer.eos_token)[0].replace(" ", "") in answers for row in x_r)
+    assert json.loads((root / "best_of_n.json").read_text())["n"] == 4  # the first arm's answers per prompt
+    # an RL arm's saved runs (as another call leaves them), then the report over every row
+    for seed in (0,):
+        d = root / "runs" / reasoning_rl.run_slug(arm, seed)
+        d.mkdir(parents=True)
+        x = [1.0] * 16
+        (d / "result.json").write_text(json.dumps({"seed": seed, "after": {"greedy": 1.0, "sampled": 1.0, "pass@2": 1.0},
+                                                   "items": {"greedy": x, "sampled": x, "pass": x, "best": x, "shortcut": [0.0] * 16,
+                                                             "right_not_shortcut": x, "greedy_shortcut": [0.0] * 16},
+                                                   "seconds": 1.0, "rollouts": 64, "steps": 2}))
+    res = reasoning_rl.run_reasoning_comparison(name, tmp_path, seeds=1, smoke=True, progress=False, arms=[arm], report_only=True)
+    assert list(res["arms"]) == [arm, rft_row, sft] and res["seeds_used"] == [0]
+    assert {f"{arm} - {rft_row}", f"{arm} - {sft}", f"{arm} - best-of-4 from the base"} <= set(res["differences"])
+    table = (root / "table.md").read_text()
+    assert f"{sft} (1 seeds)" in table and "RFT (1 seeds)" in table and reasoning_rl.best_of_label(4) in table
+    assert "pass@2" in table.splitlines()[0] and "64 sequences fitted per run" in table
+    with pytest.raises(ValueError, match="only_baselines"):
+        reasoning_rl.run_reasoning_comparison(name, tmp_path, smoke=True, progress=False, only_baselines=True, report_only=True)
+
+
+def test_held_out_items_verified_best_of_k_scores_the_sample_the_verifier_picks(monkeypatch):
+    """Best-of-k with a verifier that does not read the answer: per row the metric's score of the verifier's first
+    choice (ties: the earliest sample), set by hand against fixed answers; the oracle "best" stays the max."""
+    from mmrl.tiny_world.tasks import sudoku4_verifier
+    from mmrl.training import evaluate as ev
+
+    puzzle, solution = "1030000221400300", "1234341221434321"
+    wrong_blank = "1434341221434321"  # 3 violations, 7 of 9 blanks right
+    changed_given = "2234341221434321"  # 4 violations, every blank right
+    rows = [{"prompt": "p", "puzzle": puzzle, "solution": solution}] * 2
+    answers = {None: ([wrong_blank, wrong_blank], [0.0, 0.0]),
+               1000: ([changed_given, wrong_blank], [1.0, 7 / 9]),  # row 0: fewer violations in sample 1
+               1001: ([wrong_blank, solution], [7 / 9, 1.0])}  # row 1: the solution, 0 violations
+
+    def fixed(policy, rows_, metric, *, seed=None, **kw):
+        comps, scores = answers[seed]
+        return ev.EvalResult("sudoku4", metric, sum(scores) / len(scores), len(rows_), 0.0, scores, comps)
+
+    monkeypatch.setattr(ev, "evaluate", fixed)
+    summary, items = reasoning_rl.held_out_items(None, rows, "sudoku4", "masked_diffusion", 16, k=2, verifier=sudoku4_verifier)
+    assert items["best"] == [1.0, 1.0]  # the oracle: the highest score
+    assert items["verified"] == pytest.approx([7 / 9, 1.0])  # (float32 scores) row 0: the 3-violation answer over the 4-violation one
+    assert summary["verified"] == pytest.approx((7 / 9 + 1.0) / 2)
+    tie = lambda row, c: 0.0  # noqa: E731
+    assert reasoning_rl.held_out_items(None, rows, "sudoku4", "masked_diffusion", 16, k=2, verifier=tie)[1]["verified"] == pytest.approx([1.0, 7 / 9])

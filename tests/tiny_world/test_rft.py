@@ -87,3 +87,84 @@ def test_masked_diffusion_nll_fits_and_reads_rollouts_as_tuples():
     with torch.no_grad():
         after = masked_diffusion_nll(5)(pol, batch)
     assert len(losses) == 20 and after < 0.5 * before
+
+
+_reward("_rft_even_first", lambda prompts, completions, **kw: [1.0 if str(c) and ord(str(c)[0]) % 2 == 0 else 0.0 for c in completions])
+
+
+def _md_policy():
+    from mmrl.models.masked_diffusion import MaskedDiffusionAdapter
+
+    return MaskedDiffusionAdapter.tiny(seed=0, gen_length=16, hidden_size=32)
+
+
+def test_eos_padded_by_hand_and_as_pretraining_packs_an_answer():
+    """After a row's first EOS every token becomes EOS (rows without one unchanged), which is how pre-training packs
+    an answer string: a sampled span, padded, equals `pack_pairs` of its decoded completion."""
+    from mmrl.tiny_world.pretrain import pack_pairs
+    from mmrl.tiny_world.rft import eos_padded
+
+    ids = torch.tensor([[5, 2, 7, 8], [1, 3, 4, 6], [2, 9, 2, 9]])
+    assert eos_padded(ids, [2]).tolist() == [[5, 2, 2, 2], [1, 3, 4, 6], [2, 2, 2, 2]]
+    pol = _md_policy()
+    ro = pol.sample(["15,28,18=61"], 8, seeds=list(range(8)), gen_length=16, block_length=16, steps=16, temperature=1.0)
+    packed = pack_pairs(pol.tokenizer, [pol._prompt_text("15,28,18=61")] * 8, ro.completions, 16, pol.pad_token_id,
+                        pol.eos_token_ids[0])[2]
+    ended = torch.isin(ro.response_ids, torch.tensor(pol.eos_token_ids)).any(1)
+    assert ended.any() and torch.equal(eos_padded(ro.response_ids, pol.eos_token_ids)[ended], packed[ended])
+
+
+def test_masked_diffusion_rft_loss_is_the_bases_pretraining_loss():
+    """The loss a masked-diffusion RFT minimises on a rollout is `masked_sft_loss` with the base recipe's options
+    (countdown3-md: no 1/t, mean over masked tokens) on the same batch and mask draws, i.e. the mean cross-entropy
+    over the masked response tokens, recomputed here by hand; LLaDA's default weighting gives another number."""
+    import torch.nn.functional as F
+
+    from mmrl.tiny_world.models import TINY_MODELS
+    from mmrl.tiny_world.pretrain import loss_options, masked_sft_loss
+    from mmrl.tiny_world.rft import eos_padded, masked_diffusion_nll
+
+    opts = loss_options(TINY_MODELS["countdown3-md"].recipe)
+    assert opts == {"time_weight": "none", "normalise": "masked"}  # ar_init_steps is the schedule, not the loss
+    pol = _md_policy()
+    ro = pol.sample(["15,28,18=61", "3,4,5=12"], 4, seeds=list(range(8)), gen_length=16, block_length=16, steps=16,
+                    temperature=1.0)
+    x_r = eos_padded(ro.response_ids, pol.eos_token_ids)
+    fixed = torch.zeros_like(x_r, dtype=torch.bool)
+    with torch.no_grad():
+        got = masked_diffusion_nll(7, **opts)(pol, ro)
+        ref = masked_sft_loss(pol, ro.prompt_ids, ro.prompt_mask, x_r, fixed, torch.Generator().manual_seed(7), **opts)
+        g = torch.Generator().manual_seed(7)  # the same draws by hand: t ~ U(eps, 1) per row, then the token masks
+        t = 1e-3 + (1 - 1e-3) * torch.rand(8, 1, generator=g)
+        masked = torch.rand(8, 16, generator=g) < t
+        noisy = torch.where(masked, torch.full_like(x_r, pol.mask_token_id), x_r)
+        logits = pol.backbone_logits(ro.prompt_mask, 16, pol.model)(torch.cat([ro.prompt_ids, noisy], 1))[:, -16:]
+        ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), x_r.reshape(-1), reduction="none").view(8, 16)
+        by_hand = ce[masked].mean()
+        llada = masked_diffusion_nll(7)(pol, ro)
+    assert got == ref and torch.allclose(got, by_hand, atol=1e-6)
+    assert not torch.allclose(got, llada, atol=1e-3)
+    with pytest.raises(ValueError, match="ar_init_steps"):
+        masked_diffusion_nll(0, ar_init_steps=600)
+
+
+def test_masked_diffusion_rft_fits_only_the_accepted_samples():
+    """A masked-diffusion RFT run fits, per rollout batch, exactly the responses the reward accepts (every one of
+    them, none other), with one update per batch that has any."""
+    from mmrl.tiny_world import rft
+
+    pol = _md_policy()
+    seen = []
+    inner = rft.masked_diffusion_nll(0)
+
+    def recording(policy, batch):
+        seen.append(list(batch.completions))
+        return inner(policy, batch)
+
+    gen = {"gen_length": 16, "block_length": 16, "steps": 16, "temperature": 1.0}
+    out = rft.rejection_sampling_ft(pol, [{"prompt": "15,28,18=61"}, {"prompt": "3,4,5=12"}], "_rft_even_first", rollouts=3,
+                                    prompts_per_rollout=2, group_size=4, lr=1e-3, seed=2, generation=gen, loss_fn=recording)
+    assert out["sampled"] == 3 * 2 * 4 and 0 < sum(out["accepted"]) < out["sampled"]
+    assert [len(c) for c in seen] == [a for a in out["accepted"] if a]  # one fit per batch with accepted answers
+    assert all(c and ord(c[0]) % 2 == 0 for batch in seen for c in batch)  # the rejected never reach the loss
+    assert len(out["loss"]) == 3

@@ -217,11 +217,11 @@ def test_gcpo_negative_condition_keeps_the_image_and_adds_the_wrong_answer_instr
 # ------------------------------------------------------------------------------------------------ the runner
 
 
-def test_run_gcpo_vs_grpo_vqa_smoke(tmp_path, monkeypatch):
+def test_run_gcpo_vs_grpo_vqa_smoke(tmp_path, monkeypatch, smoke_cache):
     from mmrl.tiny_world import models
     from mmrl.tiny_world.vqa_rl import NAME, run_gcpo_vs_grpo_vqa
 
-    monkeypatch.setenv("MMRL_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("MMRL_CACHE", str(smoke_cache))
     spec = models.TINY_MODELS["shapes-vqa"]
     monkeypatch.setitem(models.TINY_MODELS, "shapes-vqa",
                         dataclasses.replace(spec, steps=2, batch_size=8, data={**spec.data, "first_steps": 1}))

@@ -20,10 +20,13 @@ def test_all_288_grids():
     grids = all_grids()
     assert len(grids) == len(set(grids)) == 288
     assert all(valid_grid(g) for g in grids)
-    # brute force over all row permutations agrees on the count
+    # brute force over row permutations agrees on the count: two-row bands whose boxes and columns are valid, then
+    # every pair of bands, checked whole by `valid_grid` (96 x 96 candidates instead of 24^4)
     perms = ["".join(p) for p in itertools.permutations("1234")]
-    brute = {a + b + c + d for a in perms for b in perms for c in perms for d in perms if valid_grid(a + b + c + d)}
-    assert brute == set(grids)
+    bands = [a + b for a in perms for b in perms
+             if all(x != y for x, y in zip(a, b)) and set(a[:2] + b[:2]) == set("1234")]
+    brute = {top + bottom for top in bands for bottom in bands if valid_grid(top + bottom)}
+    assert len(bands) == 96 and brute == set(grids)
 
 
 def test_sudoku4_split_is_by_solution_grid():
@@ -130,3 +133,25 @@ def test_d1_test_files_load_in_tiny_format():
     assert not {r["solution"] for r in s.train} & {r["solution"] for r in s.test}
     c = load_task("countdown3_d1")
     assert len(c.test) == 256 and c.test[0]["numbers"] == [30, 100, 93] and c.test[0]["target"] == 23
+
+
+def test_count_solutions_equals_a_scan_of_every_grid():
+    """The bitmask count against the definition: the grids that agree with every given cell, capped at `limit`."""
+    import random
+
+    rng = random.Random(0)
+    grids = all_grids()
+
+    def scan(puzzle, limit):
+        return min(sum(all(p == "0" or p == q for p, q in zip(puzzle, g)) for g in grids), limit)
+
+    puzzles = ["0" * 16, grids[5], grids[5][:15] + "0", "5" + "0" * 15, "11" + "0" * 14]
+    for _ in range(300):
+        g = rng.choice(grids)
+        blanks = set(rng.sample(range(16), rng.randint(0, 16)))
+        puzzles.append("".join("0" if i in blanks else (str(rng.randint(1, 4)) if rng.random() < 0.1 else ch)
+                               for i, ch in enumerate(g)))
+    for p in puzzles:
+        for limit in (1, 2, 3, 300):
+            assert count_solutions(p, limit) == scan(p, limit), (p, limit)
+    assert count_solutions("0" * 16, 1000) == 288 and count_solutions(grids[5]) == 1
