@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import re
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -48,7 +48,8 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 def held_out_items(policy, rows: Sequence[dict], metric: str, family: str, length: int, k: int = 4,
                    batch_size: int = 128, shortcut_op: str | None = None,
-                   ks: Sequence[int] = (), stacked: bool = False) -> tuple[dict[str, float], dict[str, list[float]]]:
+                   ks: Sequence[int] = (), stacked: bool = False,
+                   verifier: Callable[[dict, str], float] | None = None) -> tuple[dict[str, float], dict[str, list[float]]]:
     """(`held_out`'s figures, the per-row scores behind them: {"greedy": [R], "sampled": [R] (mean of the row's
     k samples), "pass": [R] (1 if any sample scores 1), "best": [R] (the best of the row's k sample scores:
     best-of-k with the metric itself as the verifier; pass for a 1 / 0 metric)}), for the paired intervals of
@@ -61,21 +62,30 @@ def held_out_items(policy, rows: Sequence[dict], metric: str, family: str, lengt
 
     Each j of `ks` (1 <= j < k) adds the per-row unbiased pass@j from the k samples (`pass_at_k`) as items and
     summary "pass@j". `stacked` draws the k samples of every row in one pass over the rows repeated k times (batches
-    of `batch_size` rows; other seeds than the per-sample passes, the same distribution; faster for small models)."""
+    of `batch_size` rows; other seeds than the per-sample passes, the same distribution; faster for small models).
+
+    `verifier(row, completion)` (higher is better; it must not read the row's answer) adds best-of-k as a user could
+    run it: per row, the metric's score of the sample the verifier ranks first (ties: the earliest sample), items and
+    summary "verified"."""
     from mmrl.training.evaluate import d1_generation, evaluate
 
     greedy = evaluate(policy, rows, metric, batch_size=batch_size, progress=False,
                       **d1_generation(family, length, length, length))
     scores = torch.zeros(len(rows), k)  # [R, K]
     short = torch.zeros(len(rows), k)  # [R, K] 1 where the sample is the shortcut
+    texts: list[list[str]] = [[""] * k for _ in rows]  # [R][K] the sampled answers (for `verifier`)
     if stacked and shortcut_op is None:
         res = evaluate(policy, [r for _ in range(k) for r in rows], metric, batch_size=batch_size, progress=False,
                        seed=1000, **sampled_generation(family, length))
         scores = torch.tensor(res.scores, dtype=torch.float).view(k, len(rows)).T.contiguous()  # [R, K]
+        for i, c in enumerate(res.completions):  # sample-major: i = j * R + r
+            texts[i % len(rows)][i // len(rows)] = c if isinstance(c, str) else ""
     for j in range(0 if stacked and shortcut_op is None else k):
         res = evaluate(policy, rows, metric, batch_size=batch_size, progress=False, seed=1000 + j,
                        **sampled_generation(family, length))
         scores[:, j] = torch.tensor(res.scores)
+        for r, c in enumerate(res.completions):
+            texts[r][j] = c if isinstance(c, str) else ""
         if shortcut_op is not None:
             short[:, j] = torch.tensor([float(is_shortcut(r["prompt"], c if isinstance(c, str) else "", shortcut_op))
                                         for r, c in zip(rows, res.completions)])
@@ -83,6 +93,10 @@ def held_out_items(policy, rows: Sequence[dict], metric: str, family: str, lengt
     summary = {"greedy": float(greedy.accuracy), "sampled": float(scores.mean()), f"pass@{k}": float(passed.mean())}
     items = {"greedy": [float(x) for x in greedy.scores], "sampled": scores.mean(1).tolist(), "pass": passed.tolist(),
              "best": scores.max(1).values.tolist()}  # best-of-k with the metric as the verifier
+    if verifier is not None:
+        picked = [max(range(k), key=lambda j: (verifier(row, texts[r][j]), -j)) for r, row in enumerate(rows)]
+        items["verified"] = [float(scores[r, j]) for r, j in enumerate(picked)]
+        summary["verified"] = sum(items["verified"]) / max(1, len(rows))
     right = (scores >= 1).sum(1).tolist()  # [R] right samples per row
     for j in ks:
         items[f"pass@{j}"] = [pass_at_k(k, int(c), j) for c in right]

@@ -2,6 +2,7 @@
 
     mmrl replicate dmpo-vs-d1         # DMPO vs diffu-GRPO (F = 1) beside clean SFT, RFT and best-of-n, sudoku4
     mmrl replicate dmpo-reuse-sudoku4 # DMPO with buffer reuse F = 1 / 8 / 24 vs diffu-GRPO, same rollouts
+    mmrl replicate sudoku-rewards     # diffu-GRPO and DMPO with the solved 1/0, verifier and d1 cell rewards
     mmrl replicate dmpo-small-batch   # WDCE with no / group / individual / model baseline vs WDDO at a small batch
 
 Each arm starts from the same cached tiny base model, trains with the quickstart's settings under the reasoning
@@ -64,6 +65,17 @@ COMPARISONS: dict[str, dict[str, dict[str, Any]]] = {
         "dmpo, F=8": {"method": "dmpo", "dmpo_baseline": "group", "num_iterations": 8},
         "dmpo, F=24": {"method": "dmpo", "dmpo_baseline": "group", "num_iterations": 24},
     },
+    # issue 24 item 5: the arms differ only in the reward (`reward_funcs`), on the STABLE recipe, the same rollouts
+    # and one optimizer setting; the validation curves and the test rows score cell accuracy (the task's metric) for
+    # every arm. Listed in priority order: with a cutoff, the last arms are the ones left out.
+    "sudoku-rewards": {
+        "diffu-grpo, solved 1/0": {"method": "diffu_grpo", "reward_funcs": ["sudoku4_solved"]},
+        "dmpo, solved 1/0": {"method": "dmpo", "dmpo_baseline": "group", "reward_funcs": ["sudoku4_solved"]},
+        "diffu-grpo, verifier": {"method": "diffu_grpo", "reward_funcs": ["sudoku4_valid"]},
+        "dmpo, verifier": {"method": "dmpo", "dmpo_baseline": "group", "reward_funcs": ["sudoku4_valid"]},
+        "diffu-grpo, cells (d1)": {"method": "diffu_grpo", "reward_funcs": ["sudoku4"]},
+        "dmpo, cells (d1)": {"method": "dmpo", "dmpo_baseline": "group", "reward_funcs": ["sudoku4"]},
+    },
     "dmpo-small-batch": {
         "wdce, no baseline": {"method": "dmpo", "dmpo_baseline": "none"},
         "wdce, group baseline": {"method": "dmpo", "dmpo_baseline": "group"},
@@ -74,16 +86,26 @@ COMPARISONS: dict[str, dict[str, dict[str, Any]]] = {
 }
 """comparison -> arm label -> overrides of the shared recipe (`QUICKSTART_RECIPE` + `STABLE`)."""
 
+CONTRASTS: dict[str, list[tuple[str, str]]] = {
+    "sudoku-rewards": [("diffu-grpo, solved 1/0", "diffu-grpo, cells (d1)"), ("diffu-grpo, verifier", "diffu-grpo, cells (d1)"),
+                       ("dmpo, solved 1/0", "dmpo, cells (d1)"), ("dmpo, verifier", "dmpo, cells (d1)"),
+                       ("dmpo, solved 1/0", "diffu-grpo, solved 1/0"), ("dmpo, verifier", "diffu-grpo, verifier"),
+                       ("dmpo, cells (d1)", "diffu-grpo, cells (d1)")],
+}
+"""comparison -> the (a, b) pairs whose difference a - b the table reports (default: every pair of RL arms); a
+pair with an arm left out by the cutoff is skipped."""
+
 SIZES: dict[str, dict[str, Any]] = {
     # 8 puzzles x 16 answers per rollout batch, 10 batches (an F = 24 run is 240 optimizer steps, ~6 min on one core)
     "dmpo-vs-d1": {"rollouts": 10, "num_generations": 16, "per_device_train_batch_size": 128, "gradient_accumulation_steps": 1},
     "dmpo-reuse-sudoku4": {"rollouts": 10, "num_generations": 16, "per_device_train_batch_size": 128, "gradient_accumulation_steps": 1},
+    "sudoku-rewards": {"rollouts": 10, "num_generations": 16, "per_device_train_batch_size": 128, "gradient_accumulation_steps": 1},
     # the paper's failure mode of plain WDCE needs a small batch: 4 prompts x 8 responses per rollout
     "dmpo-small-batch": {"rollouts": 30, "num_generations": 8, "per_device_train_batch_size": 32, "gradient_accumulation_steps": 1},
 }
 """comparison -> rollout budget and batch shape shared by its arms."""
 
-ONE_OPTIMIZER = ("dmpo-vs-d1", "dmpo-reuse-sudoku4")
+ONE_OPTIMIZER = ("dmpo-vs-d1", "dmpo-reuse-sudoku4", "sudoku-rewards")
 """Comparisons whose arms run on one optimizer setting (`mmrl.tiny_world.reasoning_rl.SHARED_OPTIMIZER`: AdamW
 (0.9, 0.999), clip 1.0, no weight decay), so that DMPO's method defaults (clip 0.2, beta2 0.99, weight decay 0.1)
 do not make its arm differ from diffu-GRPO's in more than the method."""
@@ -93,7 +115,7 @@ SMOKE = {"per_device_train_batch_size": 32, "num_generations": 4, "eval_limit": 
 
 CLEAN_SFT_ROW = "clean SFT, same compute"
 RFT_ROW = "RFT, same rollouts"
-BASELINE_ROWS = ("dmpo-vs-d1", "dmpo-reuse-sudoku4")
+BASELINE_ROWS = ("dmpo-vs-d1", "dmpo-reuse-sudoku4", "sudoku-rewards")
 """Comparisons that get the baseline rows (`run_comparison`): clean SFT on the training puzzles' true solutions at
 the first arm's optimizer steps and sequences per step, RFT on the base's fully solved samples at the same
 rollouts, best-of-n from the base at the arms' samples per puzzle."""
@@ -120,7 +142,8 @@ def arm_config(name: str, arm: str, *, seed: int, rollouts: int, out: Path, smok
 
 
 def run_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int = 5, rollouts: int | None = None,
-                   smoke: bool = False, progress: bool = True, baselines: bool = True) -> dict[str, Any]:
+                   smoke: bool = False, progress: bool = True, baselines: bool = True,
+                   cutoff: str | None = None) -> dict[str, Any]:
     """Run every arm of the Sudoku comparison `name` over `seeds` from the cached `sudoku4` base; report into
     `<out>/<name>` (results.json with every run's per-puzzle test scores, table.md, the validation curves).
 
@@ -135,8 +158,14 @@ def run_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int 
       answers), fully solved ones kept, one step per rollout batch, the same loss and optimizer as the clean SFT
       row (`mmrl.tiny_world.rft`);
     - best-of-n from the base: n = the arms' answers per puzzle, sampled as in training, the puzzle scored by its
-      best answer (the reward as the verifier: it reads the solution, so an oracle reranker's ceiling).
-    """
+      best answer (the reward as the verifier: it reads the solution, so an oracle reranker's ceiling), and the same
+      n answers reranked as a user could: the one with the fewest violated constraints (`sudoku4_verifier`, which
+      reads only the puzzle).
+
+    `cutoff` ("HH:MM", UTC): start no run after that clock time; an arm with fewer than `seeds` finished runs is
+    left out of the table and the intervals (its runs are kept in results.json under "incomplete"), so the
+    comparisons listed last are the ones dropped, never seeds. An arm's `reward_funcs` replaces the task's reward
+    for training only (validation and test score the task's metric)."""
     from mmrl.config.train_config import load_config
     from mmrl.data.tasks import load_task
     from mmrl.tiny_world import register
@@ -147,6 +176,7 @@ def run_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int 
     from mmrl.tiny_world.reasoning_rl import held_out_items, sampled_generation
     from mmrl.tiny_world.rft import fit_batches, masked_diffusion_nll, rejection_sampling_ft, truth_batches
     from mmrl.tiny_world.stats import difference_interval, mean_interval
+    from mmrl.tiny_world.tasks import sudoku4_verifier
     from mmrl.tiny_world.report import curve, fmt, markdown_table, mean_std, plot_curves
     from mmrl.training.trainer import Trainer
 
@@ -156,6 +186,7 @@ def run_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int 
         raise ValueError(f"seeds must be >= 1, got {seeds}")
     rollouts = rollouts or (2 if smoke else SIZES[name]["rollouts"])
     baselines = baselines and name in BASELINE_ROWS
+    stop = _cutoff_time(cutoff)
     root = Path(out) / name
     if root.exists():
         shutil.rmtree(root)
@@ -171,10 +202,11 @@ def run_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int 
     t_all = time.perf_counter()
     base_policy = load_base_policy("sudoku4", progress=progress, steps=base_steps)
     base, base_items = evaluate_items(base_policy, test, task.metric)
+    base_val, _ = evaluate_items(base_policy, val, task.metric)  # the curves' starting point (validation column)
     best = None
     if baselines:
         t0 = time.perf_counter()
-        best = held_out_items(base_policy, test, task.metric, "masked_diffusion", 16, k=n_best)
+        best = held_out_items(base_policy, test, task.metric, "masked_diffusion", 16, k=n_best, verifier=sudoku4_verifier)
         best = {**best[0], "items": best[1], "seconds": time.perf_counter() - t0}
     arms: dict[str, list[dict]] = {}
 
@@ -186,13 +218,16 @@ def run_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int 
 
     for arm in COMPARISONS[name]:
         for seed in range(seeds):
+            if stop is not None and time.time() > stop:
+                logger.info(f"[{name}] cutoff {cutoff} UTC passed: {arm}, seed {seed} and later runs not started")
+                break
             run_dir = root / "runs" / f"{re.sub(r'[^a-z0-9]+', '_', arm.lower()).strip('_')}-seed{seed}"
             cfg = load_config(None, arm_config(name, arm, seed=seed, rollouts=rollouts, out=run_dir, smoke=smoke))
             if progress:
                 logger.info(f"[{name}] {arm}, seed {seed + 1}/{seeds}: {cfg.max_steps} optimizer steps, {rollouts} rollout batches")
             policy = load_base_policy("sudoku4", progress=False, steps=base_steps)
             t0 = time.perf_counter()
-            Trainer(cfg, policy=policy, dataset=task.train, reward_funcs=task.reward_funcs, eval_dataset=val,
+            Trainer(cfg, policy=policy, dataset=task.train, reward_funcs=cfg.reward_funcs or task.reward_funcs, eval_dataset=val,
                     eval_metric=task.metric).train()
             finish(arm, seed, policy, t0, records=read_metrics(run_dir))
     if baselines:
@@ -217,9 +252,13 @@ def run_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int 
                                         generation=sampled_generation("masked_diffusion", shape.max_completion_length))
             finish(RFT_ROW, seed, policy, t0, records=[], rft_accepted=sum(rft["accepted"]), rft_sampled=rft["sampled"])
     total = time.perf_counter() - t_all
+    incomplete = {a: runs for a, runs in arms.items() if a in COMPARISONS[name] and len(runs) < seeds}
+    arms = {a: runs for a, runs in arms.items() if a not in incomplete}
+    if incomplete:
+        logger.info(f"[{name}] left out (fewer than {seeds} seeds finished by the cutoff): {sorted(incomplete)}")
 
     base_m = [base_items]
-    rows = [["base model", mean_interval(base_m).fmt(), "-", "-", "-", "-"]]
+    rows = [["base model", mean_interval(base_m).fmt(), "-", fmt(base_val), "-", "-"]]
     gains: dict[str, Any] = {}
     best_label = f"best-of-{n_best} (base)"
     if best is not None:
@@ -227,6 +266,10 @@ def run_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int 
         rows.append([f"{best_label}: {n_best} sampled answers per puzzle, the best by the reward",
                      mean_interval([best["items"]["best"]]).fmt(), gains[best_label].fmt(signed=True), "-", "-",
                      f"{best['seconds']:.0f}"])
+        verified_label = f"best-of-{n_best} (base), constraint verifier"
+        gains[verified_label] = difference_interval([best["items"]["verified"]], base_m)
+        rows.append([f"{verified_label}: the answer with the fewest violated Sudoku constraints (reads only the puzzle)",
+                     mean_interval([best["items"]["verified"]]).fmt(), gains[verified_label].fmt(signed=True), "-", "-", "-"])
         rows.append([f"base, one sampled answer (T = 1, mean of {n_best})", mean_interval([best["items"]["sampled"]]).fmt(),
                      difference_interval([best["items"]["sampled"]], base_m).fmt(signed=True), "-", "-", "-"])
     for arm, runs in arms.items():
@@ -243,13 +286,15 @@ def run_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int 
                      fmt(*last_val) if runs[0]["records"] else "-", rew_cell, f"{mean_std([r['seconds'] for r in runs])[0]:.0f}"])
     table = markdown_table(["model", "test cell accuracy (%) [95% CI]", "gain over the base (points) [95% CI]",
                             "validation cell accuracy, last eval (%)", "train reward, first / last 5 steps (%)", "s per run"], rows)
-    rl = list(COMPARISONS[name])
-    refs = [r for r in (CLEAN_SFT_ROW, RFT_ROW) if r in arms] + ([best_label] if best is not None else [])
+    rl = [a for a in COMPARISONS[name] if a in arms]
+    refs = [r for r in (CLEAN_SFT_ROW, RFT_ROW) if r in arms] + ([best_label, verified_label] if best is not None else [])
     ref_items = {**{r: [x["items"] for x in arms[r]] for r in refs if r in arms},
-                 **({best_label: [best["items"]["best"]]} if best is not None else {})}
+                 **({best_label: [best["items"]["best"]], verified_label: [best["items"]["verified"]]}
+                    if best is not None else {})}
     diffs: dict[str, Any] = {}
-    for i, a in enumerate(rl):
-        for b in rl[i + 1:]:
+    pairs = CONTRASTS.get(name) or [(b, a) for i, a in enumerate(rl) for b in rl[i + 1:]]
+    for b, a in pairs:
+        if a in arms and b in arms:
             diffs[f"{b} - {a}"] = difference_interval([r["items"] for r in arms[b]], [r["items"] for r in arms[a]])
     for a in rl:
         for b in refs:
@@ -264,7 +309,7 @@ def run_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int 
     plot_curves({a: [curve(r["records"], "reward", smooth=5) for r in runs] for a, runs in arms.items() if runs[0]["records"]},
                 root / "reward.png", title=f"{name}: training reward", ylabel="reward")
     results = {"name": name, "protocol": "curves on validation, test once per run; paired bootstrap 95% CI over test puzzles and seeds",
-               "base": base, "base_items": base_items, "test_puzzles": [r["puzzle"] for r in test],
+               "base": base, "base_items": base_items, "base_validation": base_val, "test_puzzles": [r["puzzle"] for r in test],
                "validation_puzzles": len(val), "best_of_n": best, "n_best": n_best,
                "gains": {a: iv.to_dict() for a, iv in gains.items()},
                "differences": {k: v.to_dict() for k, v in diffs.items()}, "table": table,
@@ -272,12 +317,28 @@ def run_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int 
                "compute": {"optimizer_steps": shape.max_steps, "sequences_per_step": shape.per_device_train_batch_size,
                            "rollouts_per_run": rollouts * shape.per_device_train_batch_size},
                "arms": {a: [{k: v for k, v in r.items() if k != "records"} for r in runs] for a, runs in arms.items()},
+               "incomplete": {a: [{k: v for k, v in r.items() if k != "records"} for r in runs] for a, runs in incomplete.items()},
+               "cutoff": cutoff,
                "configs": {a: arm_config(name, a, seed=0, rollouts=rollouts, out=Path("."), smoke=smoke) for a in rl}}
     (root / "results.json").write_text(json.dumps(results, indent=2, default=str))
     (root / "table.md").write_text(table + f"\n\n{seeds} seeds, {rollouts} rollout batches per arm, {len(test)} test puzzles, "
                                    f"{total:.0f} s in all.\n")
     logger.info("\n" + table + f"\n\n{root}  ({total:.0f} s)")
     return results
+
+
+def _cutoff_time(cutoff: str | None) -> float | None:
+    """The epoch time of today's `cutoff` ("HH:MM", UTC), None without one; a one-line error for a bad string."""
+    if cutoff is None:
+        return None
+    import datetime as dt
+
+    try:
+        hh, mm = (int(x) for x in cutoff.split(":"))
+        when = dt.datetime.now(dt.timezone.utc).replace(hour=hh, minute=mm, second=0, microsecond=0)
+    except ValueError:
+        raise ValueError(f"cutoff must be HH:MM (UTC), got {cutoff!r}") from None
+    return when.timestamp()
 
 
 RUNNERS: dict[str, str] = {"gcpo-vs-grpo": "mmrl.tiny_world.shapes_rl:run_gcpo_vs_grpo",
@@ -313,7 +374,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--report-only", action="store_true", help="the Countdown comparisons and gcpo-vs-grpo-vqa: "
                         "run nothing, build the "
                         "report from the saved runs (the seeds every row has finished)")
-    parser.add_argument("--cutoff", default=None, help="gcpo-vs-grpo-vqa: start no run after this UTC clock time "
+    parser.add_argument("--cutoff", default=None, help="gcpo-vs-grpo-vqa and the Sudoku comparisons: start no run after this UTC clock time "
                         "(HH:MM); the report uses the seeds that finished")
     parser.add_argument("--smoke", action="store_true", help="2 rollouts per arm, 16 test puzzles, a "
                         "20-step base (plumbing check)")
@@ -326,8 +387,8 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit(f"--base applies to gcpo-vs-grpo and the Countdown comparisons {sorted(REASONING)}, not {args.name!r}")
     if args.seeds < 1:
         raise SystemExit(f"--seeds must be >= 1, got {args.seeds}")
-    if args.cutoff is not None and args.name != "gcpo-vs-grpo-vqa":
-        raise SystemExit(f"--cutoff applies to gcpo-vs-grpo-vqa only, not {args.name!r}")
+    if args.cutoff is not None and args.name != "gcpo-vs-grpo-vqa" and args.name not in COMPARISONS:
+        raise SystemExit(f"--cutoff applies to gcpo-vs-grpo-vqa and the Sudoku comparisons only, not {args.name!r}")
     if args.lr is not None and args.name != "gcpo-vs-grpo":
         raise SystemExit(f"--lr applies to gcpo-vs-grpo only, not {args.name!r}")
     if args.lr is not None and not args.lr > 0:
@@ -371,6 +432,9 @@ def run(args: argparse.Namespace) -> int:
         module, func = RUNNERS[args.name].split(":")
         getattr(importlib.import_module(module), func)(args.out, seeds=args.seeds, smoke=args.smoke, steps=args.steps)
         return 0
-    run_comparison(args.name, args.out, seeds=args.seeds, rollouts=args.rollouts, smoke=args.smoke,
-                   baselines=not args.no_baselines)
+    try:
+        run_comparison(args.name, args.out, seeds=args.seeds, rollouts=args.rollouts, smoke=args.smoke,
+                       baselines=not args.no_baselines, cutoff=args.cutoff)
+    except ValueError as e:
+        raise SystemExit(str(e)) from None
     return 0

@@ -363,3 +363,72 @@ def test_a_parse_that_timed_out_is_tried_again_not_remembered_as_unparseable(mon
     assert text_math.math_equal("\\frac{5}{7}", "\\frac{10}{14}") is False  # the timed-out parse
     assert fired
     assert text_math.math_equal("\\frac{5}{7}", "\\frac{10}{14}") is True
+
+
+def test_sudoku_violations_by_hand():
+    from mmrl.rewards.sudoku import sudoku_violations
+
+    solution = "1234341221434321"  # rows 1234 / 3412 / 2143 / 4321
+    puzzle = "1030000221400300"  # givens at cells 0, 2, 7, 8, 9, 10, 13
+    assert sudoku_violations(solution, puzzle) == 0
+    # one blank cell wrong (cell 1: 2 -> 4): row 0 repeats 4 once, column 1 repeats 4 once, box 0 repeats 4 once
+    assert sudoku_violations("1434341221434321", puzzle) == 3
+    # a given cell changed (cell 0: 1 -> 2): the given, row 0, column 0 and box 0 each count once
+    assert sudoku_violations("2234341221434321", puzzle) == 4
+    # a cell left blank ("0") counts once, and its row, column and box do not count it again
+    assert sudoku_violations("1034341221434321", puzzle) == 1
+    # short answers are padded with blanks: 8 missing cells, 4 of them givens (cells 8, 9, 10, 13)
+    assert sudoku_violations("12343412", puzzle) == 8 + 4
+    with pytest.raises(ValueError, match="puzzle has 12 cells"):
+        sudoku_violations("1" * 12, "0" * 12)
+
+
+def test_sudoku_solved_and_validity_by_hand():
+    """The fully-solved 1 / 0 reward and the verifier reward 1 - violations / (3 x blanks), hand-computed."""
+    from mmrl.rewards.sudoku import sudoku_score, sudoku_solved, sudoku_validity
+
+    solution = "1234341221434321"
+    puzzle = "1030000221400300"  # 9 blanks
+    wrap = lambda d: f"<answer>{d}</answer>"  # noqa: E731
+    assert sudoku_solved(wrap(solution), puzzle, solution) == 1.0
+    assert sudoku_score(wrap("1434341221434321"), puzzle, solution) == pytest.approx(8 / 9)
+    assert sudoku_solved(wrap("1434341221434321"), puzzle, solution) == 0.0  # 8 of 9 right is still 0
+    assert sudoku_solved("no answer", puzzle, solution) == 0.0
+    assert sudoku_validity(solution, puzzle) == 1.0
+    assert sudoku_validity("1434341221434321", puzzle) == pytest.approx(1 - 3 / 27)  # 3 violations, bound 27
+    assert sudoku_validity("1034341221434321", puzzle) == pytest.approx(1 - 1 / 27)  # one cell left blank
+    assert sudoku_validity("", puzzle) == pytest.approx(1 - 23 / 27)  # 16 cells not a digit, 7 of them givens
+    assert sudoku_validity("4" * 16, puzzle) == 0.0  # givens changed: past the bound, clipped at 0
+    assert sudoku_validity("", "0" * 16) == pytest.approx(1 - 16 / 48)
+    assert sudoku_validity(solution, solution) == 0.0  # no blanks: 0, as sudoku_score
+
+
+def test_sudoku_validity_is_bounded_and_one_exactly_on_valid_grids():
+    """Property: every fill of a puzzle's blanks with digits 0-4 keeps the givens and scores in [0, 1], 1 exactly
+    when it is a valid Sudoku (the 4x4 puzzle here has two solutions: the verifier accepts both, the solved 1 / 0
+    reward only the stored one)."""
+    import itertools
+    import random
+
+    from mmrl.rewards.sudoku import sudoku_solved, sudoku_validity
+
+    def valid(g):
+        units = ([[r * 4 + c for c in range(4)] for r in range(4)] + [[r * 4 + c for r in range(4)] for c in range(4)]
+                 + [[(br + i) * 4 + bc + j for i in range(2) for j in range(2)] for br in (0, 2) for bc in (0, 2)])
+        return all(sorted(g[i] for i in u) == list("1234") for u in units)
+
+    solution = "1234341221434321"
+    puzzle = "1234000000000000"  # row 0 given, 12 blanks
+    blanks = [i for i, ch in enumerate(puzzle) if ch == "0"]
+    rng = random.Random(0)
+    for _ in range(300):
+        g = list(puzzle)
+        for i in blanks:
+            g[i] = rng.choice("01234")
+        v = sudoku_validity("".join(g), puzzle)
+        assert 0.0 <= v <= 1.0 and (v == 1.0) == valid(g)
+    other = "1234341243212143"  # a second valid completion of the same givens
+    assert valid(list(other)) and other != solution
+    assert sudoku_validity(other, puzzle) == 1.0 and sudoku_solved(f"<answer>{other}</answer>", puzzle, solution) == 0.0
+    # the bound is reached: every blank a 1 (column 0 and box 0 / 2 repeat; 3 per blank at most) stays >= 0
+    assert all(0.0 <= sudoku_validity("1234" + "".join(f) * 3, puzzle) < 1.0 for f in itertools.product("14", repeat=4))

@@ -70,6 +70,52 @@ def test_sudoku_dmpo_vs_d1_arms_differ_only_in_the_method(tmp_path):
     assert ca.max_steps == 10 and ca.per_device_train_batch_size == 128 and ca.num_generations == 16 and ca.beta == 0.1
 
 
+def test_sudoku_rewards_arms_differ_only_in_the_reward(tmp_path):
+    """`sudoku-rewards` (issue 24 item 5): within a method its arms' resolved configs differ only in `reward_funcs`,
+    on the `dmpo-vs-d1` recipe, batch and optimizer; the rewards are registered and score a right, a valid but
+    different and a wrong grid as hand-computed."""
+    import dataclasses
+
+    from mmrl.config.train_config import load_config
+    from mmrl.core.registry import REWARDS
+    from mmrl.tiny_world import register
+    from mmrl.tiny_world.replicate import COMPARISONS, arm_config
+
+    register()
+    arms = COMPARISONS["sudoku-rewards"]
+    cfgs = {a: load_config(None, arm_config("sudoku-rewards", a, seed=0, rollouts=10, out=tmp_path)) for a in arms}
+    ref = [load_config(None, arm_config("dmpo-vs-d1", a, seed=0, rollouts=10, out=tmp_path)) for a in COMPARISONS["dmpo-vs-d1"]]
+    ref = {c.method: c for c in ref}  # diffu_grpo, dmpo
+    fields = [f.name for f in dataclasses.fields(next(iter(cfgs.values()))) if not f.name.startswith("_")]
+    for arm, cfg in cfgs.items():
+        differ = {f for f in fields if getattr(cfg, f) != getattr(ref[cfg.method], f)}
+        assert differ <= {"reward_funcs"}, (arm, differ)
+        assert len(cfg.reward_funcs) == 1 and cfg.reward_funcs[0] in REWARDS
+    assert {c.reward_funcs[0] for c in cfgs.values()} == {"sudoku4", "sudoku4_solved", "sudoku4_valid"}
+    puzzle, solution, other = "1234000000000000", "1234341221434321", "1234341243212143"  # two valid completions
+    wrong = "1234341221434312"  # the last two cells swapped: 2 of 12 blanks wrong, columns 2 and 3 repeat
+    grids = [solution, other, wrong]
+    rows = dict(prompts=[None] * 3, puzzle=[puzzle] * 3, solution=[solution] * 3)
+    assert REWARDS["sudoku4_solved"](completions=grids, **rows) == [1.0, 0.0, 0.0]
+    assert REWARDS["sudoku4_valid"](completions=grids, **rows) == [1.0, 1.0, pytest.approx(1 - 2 / 36)]
+    assert REWARDS["sudoku4"](completions=grids, **rows)[2] == pytest.approx(10 / 12)
+
+
+def test_replicate_contrasts_name_arms_and_cutoff_parses():
+    """Every reported contrast names two arms of its comparison; `--cutoff` is HH:MM UTC with a one-line error."""
+    import datetime as dt
+
+    from mmrl.tiny_world.replicate import COMPARISONS, CONTRASTS, _cutoff_time
+
+    for name, pairs in CONTRASTS.items():
+        assert all(a in COMPARISONS[name] and b in COMPARISONS[name] and a != b for a, b in pairs)
+    assert _cutoff_time(None) is None
+    when = dt.datetime.fromtimestamp(_cutoff_time("08:03"), dt.timezone.utc)
+    assert (when.hour, when.minute, when.second) == (8, 3, 0)
+    with pytest.raises(ValueError, match="cutoff must be HH:MM"):
+        _cutoff_time("8h03")
+
+
 def test_sudoku_dmpo_vs_d1_smoke_has_the_baseline_rows(tmp_path, monkeypatch, smoke_cache):
     """The Sudoku comparison end to end at smoke size (20-step base, one rollout batch of 8 x 4, 16 test puzzles):
     the RL rows and the clean-SFT, RFT and best-of-n rows, per-puzzle scores per seed, the paired intervals."""
@@ -92,12 +138,16 @@ def test_sudoku_dmpo_vs_d1_smoke_has_the_baseline_rows(tmp_path, monkeypatch, sm
     best = res["best_of_n"]["items"]  # best-of-4 from the base: each puzzle's best sample, at least its mean sample
     assert res["n_best"] == 4 and all(b >= s for b, s in zip(best["best"], best["sampled"]))
     assert best["greedy"] == res["base_items"]  # the same greedy decoding as the base row
+    assert all(v <= b for v, b in zip(best["verified"], best["best"]))  # the verifier's pick is one of the samples
+    assert "dmpo, F=1 - best-of-4 (base), constraint verifier" in res["differences"]
     gain = res["gains"]["dmpo, F=1"]
     assert gain["low"] <= gain["estimate"] <= gain["high"] and gain["n_items"] == n
     assert {"dmpo, F=1 - diffu-grpo (d1), F=1", f"dmpo, F=1 - {CLEAN_SFT_ROW}", f"diffu-grpo (d1), F=1 - {RFT_ROW}",
             "dmpo, F=1 - best-of-4 (base)"} <= set(res["differences"])
     table = (root / "table.md").read_text()
-    assert all(x in table for x in ("base model", "best-of-4", CLEAN_SFT_ROW, RFT_ROW, "[95% CI]", "claimed"))
+    assert all(x in table for x in ("base model", "best-of-4", "constraint verifier", CLEAN_SFT_ROW, RFT_ROW, "[95% CI]", "claimed"))
+    base_row = next(line for line in table.splitlines() if line.startswith("| base model |"))
+    assert base_row.split("|")[4].strip() == f"{100 * res['base_validation']:.1f}"  # the curves' start, on validation
     assert (root / "accuracy.png").read_bytes()[:4] == b"\x89PNG"  # the validation curves
 
 

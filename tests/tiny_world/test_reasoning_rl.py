@@ -512,3 +512,30 @@ def test_dllm_baseline_rows_rft_and_continued_sft_then_the_report(tmp_path, monk
     assert "pass@2" in table.splitlines()[0] and "64 sequences fitted per run" in table
     with pytest.raises(ValueError, match="only_baselines"):
         reasoning_rl.run_reasoning_comparison(name, tmp_path, smoke=True, progress=False, only_baselines=True, report_only=True)
+
+
+def test_held_out_items_verified_best_of_k_scores_the_sample_the_verifier_picks(monkeypatch):
+    """Best-of-k with a verifier that does not read the answer: per row the metric's score of the verifier's first
+    choice (ties: the earliest sample), set by hand against fixed answers; the oracle "best" stays the max."""
+    from mmrl.tiny_world.tasks import sudoku4_verifier
+    from mmrl.training import evaluate as ev
+
+    puzzle, solution = "1030000221400300", "1234341221434321"
+    wrong_blank = "1434341221434321"  # 3 violations, 7 of 9 blanks right
+    changed_given = "2234341221434321"  # 4 violations, every blank right
+    rows = [{"prompt": "p", "puzzle": puzzle, "solution": solution}] * 2
+    answers = {None: ([wrong_blank, wrong_blank], [0.0, 0.0]),
+               1000: ([changed_given, wrong_blank], [1.0, 7 / 9]),  # row 0: fewer violations in sample 1
+               1001: ([wrong_blank, solution], [7 / 9, 1.0])}  # row 1: the solution, 0 violations
+
+    def fixed(policy, rows_, metric, *, seed=None, **kw):
+        comps, scores = answers[seed]
+        return ev.EvalResult("sudoku4", metric, sum(scores) / len(scores), len(rows_), 0.0, scores, comps)
+
+    monkeypatch.setattr(ev, "evaluate", fixed)
+    summary, items = reasoning_rl.held_out_items(None, rows, "sudoku4", "masked_diffusion", 16, k=2, verifier=sudoku4_verifier)
+    assert items["best"] == [1.0, 1.0]  # the oracle: the highest score
+    assert items["verified"] == pytest.approx([7 / 9, 1.0])  # (float32 scores) row 0: the 3-violation answer over the 4-violation one
+    assert summary["verified"] == pytest.approx((7 / 9 + 1.0) / 2)
+    tie = lambda row, c: 0.0  # noqa: E731
+    assert reasoning_rl.held_out_items(None, rows, "sudoku4", "masked_diffusion", 16, k=2, verifier=tie)[1]["verified"] == pytest.approx([1.0, 7 / 9])
