@@ -22,14 +22,23 @@ import numpy as np
 from mmrl.reporting.metrics_log import read_metrics
 from mmrl.tiny_world.reasoning_rl import (COMPARISONS, DMPO_CORRECT_ONLY, DMPO_CORRECT_ONLY_NO_KL,
                                           DMPO_CORRECT_ONLY_REFERENCE, run_slug)
-from mmrl.tiny_world.stats import difference_interval, gain_interval, mean_interval
+from mmrl.tiny_world.stats import difference_interval, gain_interval, ratio_difference_interval
 
 PAIRS = [(DMPO_CORRECT_ONLY, "diffu-GRPO"), (DMPO_CORRECT_ONLY_NO_KL, DMPO_CORRECT_ONLY),
          (DMPO_CORRECT_ONLY_REFERENCE, DMPO_CORRECT_ONLY_NO_KL), (DMPO_CORRECT_ONLY_REFERENCE, DMPO_CORRECT_ONLY),
          (DMPO_CORRECT_ONLY_NO_KL, "diffu-GRPO"), (DMPO_CORRECT_ONLY_REFERENCE, "diffu-GRPO")]
 """(a, b) pairs reported as a - b when both arms have runs."""
 
-SCORES = ("greedy", "sampled", "shortcut")
+SCORES = ("greedy", "sampled", "shortcut", "pass")
+"""Per-row items compared: greedy, sampled (mean of 4), the held-out shortcut share, pass (pass@4)."""
+
+
+def non_shortcut(items_a: list[dict], items_b: list[dict]) -> dict:
+    """The difference of the accuracy among non-shortcut answers, sum(right_not_shortcut) / sum(1 - shortcut), of
+    two rows' runs (paired bootstrap of the ratio, `ratio_difference_interval`)."""
+    den = lambda xs: [[1.0 - v for v in r["shortcut"]] for r in xs]  # noqa: E731
+    return ratio_difference_interval([r["right_not_shortcut"] for r in items_a], den(items_a),
+                                     [r["right_not_shortcut"] for r in items_b], den(items_b)).to_dict()
 
 
 def pct(iv: dict) -> str:
@@ -68,11 +77,13 @@ def main(argv: list[str]) -> None:
         rs = [by_seed[s] for s in seeds]
         row: dict = {"seeds": seeds}
         for s in SCORES:
-            row[s] = {"after": float(np.mean([r["after"][s] for r in rs])),
-                      "per_seed": [r["after"][s] for r in rs],
+            k_ = "pass@4" if s == "pass" else s  # the summary's name of the per-row item
+            row[s] = {"after": float(np.mean([r["after"][k_] for r in rs])),
+                      "per_seed": [r["after"][k_] for r in rs],
                       "gain": gain_interval([r["items"][s] for r in rs], before_items[s]).to_dict()}
         row["pass@4"] = float(np.mean([r["after"]["pass@4"] for r in rs]))
         row["non_shortcut_accuracy"] = float(np.mean([r["after"]["non_shortcut_accuracy"] for r in rs]))
+        row["non_shortcut_gain"] = non_shortcut([r["items"] for r in rs], [before_items])
 
         def series(key):
             return [[x[key] for x in r["records"] if key in x] for r in rs]
@@ -83,6 +94,9 @@ def main(argv: list[str]) -> None:
         kl = series("diag/kl_k3")
         row["kl_last"] = float(np.mean([x[-1] for x in kl]))
         row["kl_per_seed"] = [x[-1] for x in kl]
+        row["kl_last10"] = float(np.mean([np.mean(x[-10:]) for x in kl]))
+        k1 = series("diag/kl_k1")
+        row["kl_k1_last10"] = float(np.mean([np.mean(x[-10:]) for x in k1]))
         row["kl_per_step"] = np.mean([x for x in kl if len(x) == len(kl[0])], 0).round(4).tolist()
         row["neg_weight_frac"] = float(np.mean([np.mean(x) for x in series("diag/neg_weight_frac")]))
         ent = series("entropy")
@@ -99,10 +113,10 @@ def main(argv: list[str]) -> None:
         print(f"\n{arm} (seeds {seeds}): greedy {100 * row['greedy']['after']:.1f} gain {pct(row['greedy']['gain'])}; "
               f"sampled {100 * row['sampled']['after']:.1f} gain {pct(row['sampled']['gain'])}; pass@4 {100 * row['pass@4']:.1f}; "
               f"shortcut {100 * row['shortcut']['after']:.1f} ({pct(row['shortcut']['gain'])}); non-shortcut acc "
-              f"{100 * row['non_shortcut_accuracy']:.1f}\n  per seed greedy {np.round(100 * np.array(row['greedy']['per_seed']), 1).tolist()} "
+              f"{100 * row['non_shortcut_accuracy']:.1f} (gain {pct(row['non_shortcut_gain'])}); pass@4 gain {pct(row['pass']['gain'])}\n  per seed greedy {np.round(100 * np.array(row['greedy']['per_seed']), 1).tolist()} "
               f"sampled {np.round(100 * np.array(row['sampled']['per_seed']), 1).tolist()}\n  reward first/last 5 "
               f"{row['reward_first5_last5'][0]:.3f} -> {row['reward_first5_last5'][1]:.3f}; KL last {row['kl_last']:.3f} "
-              f"(per seed {np.round(row['kl_per_seed'], 3).tolist()}); neg weight frac {row['neg_weight_frac']:.2f}; entropy "
+              f"(per seed {np.round(row['kl_per_seed'], 3).tolist()}), mean of the last 10 steps k3 {row['kl_last10']:.3f} / k1 {row['kl_k1_last10']:.3f}; neg weight frac {row['neg_weight_frac']:.2f}; entropy "
               f"{row['entropy_first_last'][0]:.3f} -> {row['entropy_first_last'][1]:.3f}"
               + (f"; masked CE {row['masked_ce_first5_last5'][0]:.3f} -> {row['masked_ce_first5_last5'][1]:.3f}" if "masked_ce_first5_last5" in row else "")
               + f"\n  validation at steps {val_steps}: {row['val_per_eval']}\n  s per run {np.round(row['seconds']).tolist()}")
@@ -115,9 +129,11 @@ def main(argv: list[str]) -> None:
         d = {"seeds": common}
         for s in SCORES:
             d[s] = difference_interval([runs[a][k]["items"][s] for k in common], [runs[b][k]["items"][s] for k in common]).to_dict()
+        d["non_shortcut_accuracy"] = non_shortcut([runs[a][k]["items"] for k in common], [runs[b][k]["items"] for k in common])
         out["differences"][f"{a} - {b}"] = d
         print(f"\n{a} - {b} (seeds {common}): " + "; ".join(f"{s} {pct(d[s])}" + (" (excludes 0)" if d[s]['excludes_zero'] else "")
-                                                             for s in SCORES))
+                                                             for s in SCORES)
+              + f"; non-shortcut accuracy {pct(d['non_shortcut_accuracy'])}")
     if "--plots" in opts:
         from mmrl.tiny_world.report import curve, plot_curves
 
