@@ -337,7 +337,7 @@ def _cutoff_time(cutoff: str | None) -> float | None:
         hh, mm = (int(x) for x in cutoff.split(":"))
         when = dt.datetime.now(dt.timezone.utc).replace(hour=hh, minute=mm, second=0, microsecond=0)
     except ValueError:
-        raise ValueError(f"cutoff must be HH:MM (UTC), got {cutoff!r}") from None
+        raise ValueError(f"cutoff must be a UTC clock time HH:MM, got {cutoff!r}") from None
     return when.timestamp()
 
 

@@ -108,6 +108,10 @@ def main(argv: list[str]) -> None:
         ce = series("dmpo/masked_ce")
         if ce and ce[0]:
             row["masked_ce_first5_last5"] = [float(np.mean([np.mean(x[:5]) for x in ce])), float(np.mean([np.mean(x[-5:]) for x in ce]))]
+        for key in ("dmpo/ess", "dmpo/log_ref_minus_v_std"):  # DMPO's weights: effective sample size, the target's spread
+            x = series(key)
+            if x and x[0]:
+                row[key] = float(np.mean([np.mean(v) for v in x]))
         row["seconds"] = [r["seconds"] for r in rs]
         out["arms"][arm] = row
         print(f"\n{arm} (seeds {seeds}): greedy {100 * row['greedy']['after']:.1f} gain {pct(row['greedy']['gain'])}; "
@@ -119,6 +123,7 @@ def main(argv: list[str]) -> None:
               f"(per seed {np.round(row['kl_per_seed'], 3).tolist()}), mean of the last 10 steps k3 {row['kl_last10']:.3f} / k1 {row['kl_k1_last10']:.3f}; neg weight frac {row['neg_weight_frac']:.2f}; entropy "
               f"{row['entropy_first_last'][0]:.3f} -> {row['entropy_first_last'][1]:.3f}"
               + (f"; masked CE {row['masked_ce_first5_last5'][0]:.3f} -> {row['masked_ce_first5_last5'][1]:.3f}" if "masked_ce_first5_last5" in row else "")
+              + "".join(f"; {k} {row[k]:.3f}" for k in ("dmpo/ess", "dmpo/log_ref_minus_v_std") if k in row)
               + f"\n  validation at steps {val_steps}: {row['val_per_eval']}\n  s per run {np.round(row['seconds']).tolist()}")
     for a, b in PAIRS:
         if a not in runs or b not in runs:

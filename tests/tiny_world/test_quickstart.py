@@ -112,7 +112,7 @@ def test_replicate_contrasts_name_arms_and_cutoff_parses():
     assert _cutoff_time(None) is None
     when = dt.datetime.fromtimestamp(_cutoff_time("08:03"), dt.timezone.utc)
     assert (when.hour, when.minute, when.second) == (8, 3, 0)
-    with pytest.raises(ValueError, match="cutoff must be HH:MM"):
+    with pytest.raises(ValueError, match="cutoff must be a UTC clock time HH:MM, got '8h03'"):
         _cutoff_time("8h03")
 
 

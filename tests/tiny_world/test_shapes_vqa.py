@@ -262,7 +262,7 @@ def test_replicate_cli_cutoff_is_checked_and_only_for_the_vqa_comparison():
 
     parser = argparse.ArgumentParser()
     replicate.configure(parser)
-    with pytest.raises(SystemExit, match="--cutoff applies to gcpo-vs-grpo-vqa only"):
+    with pytest.raises(SystemExit, match="--cutoff applies to gcpo-vs-grpo-vqa and the Sudoku comparisons only"):
         replicate.run(parser.parse_args(["gcpo-vs-grpo", "--cutoff", "15:05"]))
     with pytest.raises(SystemExit, match="cutoff must be a UTC clock time HH:MM, got '15h05'"):
         replicate.run(parser.parse_args(["gcpo-vs-grpo-vqa", "--cutoff", "15h05"]))
