@@ -30,6 +30,9 @@ N_BOOT = 2000
 """Bootstrap replicates per interval (the percentile ends' Monte-Carlo error is then ~0.1 of the interval's width)."""
 LEVEL = 0.95
 """Coverage of every reported interval."""
+ZERO_TOLERANCE = 1e-12
+"""An interval end within this of 0 counts as 0: a bootstrap mean of differences that is 0 exactly (e.g. the
+percentile replicate where the arms tie) comes out as +-3e-17 after float summation, and must not be claimed."""
 
 
 @dataclass(frozen=True)
@@ -45,8 +48,9 @@ class Interval:
 
     @property
     def excludes_zero(self) -> bool:
-        """Whether the interval lies entirely on one side of 0 (the only case in which a difference is claimed)."""
-        return self.low > 0.0 or self.high < 0.0
+        """Whether the interval lies entirely on one side of 0 (the only case in which a difference is claimed); an
+        end that is 0 up to float rounding (`ZERO_TOLERANCE`) touches 0."""
+        return self.low > ZERO_TOLERANCE or self.high < -ZERO_TOLERANCE
 
     def to_dict(self) -> dict:
         return {**asdict(self), "excludes_zero": self.excludes_zero}

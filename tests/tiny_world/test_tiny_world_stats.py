@@ -145,3 +145,18 @@ def test_difference_of_differences_by_hand():
         difference_interval(x, y).estimate)
     with pytest.raises(ValueError, match="same items"):
         difference_of_differences_interval([0.0, 1.0], [0.0, 1.0], [0.0], [1.0])
+
+
+def test_an_interval_end_at_zero_up_to_float_rounding_is_not_claimed():
+    """A percentile end that is 0 but for summation error (the arms tie in that replicate) touches 0: not claimed;
+    the smallest real difference a score in [0, 1] over items can make is far above the tolerance."""
+    from mmrl.tiny_world.stats import Interval, difference_interval
+
+    assert not Interval(0.08, 2.8e-17, 0.16, 100, 1).excludes_zero
+    assert not Interval(-0.08, -0.16, -2.8e-17, 100, 1).excludes_zero
+    assert Interval(0.08, 1.0 / 1000, 0.16, 1000, 1).excludes_zero  # one item of 1,000 flipped
+    assert Interval(-0.08, -0.16, -1.0 / 1000, 1000, 1).excludes_zero
+    # the float rounding case built for real: 0.1 + 0.2 - 0.3 is 5.6e-17, not 0
+    a, b = [0.1, 0.2, 0.7], [0.3, 0.0, 0.7]
+    iv = difference_interval([a], [b])
+    assert abs(iv.estimate) < 1e-15 and not iv.excludes_zero
