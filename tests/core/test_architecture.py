@@ -196,8 +196,9 @@ def test_trainer_knows_no_method_by_name():
     assert quoted == []
 
 
-CITED = re.compile(r"(?<![\w/.])((?:docs|mmrl|models|rewards|tests|scripts|benchmarks|configs)/[\w./-]*\.(?:md|py|yaml|json|sh|txt))\b")
-"""A path inside the repository to a file (metric names such as `rewards/dropped_groups` have no extension)."""
+CITED = re.compile(r"(?<![\w/.-])((?:docs|mmrl|models|rewards|tests|scripts|benchmarks|configs)/[\w./-]*\.(?:md|py|yaml|json|sh|txt))\b")
+"""A path inside the repository to a file (metric names such as `rewards/dropped_groups` have no extension; a folder
+named `sudoku-rewards/` is not the `rewards/` folder, hence `-` in the look-behind)."""
 
 
 NOT_ON_DISK = {"mmrl/models/base.py", "mmrl/rewards/combine.py"}
@@ -345,3 +346,8 @@ def test_the_entry_points_load_on_first_use():
         assert "no_such_name" in str(e)
     else:
         raise AssertionError("mmrl.no_such_name resolved")
+
+
+def test_cited_path_pattern_reads_whole_path_components():
+    assert CITED.findall("see results/protocol/sudoku-rewards/table.md and rewards/sudoku.py") == ["rewards/sudoku.py"]
+    assert CITED.findall("(`docs/RESULTS.md`, mmrl/tiny_world/stats.py)") == ["docs/RESULTS.md", "mmrl/tiny_world/stats.py"]
