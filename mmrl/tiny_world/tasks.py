@@ -28,6 +28,11 @@ from mmrl.rewards.completions import completion_text
 from mmrl.rewards.countdown import countdown_correct, countdown_score
 from mmrl.rewards.sudoku import sudoku_digits, sudoku_score, sudoku_solved, sudoku_validity, sudoku_violations
 
+def tagged(completion) -> str:
+    """A tiny-world response (the bare answer) as d1's rewards read an answer: inside <answer>...</answer>."""
+    return f"<answer>{completion_text(completion)}</answer>"
+
+
 # ------------------------------------------------------------------------------------------------------ Sudoku
 
 
@@ -144,28 +149,28 @@ def sudoku4_row(puzzle: str, solution: str) -> dict:
 @REWARDS.register("sudoku4")
 def sudoku4(prompts, completions, puzzle, solution, **kwargs) -> list[float]:
     """d1's Sudoku reward (fraction of blank cells filled correctly) on a response that is the bare answer."""
-    return [sudoku_score(f"<answer>{completion_text(c)}</answer>", p, s) for c, p, s in zip(completions, puzzle, solution)]
+    return [sudoku_score(tagged(c), p, s) for c, p, s in zip(completions, puzzle, solution)]
 
 
 @REWARDS.register("sudoku4_solved")
 def sudoku4_solved(prompts, completions, puzzle, solution, **kwargs) -> list[float]:
     """The fully-solved 1 / 0 Sudoku reward (`sudoku_solved`) on a bare-answer response: positive reward only on
     grids whose every blank cell is right (issue 24 item 5)."""
-    return [sudoku_solved(f"<answer>{completion_text(c)}</answer>", p, s) for c, p, s in zip(completions, puzzle, solution)]
+    return [sudoku_solved(tagged(c), p, s) for c, p, s in zip(completions, puzzle, solution)]
 
 
 @REWARDS.register("sudoku4_valid")
 def sudoku4_valid(prompts, completions, puzzle, **kwargs) -> list[float]:
     """A verifier reward that never reads the solution: `sudoku_validity` (1 - violated constraints / (3 x blanks),
     clipped at 0) of the answer, read as the sudoku4 reward reads it; 1 for any valid completion of the puzzle."""
-    return [sudoku_validity(sudoku_digits(f"<answer>{completion_text(c)}</answer>") or "", p)
+    return [sudoku_validity(sudoku_digits(tagged(c)) or "", p)
             for c, p in zip(completions, puzzle)]
 
 
 def sudoku4_verifier(row: dict, completion: str) -> float:
     """Best-of-n's verifier for sudoku4 that reads only the puzzle: minus the violated constraints of the answer
     (`sudoku_violations`), so 0 for any valid completion of the puzzle."""
-    digits = sudoku_digits(f"<answer>{completion_text(completion)}</answer>") or ""  # the reward's own reading
+    digits = sudoku_digits(tagged(completion)) or ""  # the reward's own reading
     return -float(sudoku_violations(digits, row["puzzle"]))
 
 
@@ -264,14 +269,14 @@ def countdown3_row(numbers: list[int], target: int, solution: str | None = None)
 @REWARDS.register("countdown3")
 def countdown3(prompts, completions, target, numbers, **kwargs) -> list[float]:
     """d1's Countdown reward (1 / 0.1 / 0) on a response that is the bare expression."""
-    return [countdown_score(f"<answer>{completion_text(c)}</answer>", [int(x) for x in n], float(t))
+    return [countdown_score(tagged(c), [int(x) for x in n], float(t))
             for c, n, t in zip(completions, numbers, target)]
 
 
 @REWARDS.register("countdown3_accuracy")
 def countdown3_accuracy(prompts, completions, target, numbers, **kwargs) -> list[float]:
     """The countdown3 evaluation metric: 1.0 for a correct bare expression, else 0.0."""
-    return [countdown_correct(f"<answer>{completion_text(c)}</answer>", [int(x) for x in n], float(t))
+    return [countdown_correct(tagged(c), [int(x) for x in n], float(t))
             for c, n, t in zip(completions, numbers, target)]
 
 
