@@ -77,11 +77,16 @@ COMPARISONS: dict[str, dict[str, dict[str, Any]]] = {
         "diffu-grpo, cells (d1)": {"method": "diffu_grpo", "reward_funcs": ["sudoku4"]},
         "dmpo, cells (d1)": {"method": "dmpo", "dmpo_baseline": "group", "reward_funcs": ["sudoku4"]},
     },
+    # issue 24 item 3(b): DMPO's weight baselines at a small batch (the paper's Fig. 4 failure mode of plain WDCE),
+    # and item 5's control, WDCE on the correctly filled cells only (`dmpo_token_mask`), each beside the same arm
+    # without it; in priority order (with a cutoff the last arms are the ones left out)
     "dmpo-small-batch": {
         "wdce, no baseline": {"method": "dmpo", "dmpo_baseline": "none"},
+        "wdce, no baseline, correct cells only": {"method": "dmpo", "dmpo_baseline": "none", "dmpo_token_mask": "correct_cells"},
         "wdce, group baseline": {"method": "dmpo", "dmpo_baseline": "group"},
         "wdce, individual baseline": {"method": "dmpo", "dmpo_baseline": "individual"},
         "wdce, model baseline": {"method": "dmpo", "dmpo_baseline": "model", "dmpo_target": "reference"},
+        "wdce, group baseline, correct cells only": {"method": "dmpo", "dmpo_baseline": "group", "dmpo_token_mask": "correct_cells"},
         "wddo": {"method": "dmpo", "dmpo_loss": "wddo", "dmpo_target": "reference"},
     },
 }
@@ -92,6 +97,12 @@ CONTRASTS: dict[str, list[tuple[str, str]]] = {
                        ("dmpo, solved 1/0", "dmpo, cells (d1)"), ("dmpo, verifier", "dmpo, cells (d1)"),
                        ("dmpo, solved 1/0", "diffu-grpo, solved 1/0"), ("dmpo, verifier", "diffu-grpo, verifier"),
                        ("dmpo, cells (d1)", "diffu-grpo, cells (d1)")],
+    "dmpo-small-batch": [("wdce, group baseline", "wdce, no baseline"), ("wdce, individual baseline", "wdce, no baseline"),
+                         ("wdce, model baseline", "wdce, no baseline"), ("wdce, individual baseline", "wdce, group baseline"),
+                         ("wdce, model baseline", "wdce, group baseline"), ("wdce, model baseline", "wdce, individual baseline"),
+                         ("wdce, no baseline, correct cells only", "wdce, no baseline"),
+                         ("wdce, group baseline, correct cells only", "wdce, group baseline"),
+                         ("wddo", "wdce, no baseline")],
 }
 """comparison -> the (a, b) pairs whose difference a - b the table reports (default: every pair of RL arms); a
 pair with an arm left out by the cutoff is skipped."""
@@ -321,11 +332,63 @@ def run_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int 
                "incomplete": {a: [{k: v for k, v in r.items() if k != "records"} for r in runs] for a, runs in incomplete.items()},
                "cutoff": cutoff,
                "configs": {a: arm_config(name, a, seed=0, rollouts=rollouts, out=Path("."), smoke=smoke) for a in rl}}
+    diag = {a: [run_diagnostics(r["records"]) for r in runs] for a, runs in arms.items() if runs[0]["records"]}
+    results["diagnostics"] = diag
+    if diag:
+        (root / "diagnostics.md").write_text(diagnostics_table(diag) + "\n\nMeans over seeds of each run's first 5 and last 5 "
+                                             "training steps (`run_diagnostics`); KL [min, max] over seeds of the last 5.\n")
     (root / "results.json").write_text(json.dumps(results, indent=2, default=str))
     (root / "table.md").write_text(table + f"\n\n{seeds} seeds, {rollouts} rollout batches per arm, {len(test)} test puzzles, "
                                    f"{total:.0f} s in all.\n")
     logger.info("\n" + table + f"\n\n{root}  ({total:.0f} s)")
     return results
+
+
+DIAGNOSTIC_KEYS = {"kl": "KL to the base", "diag/neg_weight_frac": "negative weight share", "dmpo/masked_ce": "masked CE",
+                   "dmpo/token_mask_frac": "tokens fitted", "frac_reward_zero_std": "zero-variance groups"}
+"""metrics.jsonl keys of the per-run diagnostics (`run_diagnostics`) -> their column names."""
+
+
+def run_diagnostics(records: list[dict]) -> dict[str, float]:
+    """One run's training diagnostics from its metric records (those with a `reward`, in step order): the training
+    reward, KL to the base (`kl`, the k3 token mean of the KL term's estimator), the negative share of the
+    loss's weight mass (`diag/neg_weight_frac`: sum of |w| over below-baseline responses / sum of |w|), DMPO's
+    masked CE of its rollouts and the share of response tokens its WDCE fits, each as the mean of the first and of
+    the last 5 steps (`<key>/first`, `<key>/last`); a key the run did not log is absent."""
+    train = [r for r in records if "reward" in r]
+    out: dict[str, float] = {}
+    for key in ("reward", *DIAGNOSTIC_KEYS):
+        ys = [float(r[key]) for r in train if r.get(key) is not None]
+        if ys:
+            out[f"{key}/first"], out[f"{key}/last"] = sum(ys[:5]) / len(ys[:5]), sum(ys[-5:]) / len(ys[-5:])
+    return out
+
+
+def diagnostics_table(diag: dict[str, list[dict[str, float]]]) -> str:
+    """Markdown: per arm (`diag`: arm -> one `run_diagnostics` dict per seed), the mean over seeds of each
+    diagnostic, first 5 -> last 5 steps; the last KL also as [min, max] over seeds."""
+    from mmrl.tiny_world.report import markdown_table
+
+    keys = ["reward", *DIAGNOSTIC_KEYS]
+    rows = []
+    for arm, runs in diag.items():
+        row = [f"{arm} ({len(runs)} seeds)"]
+        for key in keys:
+            first = [r[f"{key}/first"] for r in runs if f"{key}/first" in r]
+            last = [r[f"{key}/last"] for r in runs if f"{key}/last" in r]
+            if len(last) < len(runs) or not runs:
+                row.append("-")
+                continue
+            pct = key != "kl" and key != "dmpo/masked_ce"
+            k, d = (100.0, 1) if pct else (1.0, 3)
+            cell = f"{k * sum(first) / len(first):.{d}f} -> {k * sum(last) / len(last):.{d}f}"
+            if key == "kl":
+                cell += f" [{min(last):.3f}, {max(last):.3f}]"
+            row.append(cell)
+        rows.append(row)
+    heads = ["arm", "train reward (%)"] + [DIAGNOSTIC_KEYS[k] + (" (%)" if k not in ("kl", "dmpo/masked_ce") else "")
+                                             for k in DIAGNOSTIC_KEYS]
+    return markdown_table([h + ", first 5 -> last 5 steps" if i else h for i, h in enumerate(heads)], rows)
 
 
 RUNNERS: dict[str, str] = {"gcpo-vs-grpo": "mmrl.tiny_world.shapes_rl:run_gcpo_vs_grpo",
