@@ -197,7 +197,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     info: dict = {}
     if args.tiny_world:
-        from mmrl.tiny_world.models import load_base_policy
+        from mmrl.tiny_world.models import load_base_policy, spec_for
 
         adapter = load_base_policy(args.tiny_world, family="masked_diffusion")
         adapter.model.to(args.device)
@@ -207,7 +207,8 @@ def main() -> None:
             args.gen_length = int(gen_defaults["gen_length"])
         if "--block-length" not in sys.argv:
             args.block_length = int(gen_defaults.get("block_length") or args.gen_length)
-        rows, score = task_rows(args.tiny_world, args.batch, args.seed, args.dataset_path)
+        # the base's own task (countdown3-md is trained on countdown3), unless --task names another
+        rows, score = task_rows(args.task or spec_for(args.tiny_world).task, args.batch, args.seed, args.dataset_path)
         info["model"] = f"tiny-world:{args.tiny_world}"
     elif args.model:
         adapter = MaskedDiffusionAdapter.from_pretrained(args.model, device=args.device)

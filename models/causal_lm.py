@@ -674,26 +674,20 @@ class CausalLMAdapter(BaseAdapter):
             logits = self._response_logits(m, prompt_ids, prompt_mask, resp, resp_mask, rollout.extras)  # [N, T, V]
         other = None
         if any(s != "entropy" for s in stats):
-            with torch.no_grad():
-                if stats_against == "reference":
-                    other_model, o_ids, o_mask = self.scoring_model(True), prompt_ids, prompt_mask
-                else:
-                    (o_ids, o_mask), other_model = self._condition_prompt(rollout, "negative"), self.scoring_model(use_reference)
-                with other_model as om:
-                    st = self._other_stats_no_grad(logits, om, o_ids, o_mask, resp, resp_mask, rollout.extras, temperature, stats)
+            # the other side: the reference under the same prompt, or this model under the negative prompt
+            if stats_against == "reference":
+                (o_ids, o_mask), o_reference = (prompt_ids, prompt_mask), True
+            else:
+                (o_ids, o_mask), o_reference = self._condition_prompt(rollout, "negative"), use_reference
+            with torch.no_grad(), self.scoring_model(o_reference) as om:
+                st = self._other_stats_no_grad(logits, om, o_ids, o_mask, resp, resp_mask, rollout.extras, temperature, stats)
+                if st is None:  # the model does not allow the chunked head: the other side's full logits
+                    other = self._response_logits(om, o_ids, o_mask, resp, resp_mask, rollout.extras)  # [N, T, V]
             if st is not None:  # the other side's logits were never materialised whole (DGPO's reference, GCPO's full KL)
                 logp = score_logits(logits, resp, resp_mask, temperature=temperature).logp  # [N, T]
                 valid = resp_mask.bool()
                 other_logp = st.pop("other_logp")
                 return TokenScores(logp=logp, stats=st, other_logp=torch.where(valid, other_logp, torch.zeros_like(other_logp)))
-            with torch.no_grad():
-                if stats_against == "reference":
-                    with self.scoring_model(True) as ref:
-                        other = self._response_logits(ref, prompt_ids, prompt_mask, resp, resp_mask, rollout.extras)  # [N, T, V]
-                else:
-                    neg_ids, neg_mask = self._condition_prompt(rollout, "negative")
-                    with self.scoring_model(use_reference) as m:
-                        other = self._response_logits(m, neg_ids, neg_mask, resp, resp_mask, rollout.extras)  # [N, T, V]
         return score_logits(logits, resp, resp_mask, temperature=temperature, other_logits=other, stats=stats)
 
     batches_negative_condition = True

@@ -28,6 +28,7 @@ from mmrl.algorithms.registry import (
     ADVANTAGES,
     AGGREGATIONS,
     DMPO_BASELINES,
+    DMPO_TOKEN_MASKS,
     GCPO_DIVERGENCES,
     POLICY_LOSSES,
     TOKEN_WEIGHTS,
@@ -39,7 +40,7 @@ from mmrl.algorithms.token_weights import average_ranks, cdf_weights, rank_power
 
 __all__ = [
     "high_entropy_mask",
-    "ADVANTAGES", "AGGREGATIONS", "DMPO_BASELINES", "GCPO_DIVERGENCES", "LOSS_TYPES", "POLICY_LOSSES", "STATS", "TOKEN_WEIGHTS", "Registry", "UnknownNameError", "aggregate", "antithetic_masks", "average_ranks",
+    "ADVANTAGES", "AGGREGATIONS", "DMPO_BASELINES", "DMPO_TOKEN_MASKS", "GCPO_DIVERGENCES", "LOSS_TYPES", "POLICY_LOSSES", "STATS", "TOKEN_WEIGHTS", "Registry", "UnknownNameError", "aggregate", "antithetic_masks", "average_ranks",
     "cdf_weights", "check_group_size", "cispo_loss", "copy_elbos", "dgpo_token_weights", "dmpo_baseline", "dmpo_real_weights", "dmpo_trust_region_gate",
     "dmpo_weights", "accumulated_loss", "soft_overlong_penalty", "wddo_deltas", "effective_sample_size",
     "elbo_from_masked_logp", "gcpo_token_weights", "gcpo_weights_from_scores", "group_advantages",

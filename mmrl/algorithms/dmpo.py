@@ -222,6 +222,36 @@ def wddo_deltas(elbo_theta: torch.Tensor, elbo_v: torch.Tensor) -> tuple[torch.T
     return delta_real, delta_fake
 
 
+def correct_token_mask(response_ids: torch.Tensor, answer_ids: torch.Tensor, maskable: torch.Tensor) -> torch.Tensor:
+    """Which response tokens are right [N, T] bool: `maskable & (response_ids == answer_ids)`.
+
+    Ours, not the paper's: issue 24 item 5's control "restrict the WDCE loss to correctly filled cells". For an
+    infilling task whose response span is the answer itself, one token per cell (sudoku4: 16 cells, one digit token
+    each), `answer_ids` [N, T] is the solution written as a response span (the same tokenisation and positions as
+    `response_ids` [N, T]) and `maskable` [N, T] marks the tokens the policy chose (the blank cells; given cells and
+    padding are False). A blank cell filled with the solution's digit is True; a wrong digit, a given cell and
+    padding are False.
+    """
+    if response_ids.shape != answer_ids.shape or response_ids.shape != maskable.shape or response_ids.dim() != 2:
+        raise ValueError(f"response_ids, answer_ids and maskable must all be [N, T]; got {tuple(response_ids.shape)}, "
+                         f"{tuple(answer_ids.shape)}, {tuple(maskable.shape)}")
+    return maskable.bool() & (response_ids == answer_ids.to(response_ids.device))  # [N, T]
+
+
+def token_masked_sum(token_logp: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    """Per-copy sums [R, N] of the masked log-likelihood terms `token_logp` [R, N, T] over the tokens `keep` [N, T]
+    (bool) only: `sum_d keep[i, d] * token_logp[r, i, d]`.
+
+    With `keep` = `correct_token_mask`, WDCE (eq. 11) then fits only the right cells of each response: the CE of a
+    masked wrong cell is dropped, the normaliser (the copy's number of masked tokens, `wdce_loss`'s `n_masked`) is
+    kept, so a response's term is its weight times the mean CE over its masked tokens with the wrong ones counted as
+    0 (a response with no right cell contributes nothing). The wrong cells stay in the denoiser's input as context.
+    """
+    if token_logp.dim() != 3 or token_logp.shape[1:] != keep.shape:
+        raise ValueError(f"token_logp must be [R, N, T] and keep [N, T]; got {tuple(token_logp.shape)} and {tuple(keep.shape)}")
+    return (token_logp * keep.to(device=token_logp.device, dtype=token_logp.dtype)[None]).sum(-1)  # [R, N]
+
+
 def wdce_loss(masked_ce_sum: torch.Tensor, n_masked: torch.Tensor, w_real: torch.Tensor, num_groups: int) -> torch.Tensor:
     """Weighted denoising cross-entropy (DMPO eq. 11), a scalar.
 

@@ -22,3 +22,6 @@ AGGREGATIONS = Registry("loss aggregation")
 """mode -> fn(per_token_loss [N,T], mask [N,T], **options) -> scalar."""
 DMPO_BASELINES = Registry("DMPO weight baseline")
 """kind -> fn(rewards, log_ref_minus_v, group_size, alpha, coeff, log_theta_minus_v) -> w_base [N]."""
+DMPO_TOKEN_MASKS = Registry("DMPO token mask")
+"""`dmpo_token_mask` name -> fn(policy, buf) -> [N, T] bool: the response tokens WDCE fits (entries in
+`mmrl.methods.dmpo`, which read the buffer)."""

@@ -431,6 +431,11 @@ class _Fields:
         log-likelihood of it has moved more than delta per token from the behaviour policy's in the direction of its
         weight. None = the paper (no bound). Costs one no-grad likelihood forward per micro-step (with the buffer's
         shared masks for masked diffusion) and one at buffer time.""")
+    dmpo_token_mask: str | None = setting(None, choices=("correct_cells",), help="""
+        WDCE on some response tokens only (ours, not the paper's; issue 24 item 5's control): correct_cells fits only
+        the tokens equal to the row's `solution` written as a response span (`correct_token_mask`: an infilling
+        answer, one token per cell, e.g. sudoku4); the CE of a wrong token is dropped, the normaliser kept
+        (`token_masked_sum`). None = every response token (the paper).""")
     dmpo_num_copies: int = setting(4, range="[1, inf)", help="""
         R: masked copies per response in the WDCE loss (antithetic pairs, so even).""")
     dmpo_elbo_copies: int = setting(4, range="[1, inf)", help="""
@@ -817,6 +822,8 @@ def _validate(cfg: TrainConfig) -> list[str]:
         e.extend(adapter_class(cfg.family).config_errors(cfg))  # what the family itself refuses (temperature, blocks)
     if cfg.dmpo_num_copies % 2 or cfg.dmpo_elbo_copies % 2:
         e.append(f"dmpo_num_copies={cfg.dmpo_num_copies} and dmpo_elbo_copies={cfg.dmpo_elbo_copies} must be even (antithetic pairs)")
+    if cfg.dmpo_token_mask is not None and cfg.dmpo_loss != "wdce":
+        e.append(f"dmpo_token_mask={cfg.dmpo_token_mask!r} restricts the WDCE loss: it needs dmpo_loss='wdce', got {cfg.dmpo_loss!r}")
     if cfg.dmpo_baseline == "model" and cfg.num_generations >= 2 and cfg.per_device_train_batch_size % cfg.num_generations:
         e.append(f"dmpo_baseline='model' normalises within groups at loss time: per_device_train_batch_size="
                  f"{cfg.per_device_train_batch_size} must be a multiple of num_generations={cfg.num_generations}")

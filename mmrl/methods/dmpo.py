@@ -17,6 +17,7 @@ from __future__ import annotations
 import torch
 
 from mmrl.algorithms import (
+    DMPO_TOKEN_MASKS,
     copy_elbos,
     dmpo_baseline,
     dmpo_real_weights,
@@ -25,7 +26,13 @@ from mmrl.algorithms import (
     wddo_deltas,
     wddo_loss,
 )
-from mmrl.algorithms.dmpo import LOSS_TIME_BASELINES, dmpo_trust_region_gate, micro_batch_mean_baseline
+from mmrl.algorithms.dmpo import (
+    LOSS_TIME_BASELINES,
+    correct_token_mask,
+    dmpo_trust_region_gate,
+    micro_batch_mean_baseline,
+    token_masked_sum,
+)
 from mmrl.algorithms.policy_loss import aggregate, k3_kl
 from mmrl.core.diagnostics import effective_sample_size, measures_kl, micro_batch_sums
 from mmrl.methods.base import METHODS, LossOutput, Method, MicroBatch, zeros_like_tokens
@@ -92,6 +99,10 @@ class DMPO(Method):
             buf.method_state["baseline_weights"] = dmpo_baseline(cfg.dmpo_baseline, rewards=buf.rewards, log_ref_minus_v=log_ratio, group_size=G,
                                             alpha=cfg.dmpo_alpha, coeff=cfg.dmpo_coeff)
         buf.method_state["elbo_v"] = elbo_v
+        if cfg.dmpo_token_mask is not None:  # the response tokens WDCE fits (`dmpo_token_mask`)
+            keep = DMPO_TOKEN_MASKS[cfg.dmpo_token_mask](policy, buf)  # [N, T] bool
+            buf.method_state["token_mask"] = keep
+            buf.metrics["dmpo/token_mask_frac"] = float(keep.sum() / buf.rollout.response_mask.sum().clamp(min=1))
         buf.old_logp = [pol_tok]  # no ratio in DMPO's loss: only the diagnostics' behaviour scores
         ess = effective_sample_size(buf.method_state["weights"], G)
         buf.metrics.update({"dmpo/ess": float(ess.mean()), "dmpo/weight_max": float(buf.method_state["weights"].max())})
@@ -170,11 +181,16 @@ class DMPO(Method):
                 m["dmpo/trust_region_clipped"] = float(1 - keep.float().mean())
                 m["dmpo/log_ratio_per_token"] = float(per_token.mean())
                 w_real = w_real * keep.to(w_real.dtype)
-            loss = wdce_loss(-masked_sum, noised.n_masked, w_real, num_groups=int(mb.g_groups))
+            fit_sum = masked_sum  # [R, n]
+            if "token_mask" in buf.method_state:  # WDCE on the kept tokens only, the normaliser unchanged
+                fit_sum = token_masked_sum(lp, buf.method_state["token_mask"][idx])  # [R, n]
+            loss = wdce_loss(-fit_sum, noised.n_masked, w_real, num_groups=int(mb.g_groups))
             if cfg.log_diagnostics:  # the WDCE weights on each response's log-likelihood
                 m.update(micro_batch_sums(buf.loss_mask[idx], w_real))
             m["dmpo/w_real_pos_sum"] = float(w_real.clamp(min=0).sum() / max(1.0, len(idx) / G))
             credit = w_real.detach().float()[:, None] * buf.loss_mask[idx]
+            if "token_mask" in buf.method_state:
+                credit = credit * buf.method_state["token_mask"][idx].to(credit.device)
         else:
             delta_real, delta_fake = wddo_deltas(elbo_theta, buf.method_state["elbo_v"][idx])
             loss = wddo_loss(delta_real, delta_fake, buf.method_state["weights"][idx], beta=cfg.wddo_beta, alpha_ddo=cfg.wddo_alpha) * len(idx) / mb.g_seqs
@@ -186,6 +202,24 @@ class DMPO(Method):
             m["kl"] = float(kl_loss.detach()) / cfg.beta * mb.g_tokens / max(1.0, float(buf.loss_mask[idx].sum()))
             loss = loss + kl_loss
         return LossOutput(loss, m, credit=credit)
+
+
+@DMPO_TOKEN_MASKS.register("correct_cells")
+def _correct_cells(policy, buf) -> torch.Tensor:
+    """[N, T] bool: the response tokens equal to the row's `solution` written as a response span
+    (`policy.response_templates` of the solution: the same tokens and positions as an infilled response), among the
+    tokens the policy chose (`buf.loss_mask`); `correct_token_mask`."""
+    solutions = buf.columns.get("solution")
+    if solutions is None:
+        raise ValueError("dmpo_token_mask='correct_cells' needs a 'solution' column in the training rows (the answer "
+                         f"written as the response span); the rows have {sorted(buf.columns)}")
+    ids = buf.rollout.response_ids  # [N, T]
+    templates = getattr(policy, "response_templates", None)
+    answer = templates([{"prompt": "", "response_template": s} for s in solutions], ids.shape[1]) if templates else None
+    if answer is None:
+        raise ValueError("dmpo_token_mask='correct_cells' needs a policy that writes an answer as a response span "
+                         "(`response_templates`: masked-diffusion infilling)")
+    return correct_token_mask(ids, answer.to(ids.device), buf.loss_mask.to(ids.device))  # [N, T]
 
 
 def _is_exact(noised: NoisedBatch) -> bool:

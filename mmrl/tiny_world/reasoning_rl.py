@@ -308,6 +308,39 @@ COMPARISONS["dmpo-kl-countdown3"] = {
     }}
 """comparison -> shared recipe, rollout batches per arm, arm label -> overrides."""
 
+DLLM_LR_SWEEP = (2e-4, 5e-4, 1e-3, 2e-3)
+"""The learning rates of `dllm-countdown3-lr` (issue 24 item 2: the lr swept; 5e-4 is the shared recipe's)."""
+DLLM_LR_METHODS = ("diffu-GRPO", DMPO_CORRECT_ONLY)
+"""The `dllm-countdown3` arms whose lr `dllm-countdown3-lr` sweeps."""
+
+
+def lr_label(arm: str, lr: float) -> str:
+    """The label of `arm` at learning rate `lr` in a lr sweep: "diffu-GRPO, lr 5e-4" (one significant digit, the
+    exponent without its leading zero)."""
+    if not lr > 0:
+        raise ValueError(f"a learning rate must be > 0, got {lr!r}")
+    mantissa, exp = f"{lr:.0e}".split("e")
+    return f"{arm}, lr {mantissa}e{int(exp)}"
+
+
+def choose_lr(figures: dict[float, float], default: float) -> float:
+    """The lr sweep's selection rule (docs/RESULTS.md, "the lr swept"): the lr whose validation figure is highest;
+    a tie with `default` (the recipe's lr) goes to `default`, other ties to the smaller lr. `figures`: lr -> figure."""
+    if not figures:
+        raise ValueError("choose_lr needs at least one lr's validation figure")
+    best = max(figures.values())
+    tied = sorted(lr for lr, v in figures.items() if v == best)
+    return default if default in tied else tied[0]
+
+
+COMPARISONS["dllm-countdown3-lr"] = {
+    # issue 24 item 2, the lr swept: `dllm-countdown3`'s diffu-GRPO and DMPO (weight on right answers only) arms,
+    # unchanged but for the learning rate (the shared recipe's cosine schedule with 10% warm-up and KL 0.1 kept);
+    # the sweep is scored on validation (scripts/studies/dllm_lr_sweep.py), the chosen lr per method on test
+    "recipe": COUNTDOWN_MD_RL, "rollouts": 30, "arms": {
+        lr_label(arm, lr): {**COMPARISONS["dllm-countdown3"]["arms"][arm], "learning_rate": lr}
+        for lr in DLLM_LR_SWEEP for arm in DLLM_LR_METHODS}}
+
 D1_AUTHORS_ARM: dict[str, Any] = {
     # diffu-GRPO with d1's own settings (configs/d1_diffu_grpo_llada_8b.yaml, from dllm-reasoning/d1's train.yaml):
     # mu = 12 optimizer steps per rollout batch, clip 0.5, KL 0.04, no std scaling, TRL's bnpo mean, rollouts at

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from mmrl.tiny_world.quickstart import QUICKSTART_RECIPE
+from mmrl.tiny_world.report import cutoff_time as _cutoff_time  # noqa: F401 (used below; tests import it here)
 
 logger = logging.getLogger(__name__)
 
@@ -76,11 +77,16 @@ COMPARISONS: dict[str, dict[str, dict[str, Any]]] = {
         "diffu-grpo, cells (d1)": {"method": "diffu_grpo", "reward_funcs": ["sudoku4"]},
         "dmpo, cells (d1)": {"method": "dmpo", "dmpo_baseline": "group", "reward_funcs": ["sudoku4"]},
     },
+    # issue 24 item 3(b): DMPO's weight baselines at a small batch (the paper's Fig. 4 failure mode of plain WDCE),
+    # and item 5's control, WDCE on the correctly filled cells only (`dmpo_token_mask`), each beside the same arm
+    # without it; in priority order (with a cutoff the last arms are the ones left out)
     "dmpo-small-batch": {
         "wdce, no baseline": {"method": "dmpo", "dmpo_baseline": "none"},
+        "wdce, no baseline, correct cells only": {"method": "dmpo", "dmpo_baseline": "none", "dmpo_token_mask": "correct_cells"},
         "wdce, group baseline": {"method": "dmpo", "dmpo_baseline": "group"},
         "wdce, individual baseline": {"method": "dmpo", "dmpo_baseline": "individual"},
         "wdce, model baseline": {"method": "dmpo", "dmpo_baseline": "model", "dmpo_target": "reference"},
+        "wdce, group baseline, correct cells only": {"method": "dmpo", "dmpo_baseline": "group", "dmpo_token_mask": "correct_cells"},
         "wddo": {"method": "dmpo", "dmpo_loss": "wddo", "dmpo_target": "reference"},
     },
 }
@@ -91,6 +97,12 @@ CONTRASTS: dict[str, list[tuple[str, str]]] = {
                        ("dmpo, solved 1/0", "dmpo, cells (d1)"), ("dmpo, verifier", "dmpo, cells (d1)"),
                        ("dmpo, solved 1/0", "diffu-grpo, solved 1/0"), ("dmpo, verifier", "diffu-grpo, verifier"),
                        ("dmpo, cells (d1)", "diffu-grpo, cells (d1)")],
+    "dmpo-small-batch": [("wdce, group baseline", "wdce, no baseline"), ("wdce, individual baseline", "wdce, no baseline"),
+                         ("wdce, model baseline", "wdce, no baseline"), ("wdce, individual baseline", "wdce, group baseline"),
+                         ("wdce, model baseline", "wdce, group baseline"), ("wdce, model baseline", "wdce, individual baseline"),
+                         ("wdce, no baseline, correct cells only", "wdce, no baseline"),
+                         ("wdce, group baseline, correct cells only", "wdce, group baseline"),
+                         ("wddo", "wdce, no baseline")],
 }
 """comparison -> the (a, b) pairs whose difference a - b the table reports (default: every pair of RL arms); a
 pair with an arm left out by the cutoff is skipped."""
@@ -320,6 +332,11 @@ def run_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int 
                "incomplete": {a: [{k: v for k, v in r.items() if k != "records"} for r in runs] for a, runs in incomplete.items()},
                "cutoff": cutoff,
                "configs": {a: arm_config(name, a, seed=0, rollouts=rollouts, out=Path("."), smoke=smoke) for a in rl}}
+    diag = {a: [run_diagnostics(r["records"]) for r in runs] for a, runs in arms.items() if runs[0]["records"]}
+    results["diagnostics"] = diag
+    if diag:
+        (root / "diagnostics.md").write_text(diagnostics_table(diag) + "\n\nMeans over seeds of each run's first 5 and last 5 "
+                                             "training steps (`run_diagnostics`); KL [min, max] over seeds of the last 5.\n")
     (root / "results.json").write_text(json.dumps(results, indent=2, default=str))
     (root / "table.md").write_text(table + f"\n\n{seeds} seeds, {rollouts} rollout batches per arm, {len(test)} test puzzles, "
                                    f"{total:.0f} s in all.\n")
@@ -327,18 +344,51 @@ def run_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int 
     return results
 
 
-def _cutoff_time(cutoff: str | None) -> float | None:
-    """The epoch time of today's `cutoff` ("HH:MM", UTC), None without one; a one-line error for a bad string."""
-    if cutoff is None:
-        return None
-    import datetime as dt
+DIAGNOSTIC_KEYS = {"kl": "KL to the base", "diag/neg_weight_frac": "negative weight share", "dmpo/masked_ce": "masked CE",
+                   "dmpo/token_mask_frac": "tokens fitted", "frac_reward_zero_std": "zero-variance groups"}
+"""metrics.jsonl keys of the per-run diagnostics (`run_diagnostics`) -> their column names."""
 
-    try:
-        hh, mm = (int(x) for x in cutoff.split(":"))
-        when = dt.datetime.now(dt.timezone.utc).replace(hour=hh, minute=mm, second=0, microsecond=0)
-    except ValueError:
-        raise ValueError(f"cutoff must be a UTC clock time HH:MM, got {cutoff!r}") from None
-    return when.timestamp()
+
+def run_diagnostics(records: list[dict]) -> dict[str, float]:
+    """One run's training diagnostics from its metric records (those with a `reward`, in step order): the training
+    reward, KL to the base (`kl`, the k3 token mean of the KL term's estimator), the negative share of the
+    loss's weight mass (`diag/neg_weight_frac`: sum of |w| over below-baseline responses / sum of |w|), DMPO's
+    masked CE of its rollouts and the share of response tokens its WDCE fits, each as the mean of the first and of
+    the last 5 steps (`<key>/first`, `<key>/last`); a key the run did not log is absent."""
+    train = [r for r in records if "reward" in r]
+    out: dict[str, float] = {}
+    for key in ("reward", *DIAGNOSTIC_KEYS):
+        ys = [float(r[key]) for r in train if r.get(key) is not None]
+        if ys:
+            out[f"{key}/first"], out[f"{key}/last"] = sum(ys[:5]) / len(ys[:5]), sum(ys[-5:]) / len(ys[-5:])
+    return out
+
+
+def diagnostics_table(diag: dict[str, list[dict[str, float]]]) -> str:
+    """Markdown: per arm (`diag`: arm -> one `run_diagnostics` dict per seed), the mean over seeds of each
+    diagnostic, first 5 -> last 5 steps; the last KL also as [min, max] over seeds."""
+    from mmrl.tiny_world.report import markdown_table
+
+    keys = ["reward", *DIAGNOSTIC_KEYS]
+    rows = []
+    for arm, runs in diag.items():
+        row = [f"{arm} ({len(runs)} seeds)"]
+        for key in keys:
+            first = [r[f"{key}/first"] for r in runs if f"{key}/first" in r]
+            last = [r[f"{key}/last"] for r in runs if f"{key}/last" in r]
+            if len(last) < len(runs) or not runs:
+                row.append("-")
+                continue
+            pct = key != "kl" and key != "dmpo/masked_ce"
+            k, d = (100.0, 1) if pct else (1.0, 3)
+            cell = f"{k * sum(first) / len(first):.{d}f} -> {k * sum(last) / len(last):.{d}f}"
+            if key == "kl":
+                cell += f" [{min(last):.3f}, {max(last):.3f}]"
+            row.append(cell)
+        rows.append(row)
+    heads = ["arm", "train reward (%)"] + [DIAGNOSTIC_KEYS[k] + (" (%)" if k not in ("kl", "dmpo/masked_ce") else "")
+                                             for k in DIAGNOSTIC_KEYS]
+    return markdown_table([h + ", first 5 -> last 5 steps" if i else h for i, h in enumerate(heads)], rows)
 
 
 RUNNERS: dict[str, str] = {"gcpo-vs-grpo": "mmrl.tiny_world.shapes_rl:run_gcpo_vs_grpo",
@@ -355,7 +405,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("name", choices=sorted(COMPARISONS) + sorted(RUNNERS) + sorted(REASONING), help="the comparison to run")
     parser.add_argument("--out", default="runs/replicate", help="results go to OUT/NAME (replaced if it exists)")
     parser.add_argument("--seeds", type=int, default=5, help="training seeds per arm (the intervals resample them)")
-    parser.add_argument("--n-samples", type=int, default=None, help="gcpo-vs-grpo: test images per prompt (default 4)")
+    parser.add_argument("--n-samples", type=int, default=None, help="gcpo-vs-grpo, dmpo-vs-grpo-masked: test images per prompt (default 4)")
     parser.add_argument("--no-baselines", action="store_true", help="gcpo-vs-grpo, the Countdown and the Sudoku "
                         "comparisons: skip the clean-data / clean-SFT, best-of-n and rejection-sampling rows")
     parser.add_argument("--rollouts", type=int, default=None, help="rollout batches per arm (default: the comparison's)")
@@ -365,7 +415,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         "gcpo-vs-grpo: shapes (default, noisy captions) or shapes-clean")
     parser.add_argument("--lr", type=float, default=None, help="gcpo-vs-grpo: the learning rate (default: the recipe's "
                         "5e-4; pass the one `gcpo-vs-grpo-lr` chose on validation)")
-    parser.add_argument("--arm", action="append", default=None, help="the Countdown comparisons and gcpo-vs-grpo-vqa: "
+    parser.add_argument("--arm", action="append", default=None, help="the Countdown comparisons, dmpo-vs-grpo-masked and gcpo-vs-grpo-vqa: "
                         "run only this arm "
                         "(repeat for several; default: every arm)")
     parser.add_argument("--resume", action="store_true", help="the Countdown comparisons and gcpo-vs-grpo-vqa: keep "
@@ -374,8 +424,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--report-only", action="store_true", help="the Countdown comparisons and gcpo-vs-grpo-vqa: "
                         "run nothing, build the "
                         "report from the saved runs (the seeds every row has finished)")
-    parser.add_argument("--cutoff", default=None, help="gcpo-vs-grpo-vqa and the Sudoku comparisons: start no run after this UTC clock time "
-                        "(HH:MM); the report uses the seeds that finished")
+    parser.add_argument("--cutoff", default=None, help="gcpo-vs-grpo-vqa, dmpo-vs-grpo-masked and the Sudoku comparisons: "
+                        "start no run after this UTC clock time (HH:MM); the report uses the seeds that finished")
     parser.add_argument("--smoke", action="store_true", help="2 rollouts per arm, 16 test puzzles, a "
                         "20-step base (plumbing check)")
 
@@ -387,8 +437,9 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit(f"--base applies to gcpo-vs-grpo and the Countdown comparisons {sorted(REASONING)}, not {args.name!r}")
     if args.seeds < 1:
         raise SystemExit(f"--seeds must be >= 1, got {args.seeds}")
-    if args.cutoff is not None and args.name != "gcpo-vs-grpo-vqa" and args.name not in COMPARISONS:
-        raise SystemExit(f"--cutoff applies to gcpo-vs-grpo-vqa and the Sudoku comparisons only, not {args.name!r}")
+    if args.cutoff is not None and args.name not in ("gcpo-vs-grpo-vqa", "dmpo-vs-grpo-masked") and args.name not in COMPARISONS:
+        raise SystemExit(f"--cutoff applies to gcpo-vs-grpo-vqa, dmpo-vs-grpo-masked and the Sudoku comparisons only, "
+                         f"not {args.name!r}")
     if args.lr is not None and args.name != "gcpo-vs-grpo":
         raise SystemExit(f"--lr applies to gcpo-vs-grpo only, not {args.name!r}")
     if args.lr is not None and not args.lr > 0:
@@ -415,7 +466,8 @@ def run(args: argparse.Namespace) -> int:
         except ValueError as e:
             raise SystemExit(str(e)) from None
         return 0
-    if (args.arm or args.resume or args.report_only) and args.name not in REASONING:
+    masked_arms = args.name == "dmpo-vs-grpo-masked" and not (args.resume or args.report_only)  # takes --arm only
+    if (args.arm or args.resume or args.report_only) and args.name not in REASONING and not masked_arms:
         raise SystemExit(f"--arm, --resume and --report-only apply to the Countdown comparisons {sorted(REASONING)}, "
                          f"not {args.name!r}")
     if args.name in REASONING:
@@ -430,7 +482,12 @@ def run(args: argparse.Namespace) -> int:
         import importlib
 
         module, func = RUNNERS[args.name].split(":")
-        getattr(importlib.import_module(module), func)(args.out, seeds=args.seeds, smoke=args.smoke, steps=args.steps)
+        kw = ({"cutoff": args.cutoff, "n_samples": args.n_samples, "arms": args.arm}
+              if args.name == "dmpo-vs-grpo-masked" else {})
+        try:
+            getattr(importlib.import_module(module), func)(args.out, seeds=args.seeds, smoke=args.smoke, steps=args.steps, **kw)
+        except ValueError as e:
+            raise SystemExit(str(e)) from None
         return 0
     try:
         run_comparison(args.name, args.out, seeds=args.seeds, rollouts=args.rollouts, smoke=args.smoke,

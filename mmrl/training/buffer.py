@@ -43,6 +43,10 @@ class Buffer:
     separate behaviour forward ran (one step per rollout); turned into buffer metrics after the step."""
     metrics: dict = field(default_factory=dict)
     """Buffer-time metrics (rewards, lengths, timings)."""
+    columns: dict = field(default_factory=dict)
+    """The dataset columns the rewards saw (every column but `prompt`), one value per response ([N] lists, the kept
+    rows'), for methods that read an answer key at buffer time (DMPO's `dmpo_token_mask`); checkpoints keep the
+    JSON-serialisable ones."""
 
     def store(self, idx: torch.Tensor, out) -> None:
         """Write what a loss handed back (`mmrl.methods.LossOutput`) for rows `idx`: the token credit, the per-token
@@ -67,7 +71,8 @@ class Buffer:
             elif f.name == "extras":
                 v = {k: x for k, x in v.items() if _weights_only_ok(x)}
             rollout_state[f.name] = v
-        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("rollout", "metrics")}
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("rollout", "metrics", "columns")}
+        out["columns"] = {k: v for k, v in self.columns.items() if _jsonable(v)}
         out["rollout"] = rollout_state
         out["metrics"] = {k: float(v) for k, v in self.metrics.items() if isinstance(v, (int, float))}
         return out

@@ -60,3 +60,10 @@ def reward_arguments(rollout: Rollout, rows: Sequence[dict], group_size: int, *,
     if trainer_state is not None:
         columns["trainer_state"] = trainer_state
     return list(rollout.prompts), in_prompt_format(rollout.prompts, rollout.completions), columns
+
+
+def response_columns(columns: dict, idx: Sequence[int], num_responses: int) -> dict[str, list]:
+    """The per-response dataset columns of `reward_arguments`'s `columns` ([N] lists; not `completion_ids` or the
+    trainer state) restricted to responses `idx`, for the buffer (`Buffer.columns`)."""
+    return {k: [v[i] for i in idx] for k, v in columns.items()
+            if k != "completion_ids" and isinstance(v, list) and len(v) == num_responses}

@@ -51,7 +51,7 @@ from mmrl.training.policy_factory import (attach_rollout_engine, build_policy, c
                                           generation_options, mix_into_reference, set_generation_defaults, wants_reference)
 from mmrl.training.prompt_stream import PromptStream
 from mmrl.core.protocol import Rollout
-from mmrl.training.reward_inputs import build_eval_rewards, build_rewards, make_trainer_state, reward_arguments
+from mmrl.training.reward_inputs import build_eval_rewards, build_rewards, make_trainer_state, response_columns, reward_arguments
 from mmrl.core.seeds import derived_seed
 from mmrl.training.stop_signals import RewardsInterrupted, StopRequests
 from mmrl.checkpointing.checkpoint import CheckpointDamaged, CheckpointIncompatible, load_checkpoint, load_model_weights
@@ -336,6 +336,7 @@ class Trainer:
         kept: list[Rollout] = []
         kept_rewards: list[torch.Tensor] = []
         kept_scorable: list[torch.Tensor] = []  # [n] False where no reward applied (TRL: advantage 0)
+        kept_columns: list[dict[str, list]] = []  # the kept rows' dataset columns, one value per response
         table: list[dict] = []  # log_completions: one row per kept response
         reward_logs: dict[str, list[float]] = {}
         per_reward_seen: dict[str, list[torch.Tensor]] = {}  # every scored sample of every try, for rewards/<fn>/*
@@ -395,14 +396,17 @@ class Trainer:
                 kept.append(rollout.select(idx))
                 kept_rewards.append(total[idx.to(total.device)])
                 kept_scorable.append(scorable[idx.to(scorable.device)])
+                kept_columns.append(response_columns(r_columns, idx.tolist(), rollout.num_responses))
                 if cfg.log_completions:
                     table += completion_rows(r_prompts, r_completions, out.per_reward, idx.tolist(), extras=out.extras)
         rollout = concat_rollouts(kept)
         rewards = torch.cat(kept_rewards)
         scorable = torch.cat(kept_scorable)
+        columns = {k: [v for c in kept_columns for v in c[k]] for k in (kept_columns[0] if kept_columns else {})}
         if rollout.num_groups > need:  # refills may overshoot: keep whole groups only
             rollout = rollout.select(torch.arange(need * G))
             rewards, scorable = rewards[: need * G], scorable[: need * G]
+            columns = {k: v[: need * G] for k, v in columns.items()}
         with torch.no_grad():  # the method's own reward shaping (e.g. STAGE's entropy reward), before the advantages
             rewards, shaping = self.method.shape_rewards(rollout, rewards, self._micro_batches, self.rollout_index)
         for name, val in shaping.items():
@@ -423,7 +427,7 @@ class Trainer:
         # 5. the method's per-response quantities, on the micro-batches the updates will use
         seeds = [derived_seed(cfg.seed, "mask", self.rollout_index, k) for k in range(self.method.num_mask_seeds(cfg))]
         buf = Buffer(rollout=rollout, rewards=rewards, advantages=advantages, loss_mask=loss_mask, mask_seeds=seeds,
-                     old_logp=[], rollout_index=self.rollout_index)
+                     old_logp=[], rollout_index=self.rollout_index, columns=columns)
         with torch.no_grad():
             self.method.prepare(buf, self._micro_batches(rollout.num_responses), current=behaviour_is_current(cfg))
         # buffer metrics (TRL names)

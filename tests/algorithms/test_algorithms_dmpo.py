@@ -229,3 +229,25 @@ def test_correct_only_baseline_puts_weight_on_right_answers_only():
     none = dmpo_real_weights(w, dmpo_baseline("none", **kw), 1.0)
     torch.testing.assert_close(none[4:8], torch.full((4,), 0.25))
     assert (dmpo_real_weights(w, dmpo_baseline("group", **kw), 1.0) < 0).any()
+
+
+def test_correct_token_mask_and_token_masked_sum_by_hand():
+    """Issue 24 item 5's control: a blank cell is kept only when its digit is the solution's; the kept sum drops
+    the wrong and unmasked terms, and WDCE's normaliser stays the copy's masked count."""
+    from mmrl.algorithms.dmpo import correct_token_mask, token_masked_sum, wdce_loss
+
+    resp = torch.tensor([[1, 2, 3, 4], [1, 3, 2, 4]])  # [N=2, T=4]
+    sol = torch.tensor([[1, 2, 3, 4], [1, 2, 3, 4]])
+    maskable = torch.tensor([[False, True, True, True], [False, True, True, False]])  # given cell 0; row 1 cell 3 given
+    keep = correct_token_mask(resp, sol, maskable)
+    assert keep.tolist() == [[False, True, True, True], [False, False, False, False]]
+    lp = torch.tensor([[[0.0, -1.0, -2.0, 0.0], [0.0, -0.5, -0.25, 0.0]]])  # [R=1, N=2, T=4], 0 where unmasked
+    s = token_masked_sum(lp, keep)  # row 0: -1 - 2 (cells 1, 2 masked and right); row 1: nothing right
+    assert s.tolist() == [[-3.0, 0.0]]
+    n_masked = torch.tensor([[2.0, 2.0]])
+    loss = wdce_loss(-s, n_masked, torch.tensor([0.5, 0.5]), num_groups=1)
+    assert float(loss) == pytest.approx(0.5 * 3.0 / 2)  # row 1 (no right cell) contributes 0
+    with pytest.raises(ValueError, match="must all be"):
+        correct_token_mask(resp, sol[:, :3], maskable)
+    with pytest.raises(ValueError, match="keep"):
+        token_masked_sum(lp, keep[:, :3])

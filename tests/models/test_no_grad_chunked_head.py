@@ -94,3 +94,16 @@ def test_models_outside_the_list_take_the_full_logits_path(setup, monkeypatch):
         got = a.logprob(r).logp
     expected = selective_log_softmax(full_logits(a, r, a.model), r.response_ids, temperature=0.8)
     torch.testing.assert_close(got, torch.where(r.response_mask, expected, 0.0), atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("stats,against", [(("h2", "entropy"), "reference"), (("kl", "entropy"), "negative")])
+def test_other_side_statistics_outside_the_list_use_the_other_sides_full_logits(setup, monkeypatch, stats, against):
+    a, r = setup
+    other_model, cond = (a.ref_model, "positive") if against == "reference" else (a.model, "negative")
+    exp = token_distribution_stats(full_logits(a, r, a.model), full_logits(a, r, other_model, cond), stats=stats,
+                                   temperature=0.8, other_targets=r.response_ids)
+    monkeypatch.setattr(causal_lm, "LOGITS_ARE_HEAD_OF_HIDDEN", ())
+    got = a.logprob(r, stats=stats, stats_against=against)
+    assert got.logp.requires_grad
+    for k in stats:
+        torch.testing.assert_close(got.stats[k], exp[k], atol=1e-6, rtol=1e-6)

@@ -5,6 +5,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from mmrl.cli import main
@@ -238,3 +239,51 @@ def test_lr_flag_rejected_outside_gcpo_vs_grpo(tmp_path):
         main(["replicate", "dmpo-small-batch", "--lr", "1e-4", "--out", str(tmp_path)])
     with pytest.raises(SystemExit, match="--lr must be > 0, got -0.001"):
         main(["replicate", "gcpo-vs-grpo", "--lr=-1e-3", "--out", str(tmp_path)])
+
+
+def test_dmpo_small_batch_arms_and_diagnostics(tmp_path):
+    """`dmpo-small-batch` (issue 24 items 3b and 5): each correct-cells arm differs from its plain arm only in
+    `dmpo_token_mask`, every contrast names two arms, and `run_diagnostics` averages the first and last 5 training
+    records as computed by hand (eval records, without a reward, are skipped)."""
+    import dataclasses
+
+    from mmrl.config.train_config import load_config
+    from mmrl.tiny_world.replicate import COMPARISONS, CONTRASTS, arm_config, diagnostics_table, run_diagnostics
+
+    arms = COMPARISONS["dmpo-small-batch"]
+    cfgs = {a: load_config(None, arm_config("dmpo-small-batch", a, seed=0, rollouts=30, out=tmp_path)) for a in arms}
+    fields = [f.name for f in dataclasses.fields(next(iter(cfgs.values()))) if not f.name.startswith("_")]
+    for plain in ("wdce, no baseline", "wdce, group baseline"):
+        a, b = cfgs[plain], cfgs[plain + ", correct cells only"]
+        assert {f for f in fields if getattr(a, f) != getattr(b, f)} == {"dmpo_token_mask"}
+        assert b.dmpo_token_mask == "correct_cells" and a.dmpo_token_mask is None
+    assert cfgs["wdce, no baseline"].max_steps == 30 and cfgs["wdce, no baseline"].per_device_train_batch_size == 32
+    assert all(x in arms and y in arms for x, y in CONTRASTS["dmpo-small-batch"])
+    recs = [{"step": i + 1, "reward": 0.1 * (i + 1), "kl": 0.01 * i} for i in range(7)] + [{"step": 7, "eval/accuracy": 0.5}]
+    d = run_diagnostics(recs)
+    assert d["reward/first"] == pytest.approx(0.3) and d["reward/last"] == pytest.approx(0.5)  # (.1+..+.5)/5, (.3+..+.7)/5
+    assert d["kl/first"] == pytest.approx(0.02) and d["kl/last"] == pytest.approx(0.04)
+    assert "diag/neg_weight_frac/first" not in d
+    table = diagnostics_table({"arm": [d, d]})
+    assert "30.0 -> 50.0" in table and "0.020 -> 0.040 [0.040, 0.040]" in table
+
+
+def test_correct_cells_token_mask_reads_the_solution_column():
+    """The `correct_cells` entry of `DMPO_TOKEN_MASKS`: the rows' `solution` written as a response span (the
+    policy's `response_templates`), compared with the response on the tokens the policy chose."""
+    import types
+
+    import mmrl.methods  # noqa: F401  (registers the DMPO token masks)
+    from mmrl.algorithms import DMPO_TOKEN_MASKS
+
+    class Policy:
+        def response_templates(self, prompts, gen_length):
+            return torch.tensor([[int(c) for c in p["response_template"]] for p in prompts])  # one token per cell
+
+    rollout = types.SimpleNamespace(response_ids=torch.tensor([[1, 2, 3, 4], [1, 2, 4, 3]]))
+    buf = types.SimpleNamespace(rollout=rollout, columns={"solution": ["1234", "1234"]},
+                                loss_mask=torch.tensor([[False, True, True, True], [False, True, True, True]]))
+    assert DMPO_TOKEN_MASKS["correct_cells"](Policy(), buf).tolist() == [[False, True, True, True], [False, True, False, False]]
+    buf.columns = {}
+    with pytest.raises(ValueError, match="needs a 'solution' column"):
+        DMPO_TOKEN_MASKS["correct_cells"](Policy(), buf)

@@ -557,3 +557,36 @@ def test_held_out_items_verified_best_of_k_scores_the_sample_the_verifier_picks(
     assert summary["verified"] == pytest.approx((7 / 9 + 1.0) / 2)
     tie = lambda row, c: 0.0  # noqa: E731
     assert reasoning_rl.held_out_items(None, rows, "sudoku4", "masked_diffusion", 16, k=2, verifier=tie)[1]["verified"] == pytest.approx([1.0, 7 / 9])
+
+
+def test_lr_label_spells_the_lr_as_the_sweep_arms_do():
+    """`lr_label`: one significant digit, the exponent without its zero; a non-positive lr is refused."""
+    assert reasoning_rl.lr_label("diffu-GRPO", 5e-4) == "diffu-GRPO, lr 5e-4"
+    assert reasoning_rl.lr_label("x", 2e-3) == "x, lr 2e-3" and reasoning_rl.lr_label("x", 1e-3) == "x, lr 1e-3"
+    with pytest.raises(ValueError, match="> 0"):
+        reasoning_rl.lr_label("x", 0.0)
+
+
+def test_choose_lr_takes_the_best_figure_and_gives_ties_to_the_default():
+    """The sweep's rule: the highest validation figure; a tie with the default goes to the default, others to the
+    smaller lr."""
+    assert reasoning_rl.choose_lr({2e-4: 0.15, 5e-4: 0.16, 1e-3: 0.18, 2e-3: 0.12}, 5e-4) == 1e-3
+    assert reasoning_rl.choose_lr({2e-4: 0.18, 5e-4: 0.18, 1e-3: 0.18}, 5e-4) == 5e-4
+    assert reasoning_rl.choose_lr({1e-3: 0.18, 2e-3: 0.18, 5e-4: 0.1}, 5e-4) == 1e-3
+    with pytest.raises(ValueError, match="at least one"):
+        reasoning_rl.choose_lr({}, 5e-4)
+
+
+def test_dllm_lr_arms_differ_from_their_dllm_countdown3_arm_in_the_lr_alone(tmp_path):
+    """`dllm-countdown3-lr`: every arm x lr, as loaded, is its `dllm-countdown3` arm with `learning_rate` changed;
+    at 5e-4 it is the same configuration."""
+    import dataclasses
+
+    for arm in reasoning_rl.DLLM_LR_METHODS:
+        ref = load_config(None, reasoning_rl.arm_config("dllm-countdown3", arm, seed=1, out=tmp_path))
+        for lr in reasoning_rl.DLLM_LR_SWEEP:
+            cfg = load_config(None, reasoning_rl.arm_config("dllm-countdown3-lr", reasoning_rl.lr_label(arm, lr), seed=1,
+                                                            out=tmp_path))
+            diff = {f.name for f in dataclasses.fields(cfg) if getattr(cfg, f.name) != getattr(ref, f.name)}
+            assert diff == (set() if lr == 5e-4 else {"learning_rate"}) and cfg.learning_rate == lr
+            assert (cfg.max_steps, cfg.beta, cfg.lr_scheduler_type) == (30, 0.1, "cosine")
