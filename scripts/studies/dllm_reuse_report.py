@@ -103,12 +103,48 @@ def hits(curves: dict[int, list], target: float, budget: int, per_batch_answers:
             "mean": iv, "censored": sum(not x.reached for x in h.values()), "vals": vals}
 
 
+def screen_entries(sdir: Path, copy: Path, comp: dict, v0: dict, lines: list[str]) -> list[dict]:
+    """The screen runs of folder `sdir` (its screen.jsonl, and any run stopped before its end, marked partial), with
+    their per-batch KL, reward and per-step masked CE; their metrics copied to `copy/screen-<run>/`."""
+    scr = sdir / "screen.jsonl"
+    if not sdir.exists():
+        return []
+    entries = [json.loads(x) for x in scr.read_text().splitlines() if x.strip()] if scr.exists() else []
+    if scr.exists():
+        shutil.copy(scr, copy.parent / f"{sdir.name}.jsonl")
+    for d in sorted(p for p in sdir.iterdir() if p.is_dir() and not (p / "done.json").exists()):
+        recs = read_metrics(d)  # a screen run stopped before its end: its curve so far, marked partial
+        label = next((x for x in comp["arms"] if d.name == rr.run_slug(x, 0)), None)
+        if not recs or label is None:
+            continue
+        f_ = int(comp["arms"][label].get("num_iterations", 1))
+        entries.append({"arm": label, "seed": 0, "F": f_, "partial": True, "rollouts": -(-recs[-1]["step"] // f_),
+                        "seconds": float("nan"), "validation_step0": v0.get(0, float("nan")),
+                        "validation": [(r["step"], r["eval/accuracy"]) for r in recs if "eval/accuracy" in r],
+                        "kl_k3_max": max(r.get("diag/kl_k3", 0.0) for r in recs)})
+    for x in entries:
+        d = sdir / rr.run_slug(x["arm"], x["seed"])
+        if (d / "metrics.jsonl").exists():
+            (copy / f"screen-{d.name}").mkdir(parents=True, exist_ok=True)
+            shutil.copy(d / "metrics.jsonl", copy / f"screen-{d.name}" / "metrics.jsonl")
+            recs = read_metrics(d)
+            x["kl_k3_per_batch"] = per_batch(recs, "diag/kl_k3", x["F"])
+            x["reward_per_batch"] = per_batch(recs, ACC, x["F"])
+            x["masked_ce_per_step"] = [float(r["dmpo/masked_ce"]) for r in recs if "dmpo/masked_ce" in r]
+        lines.append(f"\nscreen {x['arm']} (F = {x['F']}, seed {x['seed']}, {x['rollouts']} batches"
+                     f"{', PARTIAL: stopped' if x.get('partial') else ''}): validation step 0 "
+                     f"{100 * x['validation_step0']:.1f}, then {[(s // x['F'], round(100 * v, 1)) for s, v in x['validation']]}; "
+                     f"KL k3 max {x['kl_k3_max']:.3f}; {x['seconds']:.0f} s")
+    return entries
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--arm", default="DMPO_CORRECT_ONLY_F4", help="the reuse arm's constant in reasoning_rl")
     ap.add_argument("--reuse", type=Path, default=Path("/work/runs/reuse/OUT/dllm-countdown3"))
     ap.add_argument("--rl30", type=Path, default=Path("/work/runs/rl30-a4aa/OUT/dllm-countdown3"))
-    ap.add_argument("--screen", type=Path, default=Path("/work/runs/reuse/screen"))
+    ap.add_argument("--screen", type=Path, nargs="+", default=[Path("/work/runs/reuse/screen"), Path("/work/runs/reuse/screen-old")],
+                    help="screen folders (screen.jsonl and one run folder per arm)")
     ap.add_argument("--old-f8", type=Path, default=Path("docs/results/dllm/rl/dmpo_f8_metrics.jsonl"))
     ap.add_argument("--out", type=Path, default=Path("docs/results/dllm/reuse"))
     a = ap.parse_args()
@@ -176,8 +212,11 @@ def main() -> None:
         for x in runs:
             if runs[x]:
                 entry["arms"][x] = hits(curves[x], t, budget[x], per_b)
-        if arm in entry["arms"] and DIFFU in entry["arms"]:
+        if arm in entry["arms"] and DIFFU in entry["arms"] and entry["arms"][arm]["censored"] == 0:
+            # only where every seed of the reuse arm reached the target; diffu-GRPO's censored seeds count at its 30
+            # batches (their true value is larger), so the difference is then an upper bound (conservative for reuse)
             entry[f"{arm} - {DIFFU}"] = difference_interval(entry["arms"][arm]["vals"], entry["arms"][DIFFU]["vals"]).to_dict()
+            entry[f"{arm} - {DIFFU}"]["upper_bound_from_censoring"] = entry["arms"][DIFFU]["censored"] > 0
         for x in entry["arms"].values():
             x.pop("vals")
         rep["targets"][tname] = entry
@@ -189,7 +228,10 @@ def main() -> None:
                          + (f", {h['censored']} censored at {budget[x] * per_b}" if h["censored"] else ""))
         d = entry.get(f"{arm} - {DIFFU}")
         if d:
-            lines.append(f"  {arm} - {DIFFU}: {d['estimate']:+.0f} [{d['low']:+.0f}, {d['high']:+.0f}] rollouts")
+            lines.append(f"  {arm} - {DIFFU}: {d['estimate']:+.0f} [{d['low']:+.0f}, {d['high']:+.0f}] rollouts"
+                         + (" (an upper bound: diffu-GRPO's censored seeds counted at its budget)" if d["upper_bound_from_censoring"] else ""))
+        elif arm in entry["arms"]:
+            lines.append(f"  {arm} - {DIFFU}: not estimated ({entry['arms'][arm]['censored']} seeds of {arm} censored at its budget)")
     # test differences, paired over items and seeds
     for b in (DIFFU, rr.DMPO_CORRECT_ONLY):
         if runs[arm] and runs[b]:
@@ -200,18 +242,9 @@ def main() -> None:
             lines.append(f"\n{arm} - {b} (test, seeds {common}): " + "; ".join(
                 f"{s} {pct(d[s])}" + (" (excludes 0)" if d[s]["excludes_zero"] else "") for s in SCORES))
     # the screen and the old collapse
-    scr = a.screen / "screen.jsonl"
-    if scr.exists():
-        rep["screen"] = [json.loads(x) for x in scr.read_text().splitlines() if x.strip()]
-        shutil.copy(scr, out / "screen.jsonl")
-        for x in rep["screen"]:
-            d = a.screen / rr.run_slug(x["arm"], x["seed"]) / "metrics.jsonl"
-            if d.exists():
-                (copy / f"screen-{d.parent.name}").mkdir(parents=True, exist_ok=True)
-                shutil.copy(d, copy / f"screen-{d.parent.name}" / "metrics.jsonl")
-            lines.append(f"\nscreen {x['arm']} (F = {x['F']}, seed {x['seed']}, {x['rollouts']} batches): validation step 0 "
-                         f"{100 * x['validation_step0']:.1f}, then {[(s // x['F'], round(100 * v, 1)) for s, v in x['validation']]}; "
-                         f"KL k3 max {x['kl_k3_max']:.3f}; {x['seconds']:.0f} s")
+    rep["screen"] = []
+    for sdir in a.screen:
+        rep["screen"] += screen_entries(sdir, copy, comp, v0, lines)
     if a.old_f8.exists():
         old = [json.loads(x) for x in a.old_f8.read_text().splitlines() if x.strip()]
         rep["old_dmpo_f8"] = {"kl_k3_per_batch": per_batch(old, "diag/kl_k3", 8), "reward_per_batch": per_batch(old, "reward", 8),
@@ -252,6 +285,11 @@ def plot(rep: dict, arm: str, out: Path) -> None:
             for j, (s, ys) in enumerate(row[key].items()):
                 xs, vs = (zip(*ys) if key != "masked_ce_per_step" else (np.arange(1, len(ys) + 1) / row["F"], ys))
                 ax.plot(list(xs), list(vs), color="C0", alpha=0.6, label=f"{arm}" if j == 0 else None)
+        for j, x in enumerate(rep.get("screen", [])):
+            if x["F"] == 8 and key in x and x[key]:
+                ys = x[key]
+                xs, vs = (zip(*ys) if key != "masked_ce_per_step" else (np.arange(1, len(ys) + 1) / 8, ys))
+                ax.plot(list(xs), list(vs), color=f"C{1 + j}", label=f"screen: {x['arm']} (seed 0)")
         if old:
             ys = old[key]
             xs, vs = (zip(*ys) if key != "masked_ce_per_step" else (np.arange(1, len(ys) + 1) / 8, ys))
