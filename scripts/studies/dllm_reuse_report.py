@@ -147,6 +147,8 @@ def main() -> None:
                     help="screen folders (screen.jsonl and one run folder per arm)")
     ap.add_argument("--old-f8", type=Path, default=Path("docs/results/dllm/rl/dmpo_f8_metrics.jsonl"))
     ap.add_argument("--out", type=Path, default=Path("docs/results/dllm/reuse"))
+    ap.add_argument("--no-copy-others", action="store_true",
+                    help="copy only the reuse arm's runs (the 30-batch runs are already in the repository at --rl30)")
     a = ap.parse_args()
     arm = getattr(rr, a.arm)
     out = a.out
@@ -159,8 +161,9 @@ def main() -> None:
     before_items = base["before_items"]
     if a.reuse.resolve() != out.resolve():
         shutil.copy(a.reuse / "base.json", out / "base.json")
-    runs = {arm: load_runs(a.reuse, arm, copy), DIFFU: load_runs(a.rl30, DIFFU, copy),
-            rr.DMPO_CORRECT_ONLY: load_runs(a.rl30, rr.DMPO_CORRECT_ONLY, copy)}
+    other = None if a.no_copy_others else copy
+    runs = {arm: load_runs(a.reuse, arm, copy), DIFFU: load_runs(a.rl30, DIFFU, other),
+            rr.DMPO_CORRECT_ONLY: load_runs(a.rl30, rr.DMPO_CORRECT_ONLY, other)}
     f_of = {arm: f_arm, DIFFU: 1, rr.DMPO_CORRECT_ONLY: 1}
     budget = {x: max((r["steps"] // f_of[x] for r in runs[x].values()), default=0) for x in runs}
     seeds_all = sorted(set().union(*[set(v) for v in runs.values()]))
