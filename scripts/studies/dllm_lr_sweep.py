@@ -187,7 +187,10 @@ def report(out: Path, doc: Path) -> None:
             ax.annotate(short(lr), (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7, color=line.get_color())
     ax.axhline(100 * bs["sampled"], ls="--", color="grey", label="base")
     if all(kl_figure(r) > 0 for r in runs):
+        from matplotlib.ticker import NullFormatter
+
         ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(NullFormatter())  # (the 2..9 x 10^k labels overlap)
     ax.set_xlabel("KL to the base (k3, per token, mean of last 10 steps)")
     ax.set_ylabel("validation accuracy, sampled (4 / row, %)")
     ax.set_title(f"{NAME}: lr swept (seed{'s' if len(seeds) > 1 else ''} {seeds}, 30 batches)", fontsize=9)
