@@ -400,6 +400,24 @@ def test_dllm_correct_only_kl_controls_differ_in_one_field(tmp_path):
     assert diff == {"dmpo_target"} and (ref.dmpo_target, nokl.dmpo_target) == ("reference", "behaviour")
 
 
+def test_dllm_reuse_arms_differ_from_correct_only_in_f_and_the_trust_region(tmp_path):
+    """The reuse arms of `dllm-countdown3` (issue 24 item 3(a)): `DMPO_CORRECT_ONLY` with F = 4 / 8 optimizer steps
+    per rollout batch (max_steps = 15 x F at 15 batches) and the trust region on the F = 8 one; `curve_points=3`
+    evaluates every 5 rollout batches whatever F is."""
+    import dataclasses
+
+    name, rr = "dllm-countdown3", reasoning_rl
+    f1 = load_config(None, rr.arm_config(name, rr.DMPO_CORRECT_ONLY, seed=0, out=tmp_path, rollouts=15, curve_points=3))
+    for arm, f, tr in [(rr.DMPO_CORRECT_ONLY_F4, 4, None), (rr.DMPO_CORRECT_ONLY_F8, 8, None), (rr.DMPO_CORRECT_ONLY_F8_TR, 8, 0.05)]:
+        cfg = load_config(None, rr.arm_config(name, arm, seed=0, out=tmp_path, rollouts=15, curve_points=3))
+        diff = {x.name for x in dataclasses.fields(cfg) if getattr(cfg, x.name) != getattr(f1, x.name)} - {"_explicit"}
+        assert diff == {"num_iterations", "max_steps", "eval_steps"} | ({"dmpo_trust_region"} if tr else set())
+        assert (cfg.num_iterations, cfg.max_steps, cfg.eval_steps, cfg.dmpo_trust_region) == (f, 15 * f, 5 * f, tr)
+    assert f1.eval_steps == 5
+    with pytest.raises(ValueError, match="curve_points"):
+        rr.arm_config(name, rr.DMPO_CORRECT_ONLY, seed=0, out=tmp_path, curve_points=-1)
+
+
 def test_pass_at_k_by_hand():
     # 4 samples, 1 right: pass@2 = 1 - C(3, 2) / C(4, 2) = 1 - 3/6
     assert reasoning_rl.pass_at_k(4, 1, 2) == pytest.approx(0.5)
