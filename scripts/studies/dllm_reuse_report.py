@@ -29,7 +29,7 @@ from mmrl.tiny_world.targets import batches_curve, mean_curve, rollouts_to_targe
 
 NAME = "dllm-countdown3"
 DIFFU = "diffu-GRPO"
-SCORES = ("greedy", "sampled", "pass")
+SCORES = ("greedy", "sampled", "pass", "shortcut")
 ACC = "rewards/countdown3_accuracy/mean"
 
 
@@ -193,7 +193,8 @@ def main() -> None:
         rep["arms"][x] = row
         lines.append(f"\n{x} (F = {f}, {budget[x]} rollout batches, seeds {seeds}): greedy {100 * row['greedy']['after']:.1f} "
                      f"gain {pct(row['greedy']['gain'])}; sampled {100 * row['sampled']['after']:.1f} gain "
-                     f"{pct(row['sampled']['gain'])}; pass@4 {100 * row['pass']['after']:.1f} gain {pct(row['pass']['gain'])}"
+                     f"{pct(row['sampled']['gain'])}; pass@4 {100 * row['pass']['after']:.1f} gain {pct(row['pass']['gain'])}; held-out "
+                     f"shortcut share {100 * row['shortcut']['after']:.1f} gain {pct(row['shortcut']['gain'])}"
                      f"\n  per seed greedy {np.round(100 * np.array(row['greedy']['per_seed']), 1).tolist()} sampled "
                      f"{np.round(100 * np.array(row['sampled']['per_seed']), 1).tolist()}"
                      f"\n  validation (mean of seeds, by rollout batch) {[(b, round(100 * v, 1)) for b, v in row['validation_mean']]}"
@@ -232,6 +233,16 @@ def main() -> None:
                          + (" (an upper bound: diffu-GRPO's censored seeds counted at its budget)" if d["upper_bound_from_censoring"] else ""))
         elif arm in entry["arms"]:
             lines.append(f"  {arm} - {DIFFU}: not estimated ({entry['arms'][arm]['censored']} seeds of {arm} censored at its budget)")
+    # validation at equal rollouts (the reuse arm's last grid point), over seeds (one figure per seed: the curve's point)
+    if runs[arm]:
+        b_eq = budget[arm]
+        at = {x: [[dict(c)[b_eq]] for _, c in sorted(curves[x].items()) if b_eq in dict(c)] for x in runs if runs[x]}
+        rep["validation_at_equal_rollouts"] = {"batches": b_eq, **{x: mean_interval(v).to_dict() for x, v in at.items() if v}}
+        for b in (DIFFU, rr.DMPO_CORRECT_ONLY):
+            if at.get(b):
+                rep["validation_at_equal_rollouts"][f"{arm} - {b}"] = difference_interval(at[arm], at[b]).to_dict()
+        lines.append(f"\nvalidation after {b_eq} rollout batches (mean of seeds [95% CI over seeds]): " + "; ".join(
+            f"{x} {pct(v)}" for x, v in rep["validation_at_equal_rollouts"].items() if x != "batches"))
     # test differences, paired over items and seeds
     for b in (DIFFU, rr.DMPO_CORRECT_ONLY):
         if runs[arm] and runs[b]:
@@ -293,7 +304,7 @@ def plot(rep: dict, arm: str, out: Path) -> None:
         if old:
             ys = old[key]
             xs, vs = (zip(*ys) if key != "masked_ce_per_step" else (np.arange(1, len(ys) + 1) / 8, ys))
-            ax.plot(list(xs), list(vs), color="C3", label="old DMPO F=8 (group baseline, reference build)")
+            ax.plot(list(xs), list(vs), color="k", label="old DMPO F=8 (group baseline, reference build)")
         ax.set_title(title, fontsize=9)
         ax.set_xlabel("rollout batches")
         if log:
