@@ -10,9 +10,17 @@ exact `shapes` detector, per task (`mmrl.tiny_world.shapes_eval`, sampled at the
 - GRPO: the clipped surrogate on group advantages with the per-step likelihood estimator (`logprob_estimator:
   per_step`, each image token scored at the sampler step that revealed it: the token draws of the trajectory, in
   the spirit of diffu-GRPO's one-step estimate) and a k3 KL (beta 0.1), the shapes recipe of the Janus comparison;
-- DMPO: WDCE on masked image tokens (R = 4 antithetic masked copies per image), importance weights of the
-  reward-tilted target from the behaviour policy (`dmpo_target: behaviour`, DMPO App. B.2), group baseline, the
-  DMPO quickstart's alpha.
+- DMPO, weight on right images only: WDCE on masked image tokens (R = 4 antithetic masked copies per image),
+  importance weights of the reward-tilted target from the behaviour policy (`dmpo_target: behaviour`, DMPO App.
+  B.2), the DMPO quickstart's alpha, one optimizer step per rollout batch (F = 1), and `dmpo_baseline:
+  correct_only` (weights >= 0, none on images the GenEval rule scores 0): the one DMPO variant that gained on
+  masked-diffusion Countdown (docs/RESULTS.md, "`dllm-countdown3` at 30 rollout batches"), where the group
+  baseline's negative weights damaged the shared denoising conditionals;
+- DMPO, group baseline: the same with the paper's group baseline (eq. 13), the arm of the old-protocol table.
+
+Under the evaluation protocol (`run_shapes_rl`): validation curves, the compositional test prompts scored once
+per run, per-prompt scores, paired-bootstrap intervals; the first difference reported is DMPO (right images only)
+- GRPO.
 """
 from __future__ import annotations
 
@@ -42,22 +50,36 @@ MASKED_RL: dict[str, Any] = {
 }
 """Settings shared by both arms: 16 prompts x 8 images per optimizer step."""
 
+DMPO_ARM: dict[str, Any] = {"method": "dmpo", "dmpo_target": "behaviour", "dmpo_alpha": 0.04, "dmpo_num_copies": 4,
+                            # one optimizer step per rollout batch like GRPO (DMPO's default reuse F = 8 samples 8x
+                            # fewer rollouts and collapses without a bound: docs/RESULTS.md, "Reasoning RL that learns")
+                            "num_iterations": 1}
+"""The DMPO settings both DMPO arms share."""
+
 ARMS: dict[str, dict[str, Any]] = {
     "GRPO (per-step)": {"method": "grpo", "logprob_estimator": "per_step", "beta": 0.1, "epsilon_high": 0.28,
                         "dual_clip": 3.0},
-    # one optimizer step per rollout batch like GRPO (DMPO's default reuse F = 8 would sample 8x fewer rollouts and
-    # collapses at this learning rate: docs/RESULTS.md, "Reasoning RL that learns")
-    "DMPO": {"method": "dmpo", "dmpo_target": "behaviour", "dmpo_baseline": "group", "dmpo_alpha": 0.04,
-             "dmpo_num_copies": 4, "num_iterations": 1},
+    "DMPO, right images only": {**DMPO_ARM, "dmpo_baseline": "correct_only"},
+    "DMPO, group baseline": {**DMPO_ARM, "dmpo_baseline": "group"},
 }
-"""arm label -> its overrides of `MASKED_RL`."""
+"""arm label -> its overrides of `MASKED_RL`, in priority order (the report's difference is the second minus the
+first)."""
+
+STEPS = 20
+"""Optimizer steps (= rollout batches, F = 1) per run under the protocol's budget (docs/RESULTS.md, "Masked image
+tokens under the protocol"): 20 x 128 images."""
 
 
 def run_dmpo_vs_grpo_masked(out: str | Path = "runs/replicate", *, seeds: int = 5, smoke: bool = False,
-                            steps: int | None = None, progress: bool = True, n_samples: int | None = None) -> dict[str, Any]:
-    """Run both arms over `seeds`; returns the results dict also written to `<out>/dmpo-vs-grpo-masked/results.json`."""
+                            steps: int | None = None, progress: bool = True, n_samples: int | None = None,
+                            arms: list[str] | None = None, cutoff: str | None = None) -> dict[str, Any]:
+    """Run `arms` (default every arm of `ARMS`) over `seeds` for `steps` (default `STEPS`) rollout batches each;
+    returns the results dict also written to `<out>/dmpo-vs-grpo-masked/results.json`. `cutoff` ("HH:MM" UTC):
+    no run starts after it, the report keeps the seeds every arm finished."""
     from mmrl.tiny_world.shapes_rl import run_shapes_rl
 
-    return run_shapes_rl(Path(out) / "dmpo-vs-grpo-masked", list(ARMS), seeds=seeds, smoke=smoke, steps=steps,
+    steps = steps if steps is not None or smoke else STEPS
+    return run_shapes_rl(Path(out) / "dmpo-vs-grpo-masked", list(arms or ARMS), seeds=seeds, smoke=smoke, steps=steps,
                          progress=progress, n_samples=n_samples, name="dmpo-vs-grpo-masked", base="shapes-masked",
-                         recipe=MASKED_RL, arm_table=ARMS, eval_generation={"cfg_scale": MASKED_RL["cfg_scale"]})
+                         recipe=MASKED_RL, arm_table=ARMS, eval_generation={"cfg_scale": MASKED_RL["cfg_scale"]},
+                         cutoff=cutoff)

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from mmrl.tiny_world.quickstart import QUICKSTART_RECIPE
+from mmrl.tiny_world.report import cutoff_time as _cutoff_time  # noqa: F401 (used below; tests import it here)
 
 logger = logging.getLogger(__name__)
 
@@ -390,20 +391,6 @@ def diagnostics_table(diag: dict[str, list[dict[str, float]]]) -> str:
     return markdown_table([h + ", first 5 -> last 5 steps" if i else h for i, h in enumerate(heads)], rows)
 
 
-def _cutoff_time(cutoff: str | None) -> float | None:
-    """The epoch time of today's `cutoff` ("HH:MM", UTC), None without one; a one-line error for a bad string."""
-    if cutoff is None:
-        return None
-    import datetime as dt
-
-    try:
-        hh, mm = (int(x) for x in cutoff.split(":"))
-        when = dt.datetime.now(dt.timezone.utc).replace(hour=hh, minute=mm, second=0, microsecond=0)
-    except ValueError:
-        raise ValueError(f"cutoff must be a UTC clock time HH:MM, got {cutoff!r}") from None
-    return when.timestamp()
-
-
 RUNNERS: dict[str, str] = {"gcpo-vs-grpo": "mmrl.tiny_world.shapes_rl:run_gcpo_vs_grpo",
                            "gcpo-vs-grpo-lr": "mmrl.tiny_world.shapes_rl:choose_lr",
                            "gcpo-vs-grpo-vqa": "mmrl.tiny_world.vqa_rl:run_gcpo_vs_grpo_vqa",
@@ -418,7 +405,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("name", choices=sorted(COMPARISONS) + sorted(RUNNERS) + sorted(REASONING), help="the comparison to run")
     parser.add_argument("--out", default="runs/replicate", help="results go to OUT/NAME (replaced if it exists)")
     parser.add_argument("--seeds", type=int, default=5, help="training seeds per arm (the intervals resample them)")
-    parser.add_argument("--n-samples", type=int, default=None, help="gcpo-vs-grpo: test images per prompt (default 4)")
+    parser.add_argument("--n-samples", type=int, default=None, help="gcpo-vs-grpo, dmpo-vs-grpo-masked: test images per prompt (default 4)")
     parser.add_argument("--no-baselines", action="store_true", help="gcpo-vs-grpo, the Countdown and the Sudoku "
                         "comparisons: skip the clean-data / clean-SFT, best-of-n and rejection-sampling rows")
     parser.add_argument("--rollouts", type=int, default=None, help="rollout batches per arm (default: the comparison's)")
@@ -428,7 +415,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         "gcpo-vs-grpo: shapes (default, noisy captions) or shapes-clean")
     parser.add_argument("--lr", type=float, default=None, help="gcpo-vs-grpo: the learning rate (default: the recipe's "
                         "5e-4; pass the one `gcpo-vs-grpo-lr` chose on validation)")
-    parser.add_argument("--arm", action="append", default=None, help="the Countdown comparisons and gcpo-vs-grpo-vqa: "
+    parser.add_argument("--arm", action="append", default=None, help="the Countdown comparisons, dmpo-vs-grpo-masked and gcpo-vs-grpo-vqa: "
                         "run only this arm "
                         "(repeat for several; default: every arm)")
     parser.add_argument("--resume", action="store_true", help="the Countdown comparisons and gcpo-vs-grpo-vqa: keep "
@@ -437,8 +424,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--report-only", action="store_true", help="the Countdown comparisons and gcpo-vs-grpo-vqa: "
                         "run nothing, build the "
                         "report from the saved runs (the seeds every row has finished)")
-    parser.add_argument("--cutoff", default=None, help="gcpo-vs-grpo-vqa and the Sudoku comparisons: start no run after this UTC clock time "
-                        "(HH:MM); the report uses the seeds that finished")
+    parser.add_argument("--cutoff", default=None, help="gcpo-vs-grpo-vqa, dmpo-vs-grpo-masked and the Sudoku comparisons: "
+                        "start no run after this UTC clock time (HH:MM); the report uses the seeds that finished")
     parser.add_argument("--smoke", action="store_true", help="2 rollouts per arm, 16 test puzzles, a "
                         "20-step base (plumbing check)")
 
@@ -450,8 +437,9 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit(f"--base applies to gcpo-vs-grpo and the Countdown comparisons {sorted(REASONING)}, not {args.name!r}")
     if args.seeds < 1:
         raise SystemExit(f"--seeds must be >= 1, got {args.seeds}")
-    if args.cutoff is not None and args.name != "gcpo-vs-grpo-vqa" and args.name not in COMPARISONS:
-        raise SystemExit(f"--cutoff applies to gcpo-vs-grpo-vqa and the Sudoku comparisons only, not {args.name!r}")
+    if args.cutoff is not None and args.name not in ("gcpo-vs-grpo-vqa", "dmpo-vs-grpo-masked") and args.name not in COMPARISONS:
+        raise SystemExit(f"--cutoff applies to gcpo-vs-grpo-vqa, dmpo-vs-grpo-masked and the Sudoku comparisons only, "
+                         f"not {args.name!r}")
     if args.lr is not None and args.name != "gcpo-vs-grpo":
         raise SystemExit(f"--lr applies to gcpo-vs-grpo only, not {args.name!r}")
     if args.lr is not None and not args.lr > 0:
@@ -478,7 +466,8 @@ def run(args: argparse.Namespace) -> int:
         except ValueError as e:
             raise SystemExit(str(e)) from None
         return 0
-    if (args.arm or args.resume or args.report_only) and args.name not in REASONING:
+    masked_arms = args.name == "dmpo-vs-grpo-masked" and not (args.resume or args.report_only)  # takes --arm only
+    if (args.arm or args.resume or args.report_only) and args.name not in REASONING and not masked_arms:
         raise SystemExit(f"--arm, --resume and --report-only apply to the Countdown comparisons {sorted(REASONING)}, "
                          f"not {args.name!r}")
     if args.name in REASONING:
@@ -493,7 +482,12 @@ def run(args: argparse.Namespace) -> int:
         import importlib
 
         module, func = RUNNERS[args.name].split(":")
-        getattr(importlib.import_module(module), func)(args.out, seeds=args.seeds, smoke=args.smoke, steps=args.steps)
+        kw = ({"cutoff": args.cutoff, "n_samples": args.n_samples, "arms": args.arm}
+              if args.name == "dmpo-vs-grpo-masked" else {})
+        try:
+            getattr(importlib.import_module(module), func)(args.out, seeds=args.seeds, smoke=args.smoke, steps=args.steps, **kw)
+        except ValueError as e:
+            raise SystemExit(str(e)) from None
         return 0
     try:
         run_comparison(args.name, args.out, seeds=args.seeds, rollouts=args.rollouts, smoke=args.smoke,

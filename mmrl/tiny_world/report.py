@@ -96,3 +96,17 @@ def image_grid(images: list, titles: list[str], path: str | Path, cols: int = 8)
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def cutoff_time(cutoff: str | None) -> float | None:
+    """The epoch time of today's `cutoff` ("HH:MM", UTC), None without one; a one-line error for a bad string."""
+    if cutoff is None:
+        return None
+    import datetime as dt
+
+    try:
+        hh, mm = (int(x) for x in cutoff.split(":"))
+        when = dt.datetime.now(dt.timezone.utc).replace(hour=hh, minute=mm, second=0, microsecond=0)
+    except ValueError:
+        raise ValueError(f"cutoff must be a UTC clock time HH:MM, got {cutoff!r}") from None
+    return when.timestamp()

@@ -168,11 +168,51 @@ def _rft(policy, cfg, rows: list[dict]) -> dict[str, Any]:
                                  generation={"cfg_scale": cfg.cfg_scale, "temperature": cfg.temperature})
 
 
+def run_order(labels: list[str], seeds: int, *, seed_major: bool = False) -> list[tuple[str, int]]:
+    """The (arm, seed) runs in the order they train: arm by arm (every seed of the first arm, then the next), or with
+    `seed_major` seed by seed (every arm of seed 0, then of seed 1), so that a cutoff leaves whole seeds."""
+    if seed_major:
+        return [(a, s) for s in range(seeds) for a in labels]
+    return [(a, s) for a in labels for s in range(seeds)]
+
+
+def training_diagnostics(runs: list[list[dict]], reward_key: str, k: int = 5) -> dict[str, float]:
+    """Mean over runs (each a list of per-step metric records) of: the training reward's mean over the first and
+    the last `k` logged steps (`reward_first`, `reward_last`), the last logged `diag/kl_k3` (KL to the base,
+    nats/token, `kl_last`) and the mean over steps of `diag/neg_weight_frac` (the share of the loss's weight mass
+    that is negative). A key a run never logged gives nan."""
+    from mmrl.tiny_world.report import curve, mean_std
+
+    def per_run(f) -> float:
+        vals = [f(r) for r in runs]
+        vals = [v for v in vals if v == v]
+        return mean_std(vals)[0]
+
+    def ys(r: list[dict], key: str) -> list[float]:
+        return [y for _, y in curve(r, key)]
+
+    def head_tail(r, tail: bool) -> float:
+        y = ys(r, reward_key)
+        return mean_std(y[-k:] if tail else y[:k])[0]
+
+    return {"reward_first": per_run(lambda r: head_tail(r, False)), "reward_last": per_run(lambda r: head_tail(r, True)),
+            "kl_last": per_run(lambda r: (ys(r, "diag/kl_k3") or [float("nan")])[-1]),
+            "neg_weight_frac": per_run(lambda r: mean_std(ys(r, "diag/neg_weight_frac"))[0])}
+
+
+def base_weights_digest(base_dir: str | Path) -> str:
+    """The SHA-256 weights digest a tiny base build recorded in its `tiny_spec.json` ("unknown" if absent)."""
+    spec = Path(base_dir) / "tiny_spec.json"
+    if not spec.is_file():
+        return "unknown"
+    return str(json.loads(spec.read_text()).get("weights_sha256") or "unknown")
+
+
 def run_shapes_rl(root: str | Path, arms: list[str], *, seeds: int = 5, smoke: bool = False, steps: int | None = None,
                   progress: bool = True, n_samples: int | None = None, name: str = "shapes-rl", base: str = "shapes",
                   recipe: dict[str, Any] | None = None, arm_table: dict[str, dict[str, Any]] | None = None,
                   eval_generation: dict[str, Any] | None = None, baselines: bool = False,
-                  split: str = "test") -> dict[str, Any]:
+                  split: str = "test", cutoff: str | None = None) -> dict[str, Any]:
     """Train each arm of `arm_table` (default `ARMS`) named in `arms` over `seeds` from the tiny-world base `base`
     with `recipe` (default `SHAPES_RL`) and report into `root` (replaced if it exists).
 
@@ -184,14 +224,17 @@ def run_shapes_rl(root: str | Path, arms: list[str], *, seeds: int = 5, smoke: b
     share of the base-to-clean gap), best-of-n from the base (n = `n_samples`, the GenEval verifier picking) and
     rejection-sampling fine-tuning at the arms' rollouts (`RFT_ARM`, over the same seeds). `split="validation"`
     scores every validation prompt in place of the test prompts (for a choice: `choose_lr`; the test prompts are
-    then never evaluated)."""
+    then never evaluated). `cutoff` ("HH:MM" UTC): the runs go seed by seed (every arm of seed 0, then of seed 1,
+    ...), none starts after the cutoff, and the report keeps the seeds every arm finished (`seeds_run` in
+    results.json; the table names it). The table also has each RL arm's training diagnostics (`training_diagnostics`)
+    and the base build's weights digest."""
     from mmrl.config.train_config import load_config
     from mmrl.data.tasks import load_task
     from mmrl.geneval.rules import TASKS
     from mmrl.reporting.metrics_log import read_metrics
     from mmrl.tiny_world import register
     from mmrl.tiny_world.models import ensure_built, load_base_policy
-    from mmrl.tiny_world.report import curve, image_grid, markdown_table, plot_curves
+    from mmrl.tiny_world.report import curve, cutoff_time, image_grid, markdown_table, plot_curves
     from mmrl.tiny_world.shapes_eval import N_SAMPLES, PER_TASK, balanced_rows, best_of_n, geneval_items
     from mmrl.tiny_world.stats import difference_interval, gap_closed_interval, mean_interval
     from mmrl.training.trainer import Trainer
@@ -204,6 +247,7 @@ def run_shapes_rl(root: str | Path, arms: list[str], *, seeds: int = 5, smoke: b
         raise ValueError(f"seeds must be >= 1, got {seeds}")
     if split not in ("test", "validation"):
         raise ValueError(f"split must be 'test' or 'validation', got {split!r}")
+    stop_at = cutoff_time(cutoff)
     arm_kw = {"recipe": recipe, "arm_table": arm_table}
     say = print if progress else (lambda *a, **k: None)
     n_samples = n_samples or (1 if smoke else N_SAMPLES)
@@ -218,6 +262,8 @@ def run_shapes_rl(root: str | Path, arms: list[str], *, seeds: int = 5, smoke: b
     t0 = time.perf_counter()
     base_dir = ensure_built(base, progress=progress, steps=base_steps)
     build_s = time.perf_counter() - t0
+    base_digest = base_weights_digest(base_dir)
+    say(f"base {base}: weights digest {base_digest[:12]}")
     task = load_task("shapes")
     scored = task.test if split == "test" else task.validation
     test = scored[:: max(1, len(scored) // 24)] if smoke else scored  # once per run, at the end
@@ -239,31 +285,39 @@ def run_shapes_rl(root: str | Path, arms: list[str], *, seeds: int = 5, smoke: b
     grid_images = {"base": _images(base_policy, grid_rows, eval_gen)}
     by_arm: dict[str, list[dict]] = {}
     labels = list(arms) + ([RFT_ARM] if baselines else [])
-    for arm in labels:
-        for seed in range(seeds):
-            run_dir = root / "runs" / f"{re.sub(r'[^a-z0-9]+', '_', arm.lower())}-seed{seed}"
-            cfg_arm = arm if arm != RFT_ARM else arms[0]  # RFT takes the first RL arm's budget and sampler
-            cfg = load_config(None, arm_config(cfg_arm, seed=seed, out=run_dir, smoke=smoke, steps=steps, **arm_kw))
-            say(f"[{name}] {arm}, seed {seed + 1}/{seeds}: {cfg.max_steps} rollout batches of "
-                f"{cfg.prompts_per_rollout} prompts x {cfg.num_generations} images")
-            policy = load_base_policy(base, progress=False, steps=base_steps)
-            t0 = time.perf_counter()
-            extra: dict[str, Any] = {}
-            if arm == RFT_ARM:
-                extra["rft"] = _rft(policy, cfg, task.train)
-                records: list[dict] = []
-            else:
-                Trainer(cfg, policy=policy, dataset=task.train, eval_dataset=val_rows, eval_metric="geneval").train()
-                records = read_metrics(run_dir)
-            train_s = time.perf_counter() - t0
-            after = test_items(policy)
-            val_curve = curve(records, "eval/accuracy")
-            by_arm.setdefault(arm, []).append({"seed": seed, "after": after["per_task"], "items": after["scores"],
-                                             "validation_last": val_curve[-1][1] if val_curve else None,
-                                             "train_seconds": train_s, "records": records, **extra})
-            if seed == 0:
-                grid_images[arm] = _images(policy, grid_rows, eval_gen)
-            say(f"      {split} overall {after['per_task']['overall']:.3f} (base {before['per_task']['overall']:.3f}), {train_s:.0f} s")
+    stopped = False
+    for arm, seed in run_order(labels, seeds, seed_major=stop_at is not None):
+        if stop_at is not None and time.time() > stop_at:
+            say(f"[{name}] cutoff {cutoff} UTC passed: no run starts after it ({arm}, seed {seed} not run)")
+            stopped = True
+            break
+        run_dir = root / "runs" / f"{re.sub(r'[^a-z0-9]+', '_', arm.lower())}-seed{seed}"
+        cfg_arm = arm if arm != RFT_ARM else arms[0]  # RFT takes the first RL arm's budget and sampler
+        cfg = load_config(None, arm_config(cfg_arm, seed=seed, out=run_dir, smoke=smoke, steps=steps, **arm_kw))
+        say(f"[{name}] {arm}, seed {seed + 1}/{seeds}: {cfg.max_steps} rollout batches of "
+            f"{cfg.prompts_per_rollout} prompts x {cfg.num_generations} images")
+        policy = load_base_policy(base, progress=False, steps=base_steps)
+        t0 = time.perf_counter()
+        extra: dict[str, Any] = {}
+        if arm == RFT_ARM:
+            extra["rft"] = _rft(policy, cfg, task.train)
+            records: list[dict] = []
+        else:
+            Trainer(cfg, policy=policy, dataset=task.train, eval_dataset=val_rows, eval_metric="geneval").train()
+            records = read_metrics(run_dir)
+        train_s = time.perf_counter() - t0
+        after = test_items(policy)
+        val_curve = curve(records, "eval/accuracy")
+        by_arm.setdefault(arm, []).append({"seed": seed, "after": after["per_task"], "items": after["scores"],
+                                         "validation_last": val_curve[-1][1] if val_curve else None,
+                                         "train_seconds": train_s, "records": records, **extra})
+        if seed == 0:
+            grid_images[arm] = _images(policy, grid_rows, eval_gen)
+        say(f"      {split} overall {after['per_task']['overall']:.3f} (base {before['per_task']['overall']:.3f}), {train_s:.0f} s")
+    seeds_run = min((len(by_arm.get(a, [])) for a in labels), default=0)
+    if seeds_run < 1:
+        raise RuntimeError(f"[{name}] no seed finished for every arm before the cutoff {cutoff} UTC")
+    by_arm = {a: runs[:seeds_run] for a, runs in by_arm.items()}  # the seeds every arm finished
     # ---- intervals (paired over prompts, grouped by GenEval task; seeds resampled per arm)
     groups = before["tags"]
     base_m = [before["scores"]]
@@ -313,7 +367,7 @@ def run_shapes_rl(root: str | Path, arms: list[str], *, seeds: int = 5, smoke: b
         head += ["vs clean-caption base [95% CI]", "share of the gap closed [95% CI]"]
     table_rows = []
     for label, row in rows_out.items():
-        shown = label if label in ("base",) or label.startswith(("best-of", "clean")) else f"{label} ({seeds} seed{'s' if seeds > 1 else ''})"
+        shown = label if label in ("base",) or label.startswith(("best-of", "clean")) else f"{label} ({seeds_run} seed{'s' if seeds_run > 1 else ''})"
         cells = [shown] + [f"{100 * row['per_task'].get(t, float('nan')):.1f}" for t in TASKS] + [row["overall"].fmt()]
         cells.append(row["gain"].fmt(signed=True) if "gain" in row else "-")
         if baselines:
@@ -324,6 +378,16 @@ def run_shapes_rl(root: str | Path, arms: list[str], *, seeds: int = 5, smoke: b
     if differences:
         table += "\n\n" + markdown_table(["difference (points)", "estimate [95% CI]", "claimed (interval excludes 0)"],
                                           [[k, v.fmt(signed=True), "yes" if v.excludes_zero else "no"] for k, v in differences.items()])
+    reward_key = f"rewards/{(recipe or SHAPES_RL)['reward_funcs'][0]}/mean"
+    diagnostics = {a: training_diagnostics([r["records"] for r in runs], reward_key) for a, runs in by_arm.items()
+                   if a != RFT_ARM}
+    diagnostics = {a: {**d, "train_seconds": sum(r["train_seconds"] for r in by_arm[a]) / len(by_arm[a])}
+                   for a, d in diagnostics.items()}
+    table += "\n\n" + markdown_table(
+        ["training diagnostics (mean over seeds)", "training reward, first / last 5 steps", "KL to the base (k3, nats/token, last step)",
+         "negative weight share (mean over steps)", "train seconds per run"],
+        [[a, f"{d['reward_first']:.3f} / {d['reward_last']:.3f}", f"{d['kl_last']:.4f}", f"{d['neg_weight_frac']:.3f}",
+          f"{d['train_seconds']:.0f}"] for a, d in diagnostics.items()])
     gain_keys = list(next(iter(task_gains.values())))
     table += "\n\n" + markdown_table(["gain vs base by task (points) [95% CI]"] + gain_keys,
                                       [[a] + [g[k].fmt(signed=True) for k in gain_keys] for a, g in task_gains.items()])
@@ -342,7 +406,8 @@ def run_shapes_rl(root: str | Path, arms: list[str], *, seeds: int = 5, smoke: b
     total = time.perf_counter() - t_all
     results = {"name": name, "protocol": "curves on validation, test once per run; paired bootstrap 95% CI over prompts "
                                          "(grouped by GenEval task) and seeds",
-               "split": split, "base": base, "seeds": seeds, "seconds": total, "smoke": smoke, "build_seconds": build_s, "model": str(base_dir),
+               "split": split, "base": base, "base_weights_sha256": base_digest, "seeds": seeds, "seeds_run": seeds_run,
+               "cutoff": cutoff, "stopped_at_cutoff": stopped, "diagnostics": diagnostics, "seconds": total, "smoke": smoke, "build_seconds": build_s, "model": str(base_dir),
                "n_samples": n_samples, "table": table, "eval_generation": eval_gen,
                "test_prompts": before["prompts"], "test_tags": groups,
                "before": before["per_task"], "before_items": before["scores"], "before_samples": before["samples"],
@@ -355,7 +420,8 @@ def run_shapes_rl(root: str | Path, arms: list[str], *, seeds: int = 5, smoke: b
                "configs": {a: arm_config(a, seed=0, out=Path("."), smoke=smoke, steps=steps, **arm_kw) for a in arms},
                "grid_prompts": [r["prompt"] for r in grid_rows]}
     (root / "results.json").write_text(json.dumps(results, indent=2, default=str))
-    (root / "table.md").write_text(table + f"\n\nBase `{base}`, {seeds} seeds per arm, {len(test)} {split} prompts x "
-                                   f"{n_samples} images, {total:.0f} s in all.\n")
+    ran = f"{seeds_run} seeds per arm" + (f" ({seeds} planned, cutoff {cutoff} UTC)" if seeds_run < seeds else "")
+    (root / "table.md").write_text(table + f"\n\nBase `{base}` (weights digest {base_digest[:12]}), {ran}, {len(test)} "
+                                   f"{split} prompts x {n_samples} images, {total:.0f} s in all.\n")
     logger.info("\n" + table + f"\n\n{root}  ({total:.0f} s)")
     return results

@@ -54,8 +54,11 @@ def test_dmpo_vs_grpo_masked_smoke(tmp_path, monkeypatch, smoke_cache):
     assert main(["replicate", "dmpo-vs-grpo-masked", "--smoke", "--seeds", "1", "--out", str(tmp_path / "rep")]) == 0
     root = tmp_path / "rep" / "dmpo-vs-grpo-masked"
     res = json.loads((root / "results.json").read_text())
-    assert set(res["arms"]) == {"GRPO (per-step)", "DMPO"}
-    a, b = res["configs"]["GRPO (per-step)"], res["configs"]["DMPO"]
+    assert set(res["arms"]) == {"GRPO (per-step)", "DMPO, right images only", "DMPO, group baseline"}
+    assert res["seeds_run"] == 1 and len(res["base_weights_sha256"]) == 64
+    assert set(res["diagnostics"]["DMPO, right images only"]) >= {"reward_first", "reward_last", "kl_last", "neg_weight_frac"}
+    assert "training diagnostics" in res["table"]
+    a, b = res["configs"]["GRPO (per-step)"], res["configs"]["DMPO, right images only"]
     shared = {k for k in a if k in b and a[k] == b[k]}
     assert {"family", "model_name_or_path", "num_generations", "learning_rate", "max_steps", "per_device_train_batch_size",
             "gradient_accumulation_steps", "temperature", "cfg_scale"} <= shared
@@ -63,3 +66,52 @@ def test_dmpo_vs_grpo_masked_smoke(tmp_path, monkeypatch, smoke_cache):
     assert set(res["before"]) == set(TASKS) | {"overall"}
     for name in ("table.md", "accuracy.png", "reward.png", "grid.png"):
         assert (root / name).stat().st_size > 0, name
+
+
+def test_run_order_arm_major_by_default_seed_major_for_a_cutoff():
+    from mmrl.tiny_world.shapes_rl import run_order
+
+    assert run_order(["A", "B"], 2) == [("A", 0), ("A", 1), ("B", 0), ("B", 1)]
+    assert run_order(["A", "B"], 2, seed_major=True) == [("A", 0), ("B", 0), ("A", 1), ("B", 1)]
+
+
+def test_training_diagnostics_by_hand():
+    from mmrl.tiny_world.shapes_rl import training_diagnostics
+
+    key = "rewards/geneval_strict/mean"
+    run1 = [{"step": s, key: r, "diag/kl_k3": 0.01 * s, "diag/neg_weight_frac": n}
+            for s, r, n in [(1, 0.1, 0.0), (2, 0.2, 0.5), (3, 0.3, 0.1), (4, 0.5, 0.2)]]
+    run2 = [{"step": 1, key: 0.4}, {"step": 2, key: 0.0}]  # no KL, no weights logged: left out of those means
+    d = training_diagnostics([run1, run2], key, k=2)
+    assert d["reward_first"] == pytest.approx(((0.1 + 0.2) / 2 + (0.4 + 0.0) / 2) / 2)
+    assert d["reward_last"] == pytest.approx(((0.3 + 0.5) / 2 + (0.4 + 0.0) / 2) / 2)
+    assert d["kl_last"] == pytest.approx(0.04)
+    assert d["neg_weight_frac"] == pytest.approx(0.2)
+    assert math.isnan(training_diagnostics([[]], key)["kl_last"])
+
+
+def test_base_weights_digest_reads_the_build_record(tmp_path):
+    from mmrl.tiny_world.shapes_rl import base_weights_digest
+
+    assert base_weights_digest(tmp_path) == "unknown"
+    (tmp_path / "tiny_spec.json").write_text(json.dumps({"weights_sha256": "ab" * 32}))
+    assert base_weights_digest(tmp_path) == "ab" * 32
+
+
+def test_masked_arms_share_dmpo_settings_and_differ_in_the_baseline_only():
+    from mmrl.tiny_world.masked_image_rl import ARMS
+
+    labels = list(ARMS)
+    assert labels[0] == "GRPO (per-step)" and ARMS[labels[1]]["dmpo_baseline"] == "correct_only"
+    a, b = ARMS["DMPO, right images only"], ARMS["DMPO, group baseline"]
+    assert {k for k in a if a[k] != b.get(k)} == {"dmpo_baseline"} and a["num_iterations"] == 1
+
+
+def test_dmpo_vs_grpo_masked_rejects_a_bad_cutoff(tmp_path):
+    with pytest.raises(SystemExit, match="cutoff must be a UTC clock time"):
+        main(["replicate", "dmpo-vs-grpo-masked", "--smoke", "--seeds", "1", "--cutoff", "soon", "--out", str(tmp_path)])
+
+
+def test_dmpo_vs_grpo_masked_rejects_an_unknown_arm(tmp_path):
+    with pytest.raises(SystemExit, match="unknown arms"):
+        main(["replicate", "dmpo-vs-grpo-masked", "--smoke", "--seeds", "1", "--arm", "PPO", "--out", str(tmp_path)])
