@@ -229,6 +229,17 @@ DMPO_CORRECT_ONLY_REFERENCE = "DMPO, weight on right answers only, reference tar
 """The label of `dllm-countdown3`'s `DMPO_CORRECT_ONLY_NO_KL` arm with the paper's anchor instead of the KL term: the
 reference target (eq. 10's weights carry log p_ref - log p_v, ELBO estimates), beta 0."""
 
+DMPO_CORRECT_ONLY_F4 = "DMPO, weight on right answers only, F=4"
+"""`DMPO_CORRECT_ONLY` with buffer reuse: F = 4 optimizer steps per rollout batch (issue 24 item 3(a): reuse without
+negative weights, the first candidate against the collapse of the group baseline's F = 8)."""
+
+DMPO_CORRECT_ONLY_F8 = "DMPO, weight on right answers only, F=8"
+"""`DMPO_CORRECT_ONLY` with F = 8 optimizer steps per rollout batch (the reuse factor at which `DMPO F=8` collapsed)."""
+
+DMPO_CORRECT_ONLY_F8_TR = "DMPO, weight on right answers only, F=8, trust region 0.05"
+"""`DMPO_CORRECT_ONLY_F8` with `dmpo_trust_region 0.05`: a right answer stops being fitted within a rollout batch once
+its likelihood rose 0.05 nats per token above the behaviour policy's (`dmpo_trust_region_gate`)."""
+
 COMPARISONS: dict[str, dict[str, Any]] = {
     "dgpo-vs-grpo": {"recipe": COUNTDOWN_RL, "rollouts": 120, "arms": {
         "GRPO": {"method": "grpo"},
@@ -273,6 +284,10 @@ COMPARISONS: dict[str, dict[str, Any]] = {
         DMPO_CORRECT_ONLY_NO_KL: {**DMPO_ARM, "dmpo_baseline": "correct_only", "beta": 0.0},
         # ... and with the paper's own anchor to the base (the reference target) in place of the KL term
         DMPO_CORRECT_ONLY_REFERENCE: {**DMPO_ARM, "dmpo_baseline": "correct_only", "beta": 0.0, "dmpo_target": "reference"},
+        # issue 24 item 3(a): reuse F > 1 with weights >= 0 (docs/RESULTS.md, "DMPO reuse F > 1 without negative weights")
+        DMPO_CORRECT_ONLY_F4: {**DMPO_ARM, "dmpo_baseline": "correct_only", "num_iterations": 4},
+        DMPO_CORRECT_ONLY_F8: {**DMPO_ARM, "dmpo_baseline": "correct_only", "num_iterations": 8},
+        DMPO_CORRECT_ONLY_F8_TR: {**DMPO_ARM, "dmpo_baseline": "correct_only", "num_iterations": 8, "dmpo_trust_region": 0.05},
     }},
 }
 SHARED_OPTIMIZER: dict[str, Any] = {"adam_beta2": 0.999, "max_grad_norm": 1.0, "weight_decay": 0.0}
@@ -292,6 +307,39 @@ COMPARISONS["dmpo-kl-countdown3"] = {
         "DMPO, no KL": {**DMPO_ARM, "beta": 0.0},
     }}
 """comparison -> shared recipe, rollout batches per arm, arm label -> overrides."""
+
+DLLM_LR_SWEEP = (2e-4, 5e-4, 1e-3, 2e-3)
+"""The learning rates of `dllm-countdown3-lr` (issue 24 item 2: the lr swept; 5e-4 is the shared recipe's)."""
+DLLM_LR_METHODS = ("diffu-GRPO", DMPO_CORRECT_ONLY)
+"""The `dllm-countdown3` arms whose lr `dllm-countdown3-lr` sweeps."""
+
+
+def lr_label(arm: str, lr: float) -> str:
+    """The label of `arm` at learning rate `lr` in a lr sweep: "diffu-GRPO, lr 5e-4" (one significant digit, the
+    exponent without its leading zero)."""
+    if not lr > 0:
+        raise ValueError(f"a learning rate must be > 0, got {lr!r}")
+    mantissa, exp = f"{lr:.0e}".split("e")
+    return f"{arm}, lr {mantissa}e{int(exp)}"
+
+
+def choose_lr(figures: dict[float, float], default: float) -> float:
+    """The lr sweep's selection rule (docs/RESULTS.md, "the lr swept"): the lr whose validation figure is highest;
+    a tie with `default` (the recipe's lr) goes to `default`, other ties to the smaller lr. `figures`: lr -> figure."""
+    if not figures:
+        raise ValueError("choose_lr needs at least one lr's validation figure")
+    best = max(figures.values())
+    tied = sorted(lr for lr, v in figures.items() if v == best)
+    return default if default in tied else tied[0]
+
+
+COMPARISONS["dllm-countdown3-lr"] = {
+    # issue 24 item 2, the lr swept: `dllm-countdown3`'s diffu-GRPO and DMPO (weight on right answers only) arms,
+    # unchanged but for the learning rate (the shared recipe's cosine schedule with 10% warm-up and KL 0.1 kept);
+    # the sweep is scored on validation (scripts/studies/dllm_lr_sweep.py), the chosen lr per method on test
+    "recipe": COUNTDOWN_MD_RL, "rollouts": 30, "arms": {
+        lr_label(arm, lr): {**COMPARISONS["dllm-countdown3"]["arms"][arm], "learning_rate": lr}
+        for lr in DLLM_LR_SWEEP for arm in DLLM_LR_METHODS}}
 
 D1_AUTHORS_ARM: dict[str, Any] = {
     # diffu-GRPO with d1's own settings (configs/d1_diffu_grpo_llada_8b.yaml, from dllm-reasoning/d1's train.yaml):
@@ -405,9 +453,10 @@ def paired_intervals(before_items: dict[str, list[float]], arm_items: dict[str, 
 
 
 def arm_config(name: str, arm: str, *, seed: int, out: Path, rollouts: int | None = None, smoke: bool = False,
-               base: str | None = None) -> dict[str, Any]:
+               base: str | None = None, curve_points: int | None = None) -> dict[str, Any]:
     """The overrides of one run: recipe, arm, seed (and another tiny `base` than the recipe's);
-    `max_steps = rollouts x num_iterations`, so every arm samples the same number of rollout batches."""
+    `max_steps = rollouts x num_iterations`, so every arm samples the same number of rollout batches; `curve_points`
+    validation evaluations per run (default: the comparison's, else 6), every `max_steps // curve_points` steps."""
     comp = COMPARISONS[name]
     rollouts = rollouts or (2 if smoke else comp["rollouts"])
     cfg = {**comp["recipe"], **comp["arms"][arm], "seed": seed, "output_dir": str(out), "progress_bar": False}
@@ -420,7 +469,9 @@ def arm_config(name: str, arm: str, *, seed: int, out: Path, rollouts: int | Non
     f = int(cfg.get("num_iterations", 1))
     cfg["num_iterations"] = f
     cfg["max_steps"] = rollouts * f
-    points = comp.get("curve_points", 6)  # 0: no validation curve (the test rows at the end only)
+    points = comp.get("curve_points", 6) if curve_points is None else curve_points  # 0: no validation curve
+    if points < 0:
+        raise ValueError(f"curve_points must be >= 0, got {points}")
     cfg["eval_steps"] = max(1, cfg["max_steps"] // points) if points else 0
     return cfg
 
@@ -493,7 +544,8 @@ def run_slug(arm: str, seed: int) -> str:
 def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int = 5, smoke: bool = False,
                              rollouts: int | None = None, progress: bool = True, arms: list[str] | None = None,
                              base: str | None = None, baselines: bool = True, resume: bool = False,
-                             report_only: bool = False, only_baselines: bool = False) -> dict[str, Any]:
+                             report_only: bool = False, only_baselines: bool = False,
+                             curve_points: int | None = None) -> dict[str, Any]:
     """Run every arm of `COMPARISONS[name]` (or those named in `arms`) over `seeds` from the cached base (the
     recipe's, or the tiny model `base`); report into `<out>/<name>`.
 
@@ -511,7 +563,8 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
     it finishes; `resume` keeps `<out>/<name>` and skips the runs already saved, `report_only` runs nothing and builds
     the report from the saved runs. The table uses the seeds every row has finished (`complete_seeds`). Every row
     reports the answers its runs sampled; an arm with dynamic sampling is also scored (test rows, once) at the
-    optimizer step where it had sampled as many answers as the first arm does in all (`count_sampled`)."""
+    optimizer step where it had sampled as many answers as the first arm does in all (`count_sampled`).
+    `curve_points` overrides the comparison's number of validation points per RL run (`arm_config`)."""
     import json
     import shutil
     import time
@@ -654,7 +707,8 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
                 f"{losses[0]:.3f} -> {losses[-1]:.3f}, {secs:.0f} s: " + "  ".join(f"{a} {v:.3f}" for a, v in after.items()))
             return {"seed": seed, "after": after, "items": items, "seconds": secs, "rollouts": 0, "steps": steps,
                     "trained_sequences": steps * per_step, "loss": losses}
-        cfg = load_config(None, arm_config(name, arm, seed=seed, out=run_dir, rollouts=rollouts, smoke=smoke, base=base))
+        cfg = load_config(None, arm_config(name, arm, seed=seed, out=run_dir, rollouts=rollouts, smoke=smoke, base=base,
+                                           curve_points=curve_points))
         trainer = Trainer(cfg, policy=policy, dataset=task.train, reward_funcs=cfg.reward_funcs, eval_dataset=val_rows,
                           eval_metric=task.metric)
         if curve_opts and cfg.eval_steps:
@@ -898,7 +952,8 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
                "shortcut_op": sc_op,
                "arms": {a: [{x: v for x, v in r.items() if x not in ("records", "shortcut", "equal_rollouts")} for r in runs]
                         for a, runs in arms.items()},
-               "configs": {a: arm_config(name, a, seed=0, out=Path("."), rollouts=rollouts, smoke=smoke, base=base)
+               "configs": {a: arm_config(name, a, seed=0, out=Path("."), rollouts=rollouts, smoke=smoke, base=base,
+                                         curve_points=curve_points)
                            for a in selected}}
     (root / "results.json").write_text(json.dumps(results, indent=2, default=str))
     (root / "table.md").write_text(table + f"\n\nBase `{base_name}`, {seeds} seeds per arm (seeds {use}), {len(rows)} test rows "

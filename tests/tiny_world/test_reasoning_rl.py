@@ -400,6 +400,24 @@ def test_dllm_correct_only_kl_controls_differ_in_one_field(tmp_path):
     assert diff == {"dmpo_target"} and (ref.dmpo_target, nokl.dmpo_target) == ("reference", "behaviour")
 
 
+def test_dllm_reuse_arms_differ_from_correct_only_in_f_and_the_trust_region(tmp_path):
+    """The reuse arms of `dllm-countdown3` (issue 24 item 3(a)): `DMPO_CORRECT_ONLY` with F = 4 / 8 optimizer steps
+    per rollout batch (max_steps = 15 x F at 15 batches) and the trust region on the F = 8 one; `curve_points=3`
+    evaluates every 5 rollout batches whatever F is."""
+    import dataclasses
+
+    name, rr = "dllm-countdown3", reasoning_rl
+    f1 = load_config(None, rr.arm_config(name, rr.DMPO_CORRECT_ONLY, seed=0, out=tmp_path, rollouts=15, curve_points=3))
+    for arm, f, tr in [(rr.DMPO_CORRECT_ONLY_F4, 4, None), (rr.DMPO_CORRECT_ONLY_F8, 8, None), (rr.DMPO_CORRECT_ONLY_F8_TR, 8, 0.05)]:
+        cfg = load_config(None, rr.arm_config(name, arm, seed=0, out=tmp_path, rollouts=15, curve_points=3))
+        diff = {x.name for x in dataclasses.fields(cfg) if getattr(cfg, x.name) != getattr(f1, x.name)} - {"_explicit"}
+        assert diff == {"num_iterations", "max_steps", "eval_steps"} | ({"dmpo_trust_region"} if tr else set())
+        assert (cfg.num_iterations, cfg.max_steps, cfg.eval_steps, cfg.dmpo_trust_region) == (f, 15 * f, 5 * f, tr)
+    assert f1.eval_steps == 5
+    with pytest.raises(ValueError, match="curve_points"):
+        rr.arm_config(name, rr.DMPO_CORRECT_ONLY, seed=0, out=tmp_path, curve_points=-1)
+
+
 def test_pass_at_k_by_hand():
     # 4 samples, 1 right: pass@2 = 1 - C(3, 2) / C(4, 2) = 1 - 3/6
     assert reasoning_rl.pass_at_k(4, 1, 2) == pytest.approx(0.5)
@@ -539,3 +557,36 @@ def test_held_out_items_verified_best_of_k_scores_the_sample_the_verifier_picks(
     assert summary["verified"] == pytest.approx((7 / 9 + 1.0) / 2)
     tie = lambda row, c: 0.0  # noqa: E731
     assert reasoning_rl.held_out_items(None, rows, "sudoku4", "masked_diffusion", 16, k=2, verifier=tie)[1]["verified"] == pytest.approx([1.0, 7 / 9])
+
+
+def test_lr_label_spells_the_lr_as_the_sweep_arms_do():
+    """`lr_label`: one significant digit, the exponent without its zero; a non-positive lr is refused."""
+    assert reasoning_rl.lr_label("diffu-GRPO", 5e-4) == "diffu-GRPO, lr 5e-4"
+    assert reasoning_rl.lr_label("x", 2e-3) == "x, lr 2e-3" and reasoning_rl.lr_label("x", 1e-3) == "x, lr 1e-3"
+    with pytest.raises(ValueError, match="> 0"):
+        reasoning_rl.lr_label("x", 0.0)
+
+
+def test_choose_lr_takes_the_best_figure_and_gives_ties_to_the_default():
+    """The sweep's rule: the highest validation figure; a tie with the default goes to the default, others to the
+    smaller lr."""
+    assert reasoning_rl.choose_lr({2e-4: 0.15, 5e-4: 0.16, 1e-3: 0.18, 2e-3: 0.12}, 5e-4) == 1e-3
+    assert reasoning_rl.choose_lr({2e-4: 0.18, 5e-4: 0.18, 1e-3: 0.18}, 5e-4) == 5e-4
+    assert reasoning_rl.choose_lr({1e-3: 0.18, 2e-3: 0.18, 5e-4: 0.1}, 5e-4) == 1e-3
+    with pytest.raises(ValueError, match="at least one"):
+        reasoning_rl.choose_lr({}, 5e-4)
+
+
+def test_dllm_lr_arms_differ_from_their_dllm_countdown3_arm_in_the_lr_alone(tmp_path):
+    """`dllm-countdown3-lr`: every arm x lr, as loaded, is its `dllm-countdown3` arm with `learning_rate` changed;
+    at 5e-4 it is the same configuration."""
+    import dataclasses
+
+    for arm in reasoning_rl.DLLM_LR_METHODS:
+        ref = load_config(None, reasoning_rl.arm_config("dllm-countdown3", arm, seed=1, out=tmp_path))
+        for lr in reasoning_rl.DLLM_LR_SWEEP:
+            cfg = load_config(None, reasoning_rl.arm_config("dllm-countdown3-lr", reasoning_rl.lr_label(arm, lr), seed=1,
+                                                            out=tmp_path))
+            diff = {f.name for f in dataclasses.fields(cfg) if getattr(cfg, f.name) != getattr(ref, f.name)}
+            assert diff == (set() if lr == 5e-4 else {"learning_rate"}) and cfg.learning_rate == lr
+            assert (cfg.max_steps, cfg.beta, cfg.lr_scheduler_type) == (30, 0.1, "cosine")
