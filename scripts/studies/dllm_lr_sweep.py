@@ -2,6 +2,8 @@
 
     python scripts/studies/dllm_lr_sweep.py sweep OUT [--seeds N]      # train every arm x lr of dllm-countdown3-lr
     python scripts/studies/dllm_lr_sweep.py report OUT DOCDIR          # sweep.json, table.md, val_vs_kl.png, curves
+    python scripts/studies/dllm_lr_sweep.py test OUT2 --deadline HH:MM LABEL...   # stage 2: 5 seeds, test once
+    python scripts/studies/dllm_lr_sweep.py test-report DOCDIR LABEL=RUNS_DIR...   # stage 2's gains and difference
 
 `sweep` trains each arm of `COMPARISONS["dllm-countdown3-lr"]` (diffu-GRPO and DMPO with weight on right answers
 only, at each lr of `DLLM_LR_SWEEP`) from the cached `countdown3-md` base, seed-major, in the budget's order (lr 5e-4,
@@ -185,7 +187,10 @@ def report(out: Path, doc: Path) -> None:
             ax.annotate(short(lr), (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7, color=line.get_color())
     ax.axhline(100 * bs["sampled"], ls="--", color="grey", label="base")
     if all(kl_figure(r) > 0 for r in runs):
+        from matplotlib.ticker import NullFormatter
+
         ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(NullFormatter())  # (the 2..9 x 10^k labels overlap)
     ax.set_xlabel("KL to the base (k3, per token, mean of last 10 steps)")
     ax.set_ylabel("validation accuracy, sampled (4 / row, %)")
     ax.set_title(f"{NAME}: lr swept (seed{'s' if len(seeds) > 1 else ''} {seeds}, 30 batches)", fontsize=9)
@@ -199,13 +204,121 @@ def report(out: Path, doc: Path) -> None:
                 ylabel="accuracy")
 
 
+def test_stage(out: Path, labels: list[str], deadline: str, seeds: int = 5) -> None:
+    """Stage 2: `run_reasoning_comparison("dllm-countdown3-lr", out, ...)` on `labels`, one seed at a time
+    (seed-major), each further seed started only if the last seed's wall time projects it to end by `deadline`
+    (HH:MM UTC; the first seed is projected at 8 minutes a run)."""
+    import datetime as dt
+
+    from mmrl.tiny_world.reasoning_rl import run_reasoning_comparison
+
+    now = dt.datetime.now(dt.timezone.utc)
+    h, m = (int(x) for x in deadline.split(":"))
+    end = now.replace(hour=h, minute=m, second=0, microsecond=0)
+    per_seed = 8 * 60.0 * len(labels)
+    for n in range(1, seeds + 1):
+        left = (end - dt.datetime.now(dt.timezone.utc)).total_seconds()
+        if per_seed > left:
+            print(f"{time.strftime('%H:%M:%S')} stage 2 stops before seed {n - 1}: projected {per_seed:.0f} s, "
+                  f"{left:.0f} s left to {deadline}", flush=True)
+            break
+        t0 = time.perf_counter()
+        run_reasoning_comparison(NAME, out, seeds=n, rollouts=30, arms=labels, baselines=False, resume=True,
+                                 progress=True)
+        per_seed = time.perf_counter() - t0  # (the first seed's also scores the base: a margin)
+        print(f"{time.strftime('%H:%M:%S')} stage 2 seed {n - 1} done ({per_seed:.0f} s per seed projected)", flush=True)
+
+
+def test_report(doc: Path, pairs: list[str]) -> None:
+    """Stage 2's table from saved runner folders: `pairs` are LABEL=DIR (DIR: a `run_reasoning_comparison` output
+    `<out>/<name>` whose base.json and runs/<slug>-seed<k>/ hold the label's runs, under the label's own slug or
+    under `slug=` given as LABEL=DIR:SLUG). Gains over the base and the first label minus the second (paired
+    bootstrap over the 256 test rows and the seeds, `mmrl.tiny_world.stats`), with the runs' diagnostics."""
+    from mmrl.reporting.metrics_log import read_metrics
+    from mmrl.tiny_world.reasoning_rl import run_slug
+    from mmrl.tiny_world.stats import difference_interval, gain_interval
+
+    doc.mkdir(parents=True, exist_ok=True)
+    base_items, arms = None, {}
+    for p in pairs:
+        label, where = p.split("=", 1)
+        root, slug = (where.split(":", 1) + [None])[:2] if ":" in where else (where, None)
+        root = Path(root)
+        b = json.loads((root / "base.json").read_text())
+        if base_items is None:
+            base_items, before = b["before_items"], b["before"]
+        elif b["before_items"] != base_items:
+            raise ValueError(f"{root}: another base or other test rows than the first folder's")
+        runs = {}
+        for seed in range(5):
+            d = root / "runs" / (f"{slug}-seed{seed}" if slug else run_slug(label, seed))
+            if (d / "result.json").exists():
+                r = json.loads((d / "result.json").read_text())
+                recs = read_metrics(d)
+                r["kl_k3_last10"] = float(np.mean([x["diag/kl_k3"] for x in recs if "diag/kl_k3" in x][-KL_LAST:]))
+                rew = [x["rewards/countdown3_accuracy/mean"] for x in recs if "rewards/countdown3_accuracy/mean" in x]
+                r["reward_first5_last5"] = [float(np.mean(rew[:5])), float(np.mean(rew[-5:]))]
+                r["val_curve"] = [(x["step"], x["eval/accuracy"]) for x in recs if "eval/accuracy" in x]
+                r["dir"] = str(d)
+                runs[seed] = r
+        arms[label] = runs
+    out = {"base": before, "arms": {}, "difference": {}}
+    lines = [f"base: greedy {100 * before['greedy']:.1f}, sampled {100 * before['sampled']:.1f}, pass@4 {100 * before['pass@4']:.1f}"]
+    for label, runs in arms.items():
+        seeds = sorted(runs)
+        rs = [runs[s] for s in seeds]
+        row = {"seeds": seeds, "dirs": [r["dir"] for r in rs]}
+        for x in ("greedy", "sampled", "pass", "shortcut"):
+            row[x] = {"after": float(np.mean([np.mean(r["items"][x]) for r in rs])),
+                      "per_seed": [float(np.mean(r["items"][x])) for r in rs],
+                      "gain": gain_interval([r["items"][x] for r in rs], base_items[x]).to_dict()}
+        row["kl_k3_last10"] = float(np.mean([r["kl_k3_last10"] for r in rs]))
+        row["reward_first5_last5"] = np.mean([r["reward_first5_last5"] for r in rs], 0).tolist()
+        row["val_curve_mean"] = np.mean([[y for _, y in r["val_curve"]] for r in rs], 0).round(4).tolist()
+        row["seconds"] = [r["seconds"] for r in rs]
+        row["items"] = {s: runs[s]["items"] for s in seeds}
+        out["arms"][label] = row
+        g = lambda x: row[x]["gain"]  # noqa: E731
+        lines.append(f"{label} ({len(seeds)} seeds {seeds}): greedy {100 * row['greedy']['after']:.1f} gain "
+                     + "{:+.1f} [{:+.1f}, {:+.1f}]".format(*(100 * g("greedy")[k] for k in ("estimate", "low", "high")))
+                     + f"; sampled {100 * row['sampled']['after']:.1f} gain "
+                     + "{:+.1f} [{:+.1f}, {:+.1f}]".format(*(100 * g("sampled")[k] for k in ("estimate", "low", "high")))
+                     + f"; pass@4 {100 * row['pass']['after']:.1f} gain "
+                     + "{:+.1f} [{:+.1f}, {:+.1f}]".format(*(100 * g("pass")[k] for k in ("estimate", "low", "high")))
+                     + f"; shortcut {100 * row['shortcut']['after']:.1f}; KL k3 last 10 {row['kl_k3_last10']:.3f}; reward "
+                     f"{row['reward_first5_last5'][0]:.3f} -> {row['reward_first5_last5'][1]:.3f}; validation curve "
+                     f"{row['val_curve_mean']}; per seed greedy {np.round(100 * np.array(row['greedy']['per_seed']), 1).tolist()}"
+                     f" sampled {np.round(100 * np.array(row['sampled']['per_seed']), 1).tolist()}; s {np.round(row['seconds']).tolist()}")
+    labels = list(arms)
+    if len(labels) == 2:
+        a, b = labels
+        common = sorted(set(arms[a]) & set(arms[b]))
+        if common:
+            d = {"seeds": common}
+            for x in ("greedy", "sampled", "pass", "shortcut"):
+                d[x] = difference_interval([arms[a][s]["items"][x] for s in common],
+                                           [arms[b][s]["items"][x] for s in common]).to_dict()
+            out["difference"][f"{a} - {b}"] = d
+            lines.append(f"{a} - {b} (seeds {common}): " + "; ".join(
+                f"{x} " + "{:+.1f} [{:+.1f}, {:+.1f}]".format(*(100 * d[x][k] for k in ("estimate", "low", "high")))
+                + (" (claimed)" if d[x]["excludes_zero"] else "") for x in ("greedy", "sampled", "pass", "shortcut")))
+    (doc / "report.json").write_text(json.dumps(out, default=str))
+    (doc / "summary.txt").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
 if __name__ == "__main__":
     argv = sys.argv[1:]
-    if not argv or argv[0] not in ("sweep", "report"):
+    if not argv or argv[0] not in ("sweep", "report", "test", "test-report"):
         raise SystemExit(__doc__)
     if argv[0] == "sweep":
         n = int(argv[argv.index("--seeds") + 1]) if "--seeds" in argv else 1
         # --rollouts N: a plumbing check only (the budget's runs use the comparison's 30)
         sweep(Path(argv[1]), n, int(argv[argv.index("--rollouts") + 1]) if "--rollouts" in argv else None)
-    else:
+    elif argv[0] == "report":
         report(Path(argv[1]), Path(argv[2]))
+    elif argv[0] == "test":
+        i = argv.index("--deadline")
+        test_stage(Path(argv[1]), [a for j, a in enumerate(argv[2:], 2) if j not in (i, i + 1)], argv[i + 1])
+    else:
+        test_report(Path(argv[1]), argv[2:])
