@@ -255,14 +255,14 @@ def test_run_gcpo_vs_grpo_vqa_smoke(tmp_path, monkeypatch, smoke_cache):
         run_gcpo_vs_grpo_vqa(tmp_path / "bad", seeds=1, cutoff="25:00")
 
 
-def test_replicate_cli_cutoff_is_checked_and_only_for_the_vqa_comparison():
+def test_replicate_cli_cutoff_is_checked_and_only_for_the_comparisons_that_take_it():
     import argparse
 
     from mmrl.tiny_world import replicate
 
     parser = argparse.ArgumentParser()
     replicate.configure(parser)
-    with pytest.raises(SystemExit, match="--cutoff applies to gcpo-vs-grpo-vqa and the Sudoku comparisons only"):
+    with pytest.raises(SystemExit, match="--cutoff applies to gcpo-vs-grpo-vqa, dmpo-vs-grpo-masked and the Sudoku comparisons only, not 'gcpo-vs-grpo'"):
         replicate.run(parser.parse_args(["gcpo-vs-grpo", "--cutoff", "15:05"]))
     with pytest.raises(SystemExit, match="cutoff must be a UTC clock time HH:MM, got '15h05'"):
         replicate.run(parser.parse_args(["gcpo-vs-grpo-vqa", "--cutoff", "15h05"]))
