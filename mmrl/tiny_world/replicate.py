@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from mmrl.tiny_world.quickstart import QUICKSTART_RECIPE
-from mmrl.tiny_world.report import cutoff_time as _cutoff_time  # noqa: F401 (used below; tests import it here)
+from mmrl.tiny_world.report import cutoff_time
 
 logger = logging.getLogger(__name__)
 
@@ -198,7 +198,7 @@ def run_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int 
         raise ValueError(f"seeds must be >= 1, got {seeds}")
     rollouts = rollouts or (2 if smoke else SIZES[name]["rollouts"])
     baselines = baselines and name in BASELINE_ROWS
-    stop = _cutoff_time(cutoff)
+    stop = cutoff_time(cutoff)
     root = Path(out) / name
     if root.exists():
         shutil.rmtree(root)

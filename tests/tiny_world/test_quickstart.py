@@ -106,7 +106,8 @@ def test_replicate_contrasts_name_arms_and_cutoff_parses():
     """Every reported contrast names two arms of its comparison; `--cutoff` is HH:MM UTC with a one-line error."""
     import datetime as dt
 
-    from mmrl.tiny_world.replicate import COMPARISONS, CONTRASTS, _cutoff_time
+    from mmrl.tiny_world.replicate import COMPARISONS, CONTRASTS
+    from mmrl.tiny_world.report import cutoff_time as _cutoff_time
 
     for name, pairs in CONTRASTS.items():
         assert all(a in COMPARISONS[name] and b in COMPARISONS[name] and a != b for a, b in pairs)
