@@ -590,3 +590,31 @@ def test_dllm_lr_arms_differ_from_their_dllm_countdown3_arm_in_the_lr_alone(tmp_
             diff = {f.name for f in dataclasses.fields(cfg) if getattr(cfg, f.name) != getattr(ref, f.name)}
             assert diff == (set() if lr == 5e-4 else {"learning_rate"}) and cfg.learning_rate == lr
             assert (cfg.max_steps, cfg.beta, cfg.lr_scheduler_type) == (30, 0.1, "cosine")
+
+
+def test_dllm_base_state_arms_differ_from_their_twins_in_the_optimizer_start_only(tmp_path):
+    """issue 24 item 5: `dllm-countdown3`'s pre-training-optimizer-state arms are diffu-GRPO and `DMPO_CORRECT_ONLY`
+    with `init_optimizer_from_base` and nothing else changed (so they pair with the fresh-optimizer runs)."""
+    import dataclasses
+
+    name, rr = "dllm-countdown3", reasoning_rl
+    for arm, twin in [(rr.DIFFU_GRPO_BASE_STATE, "diffu-GRPO"), (rr.DMPO_CORRECT_ONLY_BASE_STATE, rr.DMPO_CORRECT_ONLY)]:
+        cfg = load_config(None, rr.arm_config(name, arm, seed=3, out=tmp_path, rollouts=30))
+        ref = load_config(None, rr.arm_config(name, twin, seed=3, out=tmp_path, rollouts=30))
+        diff = {x.name for x in dataclasses.fields(cfg) if getattr(cfg, x.name) != getattr(ref, x.name)} - {"_explicit"}
+        assert diff == {"init_optimizer_from_base"} and cfg.init_optimizer_from_base and not ref.init_optimizer_from_base
+
+
+def test_a_base_state_arm_on_a_cache_without_the_state_fails_before_any_work(tmp_path, monkeypatch):
+    """A `countdown3-md` cache built before bases kept their AdamW state: the comparison stops at once, naming the base
+    and the rebuild command, before the base is scored (no folder of results is written)."""
+    from mmrl.tiny_world.models import model_dir
+
+    monkeypatch.setenv("MMRL_CACHE", str(tmp_path / "cache"))
+    folder = model_dir("countdown3-md")
+    folder.mkdir(parents=True)
+    (folder / "tiny_spec.json").write_text("{}")
+    with pytest.raises(FileNotFoundError, match="mmrl pretrain-tiny --force --no-eval countdown3-md"):
+        reasoning_rl.run_reasoning_comparison("dllm-countdown3", tmp_path / "rep", seeds=1, progress=False,
+                                              arms=[reasoning_rl.DIFFU_GRPO_BASE_STATE], baselines=False)
+    assert not (tmp_path / "rep").exists()
