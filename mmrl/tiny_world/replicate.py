@@ -440,6 +440,8 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit(f"--base applies to gcpo-vs-grpo and the Countdown comparisons {sorted(REASONING)}, not {args.name!r}")
     if args.seeds < 1:
         raise SystemExit(f"--seeds must be >= 1, got {args.seeds}")
+    if args.import_results is not None and args.name not in REASONING:
+        raise SystemExit(f"--import-results applies to the Countdown comparisons {sorted(REASONING)}, not {args.name!r}")
     if args.cutoff is not None and args.name not in ("gcpo-vs-grpo-vqa", "dmpo-vs-grpo-masked") and args.name not in COMPARISONS:
         raise SystemExit(f"--cutoff applies to gcpo-vs-grpo-vqa, dmpo-vs-grpo-masked and the Sudoku comparisons only, "
                          f"not {args.name!r}")
@@ -469,8 +471,6 @@ def run(args: argparse.Namespace) -> int:
         except ValueError as e:
             raise SystemExit(str(e)) from None
         return 0
-    if args.import_results is not None and args.name not in REASONING:
-        raise SystemExit(f"--import-results applies to the Countdown comparisons {sorted(REASONING)}, not {args.name!r}")
     masked_arms = args.name == "dmpo-vs-grpo-masked" and not (args.resume or args.report_only)  # takes --arm only
     if (args.arm or args.resume or args.report_only) and args.name not in REASONING and not masked_arms:
         raise SystemExit(f"--arm, --resume and --report-only apply to the Countdown comparisons {sorted(REASONING)}, "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -602,7 +603,9 @@ def test_import_stored_runs_pools_stored_seeds_with_new_ones(tmp_path, monkeypat
     name, digest = "dgpo-countdown4-steps", "ab" * 32
     arms = list(reasoning_rl.COMPARISONS[name]["arms"])
     monkeypatch.setattr(reasoning_rl, "build_digest", lambda base, steps=None: digest)
-    n = 100  # the comparison's test rows
+    n = 20  # test rows (the comparison takes up to 100)
+    rows = [{"prompt": f"problem {i}"} for i in range(n)]  # (the report reads the rows' prompts only)
+    monkeypatch.setattr("mmrl.data.tasks.load_task", lambda task: SimpleNamespace(test=rows, validation=rows, metric="countdown4_steps"))
 
     def items(seed: int, shift: int) -> dict[str, list[float]]:
         x = [float((i * 7 + seed * 3 + shift) % 5 == 0) for i in range(n)]
@@ -632,17 +635,22 @@ def test_import_stored_runs_pools_stored_seeds_with_new_ones(tmp_path, monkeypat
         d.mkdir(parents=True)
         (d / "result.json").write_text(json.dumps(run(a, 2)))
         (d / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "entropy": 0.1 - s / 1000, "diag/kl_k3": 0.01 * s,
-                                                             "rewards/countdown4_steps/mean": 0.1}) + "\n" for s in (1, 2)))
+                                                             "rewards/countdown4_steps/mean": 0.1, "eval/greedy": 0.1 + s / 10})
+                                                 + "\n" for s in (1, 2)))
         vi = items(2, arms.index(a) + 1)
         (d / "validation_items.jsonl").write_text(json.dumps({"step": 80, "items": vi}) + "\n")
     (root / "base_validation_items.jsonl").write_text(json.dumps({"step": 0, "items": base_items}) + "\n")
+    plotted: dict[str, dict] = {}  # the curves each figure would draw (file name -> {arm: [one curve per run]})
+    monkeypatch.setattr("mmrl.tiny_world.report.plot_curves", lambda curves, path, **kw: plotted.update({Path(path).name: curves}))
     res = reasoning_rl.run_reasoning_comparison(name, tmp_path / "rep", seeds=3, progress=False, baselines=False,
-                                                report_only=True, stored=results)  # (a second import: no change)
+                                                arms=["GRPO", "DGPO"], report_only=True, stored=results)  # (a second import: no change)
     assert res["seeds_used"] == [0, 1, 2] and res["base_weights_sha256"] == digest
     assert [r.get(reasoning_rl.STORED_FROM) is not None for r in res["arms"]["GRPO"]] == [True, True, False]
     want = difference_interval([items(s, 0)["sampled"] for s in (0, 1, 2)], [items(s, 1)["sampled"] for s in (0, 1, 2)])
     assert res["intervals"]["difference"]["GRPO - DGPO"]["sampled"] == want.to_dict()  # over every seed's items
     assert res["validation_final"]["GRPO"]["seeds"] == [2]
+    assert plotted["entropy.png"]["GRPO"] == [[(1, 0.099), (2, 0.098)]]  # the one run with training logs
+    assert plotted["validation_greedy.png"]["DGPO"] == [[(0, 0.2), (1, 0.2), (2, pytest.approx(0.3))]]  # from the base's figure on
     table = (root / "table.md").read_text()
     assert "GRPO (3 seeds)" in table and "GRPO seeds [2]" in table and "(weights abababababab)" in table
     # refused: another build, another comparison; a run that differs from the stored one
@@ -653,3 +661,5 @@ def test_import_stored_runs_pools_stored_seeds_with_new_ones(tmp_path, monkeypat
     (root / "runs" / "grpo-seed1" / "result.json").write_text(json.dumps(run("GRPO", 0) | {"seed": 1}))
     with pytest.raises(ValueError, match="differs"):
         reasoning_rl.import_stored_runs(results, root, name=name, base_name="countdown4-steps-ar", digest=digest)
+    with pytest.raises(SystemExit, match="--import-results applies to the Countdown comparisons"):
+        main(["replicate", "gcpo-vs-grpo", "--import-results", str(results)])
