@@ -619,3 +619,66 @@ def test_dllm_lr_arms_differ_from_their_dllm_countdown3_arm_in_the_lr_alone(tmp_
             diff = {f.name for f in dataclasses.fields(cfg) if getattr(cfg, f.name) != getattr(ref, f.name)}
             assert diff == (set() if lr == 5e-4 else {"learning_rate"}) and cfg.learning_rate == lr
             assert (cfg.max_steps, cfg.beta, cfg.lr_scheduler_type) == (30, 0.1, "cosine")
+
+
+def test_import_stored_runs_pools_stored_seeds_with_new_ones(tmp_path, monkeypatch):
+    """An earlier report's results.json (per-problem scores of seeds 0-1, no run folders) imported into a report
+    folder beside a new seed-2 run: the report covers seeds 0-2 with the intervals of the pooled items, the training
+    diagnostics and the last validation point from seed 2 alone (the table says so); a stored report of another build
+    or comparison is refused, a second import is a no-op, a conflicting run is never overwritten."""
+    from mmrl.tiny_world.stats import difference_interval
+
+    name, digest = "dgpo-countdown4-steps", "ab" * 32
+    arms = list(reasoning_rl.COMPARISONS[name]["arms"])
+    monkeypatch.setattr(reasoning_rl, "build_digest", lambda base, steps=None: digest)
+    n = 100  # the comparison's test rows
+
+    def items(seed: int, shift: int) -> dict[str, list[float]]:
+        x = [float((i * 7 + seed * 3 + shift) % 5 == 0) for i in range(n)]
+        return {"greedy": x, "sampled": [v / 2 for v in x], "pass@4": x, "pass": x, "best": x}
+
+    def summary(it: dict[str, list[float]]) -> dict[str, float]:
+        return {("pass@16" if k == "pass" else k): sum(v) / n for k, v in it.items() if k != "best"}
+
+    def run(arm: str, seed: int) -> dict:
+        it = items(seed, arms.index(arm))
+        return {"seed": seed, "after": summary(it), "items": it,
+                "seconds": 10.0, "rollouts": 5120, "steps": 80}
+
+    base_items = items(9, 4)
+    val = {"eval/accuracy": 0.1, "eval/greedy": 0.2, "eval/pass@4": 0.3, "eval/pass@16": 0.5}
+    stored = {"name": name, "base": "countdown4-steps-ar", "base_weights_sha256": digest, "smoke": False,
+              "before": summary(base_items), "before_items": base_items,
+              "base_validation": val, "reference": None, "arms": {a: [run(a, 0), run(a, 1)] for a in arms}}
+    results = tmp_path / "stored.json"
+    results.write_text(json.dumps(stored))
+    root = tmp_path / "rep" / name
+    assert reasoning_rl.import_stored_runs(results, root, name=name, base_name="countdown4-steps-ar", digest=digest) == {
+        a: [0, 1] for a in arms}
+    # a new seed's runs, with their training logs and validation items (as `one_run` leaves them)
+    for a in arms:
+        d = root / "runs" / reasoning_rl.run_slug(a, 2)
+        d.mkdir(parents=True)
+        (d / "result.json").write_text(json.dumps(run(a, 2)))
+        (d / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "entropy": 0.1 - s / 1000, "diag/kl_k3": 0.01 * s,
+                                                             "rewards/countdown4_steps/mean": 0.1}) + "\n" for s in (1, 2)))
+        vi = items(2, arms.index(a) + 1)
+        (d / "validation_items.jsonl").write_text(json.dumps({"step": 80, "items": vi}) + "\n")
+    (root / "base_validation_items.jsonl").write_text(json.dumps({"step": 0, "items": base_items}) + "\n")
+    res = reasoning_rl.run_reasoning_comparison(name, tmp_path / "rep", seeds=3, progress=False, baselines=False,
+                                                report_only=True, stored=results)  # (a second import: no change)
+    assert res["seeds_used"] == [0, 1, 2] and res["base_weights_sha256"] == digest
+    assert [r.get(reasoning_rl.STORED_FROM) is not None for r in res["arms"]["GRPO"]] == [True, True, False]
+    want = difference_interval([items(s, 0)["sampled"] for s in (0, 1, 2)], [items(s, 1)["sampled"] for s in (0, 1, 2)])
+    assert res["intervals"]["difference"]["GRPO - DGPO"]["sampled"] == want.to_dict()  # over every seed's items
+    assert res["validation_final"]["GRPO"]["seeds"] == [2]
+    table = (root / "table.md").read_text()
+    assert "GRPO (3 seeds)" in table and "GRPO seeds [2]" in table and "(weights abababababab)" in table
+    # refused: another build, another comparison; a run that differs from the stored one
+    with pytest.raises(ValueError, match="not the build in use"):
+        reasoning_rl.import_stored_runs(results, root, name=name, base_name="countdown4-steps-ar", digest="cd" * 32)
+    with pytest.raises(ValueError, match="not 'dgpo-vs-grpo'"):
+        reasoning_rl.import_stored_runs(results, root, name="dgpo-vs-grpo", base_name="countdown4-steps-ar", digest=digest)
+    (root / "runs" / "grpo-seed1" / "result.json").write_text(json.dumps(run("GRPO", 0) | {"seed": 1}))
+    with pytest.raises(ValueError, match="differs"):
+        reasoning_rl.import_stored_runs(results, root, name=name, base_name="countdown4-steps-ar", digest=digest)
