@@ -375,6 +375,36 @@ COMPARISONS["dmpo-authors-countdown3"] = {
         "DMPO, its authors' settings": DMPO_AUTHORS_ARM,
     }}
 
+DLLM_D1_LRS: dict[str, float] = {"5e-4": 5e-4, "5e-4/12": 5e-4 / 12}
+"""The two learning rates of `dllm-countdown3-d1`, fixed before its runs (docs/RESULTS.md, "diffu-GRPO with d1's
+settings on the masked-diffusion base"): the shared recipe's 5e-4, and 5e-4 / 12 (4.2e-5): lr x optimizer steps per
+rollout batch equal to the shared recipe's one step at 5e-4."""
+
+
+def d1_md_label(lr: str) -> str:
+    """The label of `dllm-countdown3-d1`'s arm at the learning rate spelled `lr` (a key of `DLLM_D1_LRS`)."""
+    if lr not in DLLM_D1_LRS:
+        raise ValueError(f"unknown d1-settings lr {lr!r}; valid: {list(DLLM_D1_LRS)}")
+    return f"diffu-GRPO, d1's settings, lr {lr}"
+
+
+COMPARISONS["dllm-countdown3-d1"] = {
+    # issue 24 item 2: diffu-GRPO with d1's settings on the masked-diffusion base (until now only on the causal LM,
+    # `dmpo-authors-countdown3`). `D1_AUTHORS_ARM`'s values over `COUNTDOWN_MD_RL`: mu = 12 optimizer steps per
+    # rollout batch (360 in all), clip 0.5 both sides, KL 0.04, no std scaling, bnpo mean, rollouts at T = 0.9,
+    # constant lr (warm-up 1e-4), AdamW (0.9, 0.99), weight decay 0.1, grad clip 0.2; d1's mean-field estimator with
+    # prompt masking 0.15 and a fresh mask seed per inner step are the method's defaults (`METHOD_DEFAULTS`), as in
+    # the shared arm. Differs from the authors (configs/d1_diffu_grpo_llada_8b.yaml): lr 5e-4 or 5e-4 / 12 (d1: 3e-6,
+    # on a LoRA of LLaDA-8B), 16 problems x 8 answers per rollout batch (d1: 6 answers per prompt, 12 per step),
+    # 16 answer tokens decoded one per step in one block (d1: 256 in blocks of 32, 2 per step), the Gumbel draw in
+    # float64 (d1: bfloat16, its model's dtype; this model runs in float32), full fine-tuning of a 4 x 128 model.
+    # Differs from `dllm-countdown3`'s "diffu-GRPO" (the shared recipe): num_iterations 12 (1), beta 0.04 (0.1),
+    # epsilon_high 0.5 (unset: 0.5 by the method's default, so the clip is the same), T 0.9 (1.0), constant lr
+    # (cosine, 10% warm-up), adam_beta2 0.99 (0.999), weight decay 0.1 (0), grad clip 0.2 (1.0); the same base,
+    # batch, 30 rollout batches, validation points (every 5 rollout batches) and test rows
+    "recipe": COUNTDOWN_MD_RL, "rollouts": 30, "arms": {
+        d1_md_label(lr): {**D1_AUTHORS_ARM, "learning_rate": v} for lr, v in DLLM_D1_LRS.items()}}
+
 COUNTDOWN4_STEPS_RL: dict[str, Any] = {
     # the long-answer task of issue 25 (mmrl/tiny_world/countdown_steps.py: answers of 60-160 tokens whose decisions
     # are a few header tokens) from its tiny causal base; the budget and the a-priori lr are in docs/RESULTS.md

@@ -354,6 +354,35 @@ def test_authors_arms_follow_the_presets(tmp_path, arm, preset):
     assert cfg.max_steps == 12 * ref.num_iterations and cfg.num_iterations == ref.num_iterations
 
 
+def test_dllm_d1_arms_carry_d1s_settings_on_the_masked_diffusion_recipe(tmp_path):
+    """`dllm-countdown3-d1`: each arm, as loaded, has the d1 preset's algorithm and optimizer settings (mu = 12, clip
+    0.5, KL 0.04, ...) and its mean-field estimator options; it differs from `dllm-countdown3`'s shared-recipe
+    diffu-GRPO exactly in those settings (and the steps they imply), and the two arms differ only in the lr."""
+    import dataclasses
+
+    root = Path(__file__).resolve().parents[2]
+    ref = load_config(root / "configs" / "d1_diffu_grpo_llada_8b.yaml", validate=False)
+    shared = load_config(None, reasoning_rl.arm_config("dllm-countdown3", "diffu-GRPO", seed=0, out=tmp_path))
+    arms = {lr: load_config(None, reasoning_rl.arm_config("dllm-countdown3-d1", reasoning_rl.d1_md_label(lr), seed=0,
+                                                          out=tmp_path)) for lr in reasoning_rl.DLLM_D1_LRS}
+    d1_keys = ("method", "num_iterations", "beta", "epsilon", "epsilon_high", "scale_rewards", "loss_type",
+               "temperature", "lr_scheduler_type", "warmup_ratio", "adam_beta1", "adam_beta2", "weight_decay",
+               "max_grad_norm", "logprob_estimator", "p_mask_prompt", "random_masking")
+    for cfg in arms.values():
+        for key in d1_keys:
+            assert getattr(cfg, key) == getattr(ref, key), key
+        assert (cfg.num_iterations, cfg.max_steps, cfg.eval_steps) == (12, 360, 60)
+        assert (cfg.family, cfg.model_name_or_path) == ("masked_diffusion", "tiny-world:countdown3-md")
+    assert arms["5e-4"].learning_rate == 5e-4 and arms["5e-4/12"].learning_rate * 12 == pytest.approx(5e-4)
+    fields = [f.name for f in dataclasses.fields(shared) if not f.name.startswith("_")]
+    assert {f for f in fields if getattr(arms["5e-4"], f) != getattr(arms["5e-4/12"], f)} == {"learning_rate"}
+    assert {f for f in fields if getattr(shared, f) != getattr(arms["5e-4"], f)} == {
+        "num_iterations", "max_steps", "eval_steps", "beta", "epsilon_high", "temperature", "lr_scheduler_type",
+        "warmup_ratio", "adam_beta2", "weight_decay", "max_grad_norm"}
+    with pytest.raises(ValueError, match="unknown d1-settings lr"):
+        reasoning_rl.d1_md_label("1e-3")
+
+
 def test_grpo_no_kl_arm_differs_from_grpo_only_in_beta(tmp_path):
     """`dgpo-vs-grpo`'s KL-free GRPO arm, as loaded: GRPO's config with beta 0 (and the frozen copy that only measures
     the KL for the diagnostics); every other field, the optimizer's and the rollouts' included, is GRPO's."""
