@@ -485,6 +485,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--report-only", action="store_true", help="the Countdown and Sudoku comparisons and gcpo-vs-grpo-vqa: "
                         "run nothing, build the "
                         "report from the saved runs (the seeds every row has finished)")
+    parser.add_argument("--import-results", default=None, metavar="RESULTS_JSON", help="the Countdown comparisons: "
+                        "first import the runs of an earlier report's results.json (its per-problem scores; same "
+                        "comparison and base build) into OUT/NAME, then resume: new seeds pool with them")
     parser.add_argument("--cutoff", default=None, help="gcpo-vs-grpo-vqa, dmpo-vs-grpo-masked and the Sudoku comparisons: "
                         "start no run after this UTC clock time (HH:MM); the report uses the seeds that finished")
     parser.add_argument("--smoke", action="store_true", help="2 rollouts per arm, 16 test puzzles, a "
@@ -498,6 +501,8 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit(f"--base applies to gcpo-vs-grpo and the Countdown comparisons {sorted(REASONING)}, not {args.name!r}")
     if args.seeds < 1:
         raise SystemExit(f"--seeds must be >= 1, got {args.seeds}")
+    if args.import_results is not None and args.name not in REASONING:
+        raise SystemExit(f"--import-results applies to the Countdown comparisons {sorted(REASONING)}, not {args.name!r}")
     if args.cutoff is not None and args.name not in ("gcpo-vs-grpo-vqa", "dmpo-vs-grpo-masked") and args.name not in COMPARISONS:
         raise SystemExit(f"--cutoff applies to gcpo-vs-grpo-vqa, dmpo-vs-grpo-masked and the Sudoku comparisons only, "
                          f"not {args.name!r}")
@@ -536,7 +541,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             run_reasoning_comparison(args.name, args.out, seeds=args.seeds, smoke=args.smoke, rollouts=args.rollouts,
                                      base=args.base, baselines=not args.no_baselines, arms=args.arm, resume=args.resume,
-                                     report_only=args.report_only)
+                                     report_only=args.report_only, stored=args.import_results)
         except ValueError as e:
             raise SystemExit(str(e)) from None
         return 0

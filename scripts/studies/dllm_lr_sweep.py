@@ -204,29 +204,34 @@ def report(out: Path, doc: Path) -> None:
                 ylabel="accuracy")
 
 
-def test_stage(out: Path, labels: list[str], deadline: str, seeds: int = 5) -> None:
-    """Stage 2: `run_reasoning_comparison("dllm-countdown3-lr", out, ...)` on `labels`, one seed at a time
-    (seed-major), each further seed started only if the last seed's wall time projects it to end by `deadline`
-    (HH:MM UTC; the first seed is projected at 8 minutes a run)."""
+def test_stage(out: Path, labels: list[str], deadline: str, seeds: int = 5, name: str = NAME,
+               first_projection: float | None = None) -> None:
+    """Stage 2: `run_reasoning_comparison(name, out, ...)` on `labels`, one seed at a time (seed-major), each seed
+    not yet saved for every label started only if the last run seed's wall time projects it to end by `deadline`
+    (HH:MM UTC; the first is projected at `first_projection` seconds, default 8 minutes a run). Seeds already saved
+    (e.g. the selection runs of `dllm_d1.py`) are kept, not timed."""
     import datetime as dt
 
-    from mmrl.tiny_world.reasoning_rl import run_reasoning_comparison
+    from mmrl.tiny_world.reasoning_rl import run_reasoning_comparison, run_slug
 
     now = dt.datetime.now(dt.timezone.utc)
     h, m = (int(x) for x in deadline.split(":"))
     end = now.replace(hour=h, minute=m, second=0, microsecond=0)
-    per_seed = 8 * 60.0 * len(labels)
+    per_seed = 8 * 60.0 * len(labels) if first_projection is None else first_projection
     for n in range(1, seeds + 1):
+        saved = all((out / name / "runs" / run_slug(a, n - 1) / "result.json").exists() for a in labels)
         left = (end - dt.datetime.now(dt.timezone.utc)).total_seconds()
-        if per_seed > left:
+        if not saved and per_seed > left:
             print(f"{time.strftime('%H:%M:%S')} stage 2 stops before seed {n - 1}: projected {per_seed:.0f} s, "
                   f"{left:.0f} s left to {deadline}", flush=True)
             break
         t0 = time.perf_counter()
-        run_reasoning_comparison(NAME, out, seeds=n, rollouts=30, arms=labels, baselines=False, resume=True,
+        run_reasoning_comparison(name, out, seeds=n, rollouts=30, arms=labels, baselines=False, resume=True,
                                  progress=True)
-        per_seed = time.perf_counter() - t0  # (the first seed's also scores the base: a margin)
-        print(f"{time.strftime('%H:%M:%S')} stage 2 seed {n - 1} done ({per_seed:.0f} s per seed projected)", flush=True)
+        if not saved:
+            per_seed = time.perf_counter() - t0  # (the first seed's also scores the base: a margin)
+        print(f"{time.strftime('%H:%M:%S')} stage 2 seed {n - 1} {'kept' if saved else 'done'} "
+              f"({per_seed:.0f} s per seed projected)", flush=True)
 
 
 def test_report(doc: Path, pairs: list[str]) -> None:
