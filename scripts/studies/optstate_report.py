@@ -8,8 +8,8 @@ diagnostic (`optstate_update_size.py`). The per-arm rows come from `dllm_rl_repo
 
     python scripts/studies/optstate_report.py OUT/dllm-countdown3 docs/results/dllm/rl30 UPDATE_SIZE.json DEST
 
-writes DEST/results.json (per-item scores of every run, both arms' twins included), DEST/table.md, and the plots
-DEST/reward.png, DEST/kl.png, DEST/update_size.png; prints every figure.
+writes DEST/results.json (per-item scores of the new runs; the twins' are in the rl30 results.json), DEST/table.md,
+and the plots DEST/reward.png, DEST/kl.png, DEST/validation.png, DEST/update_size.png; prints every figure.
 """
 import json
 import sys
@@ -63,7 +63,7 @@ def main(argv: list[str]) -> None:
     out: dict = {"base": "countdown3-md", "weights_sha256_12": "580b2788de99", "before": base["before"], "before_items": before,
                  "same_base_row_as_rl30": same_base, "arms": {}, "fresh_twins": {}, "differences": {}, "update_size_first_steps": sizes}
     rows, diff_rows = [], []
-    curves_reward, curves_kl, curves_size = {}, {}, {}
+    curves_reward, curves_kl, curves_size, curves_val = {}, {}, {}, {}
     for arm, twin in TWINS.items():
         runs = {}
         for seed in range(5):
@@ -98,6 +98,8 @@ def main(argv: list[str]) -> None:
                 curves_reward[name] = [[(x["step"], x[REWARD]) for x in r["records"] if REWARD in x] for r in rs]
                 curves_kl[name] = [[(x["step"], x["diag/kl_k3"]) for x in r["records"] if "diag/kl_k3" in x] for r in rs]
                 curves_size[name] = [[(x["step"], v) for x, v in zip(r["records"], update_over_lr(r["records"])) if v is not None] for r in rs]
+                curves_val[name] = [[(x["step"], x["eval/accuracy"]) for x in r["records"] if "eval/accuracy" in x] for r in rs]
+                row["val_per_eval"] = np.mean([series(r["records"], "eval/accuracy") for r in rs], 0).round(4).tolist()
                 out["arms"][name] = row
             else:
                 fr = fresh_report["arms"][twin]
@@ -105,6 +107,8 @@ def main(argv: list[str]) -> None:
                            kl_last=fr["kl_last"], kl_per_step=fr["kl_per_step"], note="all 5 seeds' diagnostics (rl30 report.json)")
                 curves_reward[name] = [list(zip(range(1, 31), fr["reward_per_step"]))]
                 curves_kl[name] = [list(zip(range(1, 31), fr["kl_per_step"]))]
+                curves_val[name] = [list(zip(fr["val_steps"], fr["val_per_eval"]))]
+                row["val_per_eval"] = fr["val_per_eval"]
                 first = sizes.get(f"{twin} | seed 0")
                 if first:
                     curves_size[f"{name} (seed 0, first steps)"] = [[(x["step"], x["update_over_lr"]) for x in first if x["update_over_lr"] is not None]]
@@ -122,7 +126,8 @@ def main(argv: list[str]) -> None:
                          f"{row['kl_last']:.3f}", size_cell])
             print(f"{name} (seeds {seeds}): " + "; ".join(f"{s} {100 * row['after'][s]:.1f} gain {pct(gains[s])}" for s in SCORES)
                   + f"; reward first/last 5 {row['reward_first5_last5'][0]:.3f} -> {row['reward_first5_last5'][1]:.3f}; KL last {row['kl_last']:.3f}"
-                  + (f"; |dw|/lr steps 2-6 / last 5: {size_cell}" if size_cell != "-" else ""))
+                  + (f"; |dw|/lr steps 2-6 / last 5: {size_cell}" if size_cell != "-" else "")
+                  + f"; validation (mean over seeds, steps 5..30) {row['val_per_eval']}")
         d = {"seeds": seeds}
         for s in SCORES:
             x = difference_interval([runs[k]["items"][s] for k in seeds], [twin_runs[k]["items"][s] for k in seeds])
@@ -144,6 +149,8 @@ def main(argv: list[str]) -> None:
     plot_curves(curves_reward, dest / "reward.png", title="dllm-countdown3: training reward, pre-training AdamW state vs fresh",
                 ylabel="reward (rollout accuracy)")
     plot_curves(curves_kl, dest / "kl.png", title="dllm-countdown3: KL to the base (k3, per token)", ylabel="KL (nats per token)")
+    plot_curves(curves_val, dest / "validation.png", title="dllm-countdown3: validation accuracy (1 sampled answer per row)",
+                ylabel="accuracy", baseline=json.loads((rl30 / "base_validation.json").read_text())["sampled"])  # the base, 4 per row
     plot_curves(curves_size, dest / "update_size.png", title="dllm-countdown3: mean |delta w| / lr per step", ylabel="|delta w| / lr")
     print("\n" + table)
 
