@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -621,6 +622,33 @@ def test_dllm_lr_arms_differ_from_their_dllm_countdown3_arm_in_the_lr_alone(tmp_
             assert (cfg.max_steps, cfg.beta, cfg.lr_scheduler_type) == (30, 0.1, "cosine")
 
 
+def test_dllm_base_state_arms_differ_from_their_twins_in_the_optimizer_start_only(tmp_path):
+    """issue 24 item 5: `dllm-countdown3`'s pre-training-optimizer-state arms are diffu-GRPO and `DMPO_CORRECT_ONLY`
+    with `init_optimizer_from_base` and nothing else changed (so they pair with the fresh-optimizer runs)."""
+    import dataclasses
+
+    name, rr = "dllm-countdown3", reasoning_rl
+    for arm, twin in [(rr.DIFFU_GRPO_BASE_STATE, "diffu-GRPO"), (rr.DMPO_CORRECT_ONLY_BASE_STATE, rr.DMPO_CORRECT_ONLY)]:
+        cfg = load_config(None, rr.arm_config(name, arm, seed=3, out=tmp_path, rollouts=30))
+        ref = load_config(None, rr.arm_config(name, twin, seed=3, out=tmp_path, rollouts=30))
+        diff = {x.name for x in dataclasses.fields(cfg) if getattr(cfg, x.name) != getattr(ref, x.name)} - {"_explicit"}
+        assert diff == {"init_optimizer_from_base"} and cfg.init_optimizer_from_base and not ref.init_optimizer_from_base
+
+
+def test_a_base_state_arm_on_a_cache_without_the_state_fails_before_any_work(tmp_path, monkeypatch):
+    """A `countdown3-md` cache built before bases kept their AdamW state: the comparison stops at once, naming the base
+    and the rebuild command, before the base is scored (no folder of results is written)."""
+    from mmrl.tiny_world.models import model_dir
+
+    monkeypatch.setenv("MMRL_CACHE", str(tmp_path / "cache"))
+    folder = model_dir("countdown3-md")
+    folder.mkdir(parents=True)
+    (folder / "tiny_spec.json").write_text("{}")
+    with pytest.raises(FileNotFoundError, match="mmrl pretrain-tiny --force --no-eval countdown3-md"):
+        reasoning_rl.run_reasoning_comparison("dllm-countdown3", tmp_path / "rep", seeds=1, progress=False,
+                                              arms=[reasoning_rl.DIFFU_GRPO_BASE_STATE], baselines=False)
+    assert not (tmp_path / "rep").exists()
+
 def test_import_stored_runs_pools_stored_seeds_with_new_ones(tmp_path, monkeypatch):
     """An earlier report's results.json (per-problem scores of seeds 0-1, no run folders) imported into a report
     folder beside a new seed-2 run: the report covers seeds 0-2 with the intervals of the pooled items, the training
@@ -631,7 +659,9 @@ def test_import_stored_runs_pools_stored_seeds_with_new_ones(tmp_path, monkeypat
     name, digest = "dgpo-countdown4-steps", "ab" * 32
     arms = list(reasoning_rl.COMPARISONS[name]["arms"])
     monkeypatch.setattr(reasoning_rl, "build_digest", lambda base, steps=None: digest)
-    n = 100  # the comparison's test rows
+    n = 20  # test rows (the comparison takes up to 100)
+    rows = [{"prompt": f"problem {i}"} for i in range(n)]  # (the report reads the rows' prompts only)
+    monkeypatch.setattr("mmrl.data.tasks.load_task", lambda task: SimpleNamespace(test=rows, validation=rows, metric="countdown4_steps"))
 
     def items(seed: int, shift: int) -> dict[str, list[float]]:
         x = [float((i * 7 + seed * 3 + shift) % 5 == 0) for i in range(n)]
@@ -661,17 +691,22 @@ def test_import_stored_runs_pools_stored_seeds_with_new_ones(tmp_path, monkeypat
         d.mkdir(parents=True)
         (d / "result.json").write_text(json.dumps(run(a, 2)))
         (d / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "entropy": 0.1 - s / 1000, "diag/kl_k3": 0.01 * s,
-                                                             "rewards/countdown4_steps/mean": 0.1}) + "\n" for s in (1, 2)))
+                                                             "rewards/countdown4_steps/mean": 0.1, "eval/greedy": 0.1 + s / 10})
+                                                 + "\n" for s in (1, 2)))
         vi = items(2, arms.index(a) + 1)
         (d / "validation_items.jsonl").write_text(json.dumps({"step": 80, "items": vi}) + "\n")
     (root / "base_validation_items.jsonl").write_text(json.dumps({"step": 0, "items": base_items}) + "\n")
+    plotted: dict[str, dict] = {}  # the curves each figure would draw (file name -> {arm: [one curve per run]})
+    monkeypatch.setattr("mmrl.tiny_world.report.plot_curves", lambda curves, path, **kw: plotted.update({Path(path).name: curves}))
     res = reasoning_rl.run_reasoning_comparison(name, tmp_path / "rep", seeds=3, progress=False, baselines=False,
-                                                report_only=True, stored=results)  # (a second import: no change)
+                                                arms=["GRPO", "DGPO"], report_only=True, stored=results)  # (a second import: no change)
     assert res["seeds_used"] == [0, 1, 2] and res["base_weights_sha256"] == digest
     assert [r.get(reasoning_rl.STORED_FROM) is not None for r in res["arms"]["GRPO"]] == [True, True, False]
     want = difference_interval([items(s, 0)["sampled"] for s in (0, 1, 2)], [items(s, 1)["sampled"] for s in (0, 1, 2)])
     assert res["intervals"]["difference"]["GRPO - DGPO"]["sampled"] == want.to_dict()  # over every seed's items
     assert res["validation_final"]["GRPO"]["seeds"] == [2]
+    assert plotted["entropy.png"]["GRPO"] == [[(1, 0.099), (2, 0.098)]]  # the one run with training logs
+    assert plotted["validation_greedy.png"]["DGPO"] == [[(0, 0.2), (1, 0.2), (2, pytest.approx(0.3))]]  # from the base's figure on
     table = (root / "table.md").read_text()
     assert "GRPO (3 seeds)" in table and "GRPO seeds [2]" in table and "(weights abababababab)" in table
     # refused: another build, another comparison; a run that differs from the stored one
@@ -682,3 +717,5 @@ def test_import_stored_runs_pools_stored_seeds_with_new_ones(tmp_path, monkeypat
     (root / "runs" / "grpo-seed1" / "result.json").write_text(json.dumps(run("GRPO", 0) | {"seed": 1}))
     with pytest.raises(ValueError, match="differs"):
         reasoning_rl.import_stored_runs(results, root, name=name, base_name="countdown4-steps-ar", digest=digest)
+    with pytest.raises(SystemExit, match="--import-results applies to the Countdown comparisons"):
+        main(["replicate", "gcpo-vs-grpo", "--import-results", str(results)])
