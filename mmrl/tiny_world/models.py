@@ -294,12 +294,14 @@ def _training_pairs(spec: TinySpec) -> tuple[list, list]:
     rows = task.train
     if spec.task == "sudoku4":
         lo, hi = spec.pretrain_filter.get("blanks", [1, 16])
-        if spec.pretrain_filter:
-            from mmrl.tiny_world.tasks import sudoku4_row, sudoku_puzzles, sudoku_split
+        from mmrl.tiny_world.tasks import sudoku4_causal_row, sudoku4_row, sudoku_puzzles, sudoku_split
 
+        if spec.pretrain_filter:
             train_grids, _, _ = sudoku_split(seed=0)
             pairs = sudoku_puzzles(train_grids, 8000, (lo, hi), seed=7)  # same training grids, other blank counts
             rows = [sudoku4_row(p, s) for p, s in pairs]
+        if spec.family == "causal_lm":  # the same puzzles posed to a causal LM: the puzzle in the prompt
+            rows = [sudoku4_causal_row(r["puzzle"], r["solution"]) for r in rows]
         return [r["prompt"] for r in rows], [r["solution"] for r in rows]
     if spec.task == "countdown3":
         targets = [r["solution"] for r in rows]
