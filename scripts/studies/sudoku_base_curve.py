@@ -84,6 +84,7 @@ def report(out: Path) -> dict:
                            "final_loss": r["final_loss"], "tokens_per_row": r["tokens_per_row"],
                            "parameters": r["parameters"]})
     pairs = [("md", "low_confidence", "ar", "greedy"), ("md", "easy_first", "ar", "greedy"),
+             ("md-reweight", "low_confidence", "ar", "greedy"), ("md-reweight", "easy_first", "ar", "greedy"),
              ("md", "easy_first", "md", "low_confidence"), ("md-reweight", "low_confidence", "md", "low_confidence"),
              ("md-reweight", "easy_first", "md", "easy_first")]
     for s in sorted({s for _, s in recs}):
@@ -108,16 +109,22 @@ def plot(points: list[dict], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
-    for ax, key, title in zip(axes, ("cell_acc", "solved"), ("cell accuracy", "whole-puzzle solve rate")):
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.4))
+    panels = [("cell_acc", "cell accuracy", "steps"), ("solved", "whole-puzzle solve rate", "steps"),
+              ("cell_acc", "cell accuracy", "build_cpu_s")]
+    for ax, (key, title, x) in zip(axes, panels):
         for (a, d) in dict.fromkeys((p["arm"], p["decode"]) for p in points):
-            pts = sorted((p["steps"], p[key]) for p in points if p["arm"] == a and p["decode"] == d)
+            pts = sorted((p[x], p[key]) for p in points if p["arm"] == a and p["decode"] == d)
             xs = [s for s, _ in pts]
             ax.errorbar(xs, [100 * i["estimate"] for _, i in pts],
                         yerr=[[100 * (i["estimate"] - i["low"]) for _, i in pts], [100 * (i["high"] - i["estimate"]) for _, i in pts]],
                         marker="o", capsize=3, ls="-" if d != "easy_first" else "--", label=f"{LABELS[a]}, {d}")
         ax.set_xscale("log", base=2)
-        ax.set_xlabel("pre-training steps (batch 64), each its own schedule")
+        if x == "steps":
+            ticks = sorted({p["steps"] for p in points})
+            ax.set_xticks(ticks, [str(t) for t in ticks])
+        ax.set_xlabel("pre-training steps (batch 64), each its own schedule" if x == "steps"
+                      else "build CPU seconds (one core, loaded machine)")
         ax.set_ylabel(f"validation {title} (%)")
         ax.set_title(f"sudoku4, 256 validation puzzles: {title}")
         ax.grid(alpha=0.3)
