@@ -4,6 +4,7 @@ same size on the same puzzles, scored on the 256 validation puzzles (cell accura
 
     python scripts/studies/sudoku_base_curve.py OUT_DIR [--steps 150 300 600 1200] [--arms md md-reweight ar]
     python scripts/studies/sudoku_base_curve.py OUT_DIR --report-only      # results.json, curves.png, the table
+    python scripts/studies/sudoku_base_curve.py OUT_DIR --report-only --diagnose   # + diagnostics.json (re-decodes)
 
 Every (arm, steps) point is its own build (`pretrain_variant.run`: the `sudoku4` spec, 1-10 blanks, batch 64,
 lr 2e-3, its own warm-up and decay over `steps`, one torch thread, seed 0), appended to OUT_DIR/runs.jsonl as it
@@ -94,6 +95,11 @@ def report(out: Path) -> dict:
                 diffs.append({"steps": s, "a": f"{a} {da}", "b": f"{b} {db}",
                               "cell_acc": difference_interval(x, y).to_dict(),
                               "solved": difference_interval(solved(x), solved(y)).to_dict()})
+    for s in sorted({s for _, s in recs}):  # about equal build CPU: a causal row is 44 positions, a diffusion row 26
+        if ("md", s) in recs and ("ar", s // 2) in recs:
+            x, y = recs[("md", s)]["decodes"]["low_confidence"]["scores"], recs[("ar", s // 2)]["decodes"]["greedy"]["scores"]
+            diffs.append({"steps": f"{s} vs {s // 2} (about equal CPU)", "a": "md low_confidence", "b": "ar greedy",
+                          "cell_acc": difference_interval(x, y).to_dict(), "solved": difference_interval(solved(x), solved(y)).to_dict()})
     result = {"split": "validation", "puzzles": puzzles, "points": points, "differences": diffs,
               "scores": {f"{a}/{s}/{d}": v["scores"] for (a, s), r in recs.items() for d, v in r["decodes"].items()},
               "completions_first8": {f"{a}/{s}/{d}": v["completions"] for (a, s), r in recs.items() for d, v in r["decodes"].items()}}
@@ -101,6 +107,41 @@ def report(out: Path) -> dict:
     plot(points, out / "curves.png")
     print(table(points, diffs))
     return result
+
+
+def diagnose(out: Path) -> dict:
+    """Where the errors are, from the saved weights of every point: the accuracy of a blank cell by its ordinal
+    among the puzzle's blanks in reading order (the causal LM writes them in that order), and by the puzzle's blank
+    count; the causal LM's share of given cells it does not copy (the reward does not read them)."""
+    from mmrl.models import adapter_class
+    from mmrl.rewards.sudoku import sudoku_digits
+    from mmrl.tiny_world.tasks import tagged
+    from pretrain_variant import DECODES, eval_rows
+
+    diag = {}
+    for r in load(out):
+        a, s = arm_of(r), r["opts"]["steps"]
+        fam = ARMS[a]["family"]
+        pol = adapter_class(fam).from_pretrained(out / "weights" / f"{a}-{s}")
+        rows = eval_rows(fam, "validation")
+        name, gen = next(iter(DECODES[fam].items()))  # the family's first decoding (low-confidence / greedy)
+        comps = pol.sample([x["prompt"] for x in rows], 1, seeds=list(range(len(rows))), **gen).completions
+        by_ord, by_blanks, givens_changed, givens = {}, {}, 0, 0
+        for x, c in zip(rows, comps):
+            d = ((sudoku_digits(tagged(c)) or "") + "0" * 16)[:16]
+            blanks = [i for i, ch in enumerate(x["puzzle"]) if ch == "0"]
+            for k, i in enumerate(blanks):
+                by_ord.setdefault(k + 1, []).append(d[i] == x["solution"][i])
+                by_blanks.setdefault(len(blanks), []).append(d[i] == x["solution"][i])
+            givens += 16 - len(blanks)
+            givens_changed += sum(d[i] != ch for i, ch in enumerate(x["puzzle"]) if ch != "0")
+        diag[f"{a}/{s}/{name}"] = {
+            "blank_ordinal_acc": {k: round(sum(v) / len(v), 4) for k, v in sorted(by_ord.items())},
+            "blank_count_cell_acc": {k: round(sum(v) / len(v), 4) for k, v in sorted(by_blanks.items())},
+            "givens_changed": round(givens_changed / givens, 4)}
+        logger.info("%s/%s: %s", a, s, diag[f"{a}/{s}/{name}"])
+    (out / "diagnostics.json").write_text(json.dumps(diag, indent=1))
+    return diag
 
 
 def plot(points: list[dict], path: Path) -> None:
@@ -155,11 +196,14 @@ def main() -> None:
     ap.add_argument("--steps", type=int, nargs="+", default=[150, 300, 600, 1200])
     ap.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
     ap.add_argument("--report-only", action="store_true")
+    ap.add_argument("--diagnose", action="store_true", help="also decode the saved weights again: errors by blank ordinal and count")
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
     if not a.report_only:
         build(a.out, a.arms, a.steps)
     report(a.out)
+    if a.diagnose:
+        diagnose(a.out)
 
 
 if __name__ == "__main__":
