@@ -95,7 +95,7 @@ TINY_MODELS: dict[str, TinySpec] = {
         name="sudoku4-strong", family="masked_diffusion", task="sudoku4",
         arch=dict(hidden_size=128, intermediate_size=256, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=4),
         steps=1200, gen_length=16, pretrain_filter={"blanks": [1, 10]},
-        description="the `sudoku4` model, data and LLaDA recipe at 1200 steps instead of 150 (186 CPU s on one core): "
+        description="the `sudoku4` model, data and LLaDA recipe at 1200 steps instead of 150 (173-186 CPU s on one core): "
                     "the competent masked-diffusion Sudoku base, 0.994 cell accuracy and 0.988 of the 256 validation "
                     "puzzles solved (low-confidence greedy; the causal LM of the same size on the same puzzles at the "
                     "same steps: 0.898 / 0.785); docs/RESULTS.md, \"The Sudoku base re-examined\"",
@@ -463,6 +463,7 @@ REFERENCE_BUILDS: dict[tuple[str, str], str] = {
     ("countdown3-md-23921e8e27", "2.14.1"): "580b2788de990d58816e4f8be7d4f006f033d5cee4625e8b6a2c732a8ac31571",
     ("shapes-vqa-cd30d55ccb", "2.14.1"): "90f9b1ec4a00cd8e95227cefb6ef4329e0a28bf4f44eb748a59fd96e4651450a",
     ("countdown4-steps-ar-efe17a9124", "2.14.1"): "3f9d7b9c2b09b514ed2b9724b2fa84bfc0c78fd77286f154017bbc19f81ae19e",
+    ("sudoku4-strong-78c727ad8c", "2.14.1"): "ee4219ba2128e86af6d3e8ab3577f4aded83a062a73c34c60612cfdd80935db7",
 }
 """(cache folder name `<base>-<spec key>`, torch version) -> `weights_digest` of the build behind docs/RESULTS.md's
 figures. A build whose digest differs (another CPU's kernels, another library version) is another model:
