@@ -105,7 +105,7 @@ def report(out: Path) -> dict:
               "completions_first8": {f"{a}/{s}/{d}": v["completions"] for (a, s), r in recs.items() for d, v in r["decodes"].items()}}
     (out / "results.json").write_text(json.dumps(result, indent=1))
     plot(points, out / "curves.png")
-    print(table(points, diffs))
+    logger.info("\n%s", table(points, diffs))
     return result
 
 
