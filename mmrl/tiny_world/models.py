@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from mmrl.checkpointing.checkpoint import verify_checkpoint, write_manifest
+from mmrl.checkpointing.optimizer_state import OPTIMIZER_FILE, save_adamw_state
 
 logger = logging.getLogger(__name__)
 
@@ -347,9 +348,11 @@ def _training_pairs(spec: TinySpec) -> tuple[list, list]:
     raise ValueError(f"no pre-training data for task {spec.task!r}")
 
 
-def pretrain(spec: TinySpec, *, progress: bool = True, curve: Callable | None = None, curve_every: int = 0):
+def pretrain(spec: TinySpec, *, progress: bool = True, curve: Callable | None = None, curve_every: int = 0,
+             keep_optimizer: Callable | None = None):
     """Build and pre-train the model of `spec`; returns (policy, history). `curve(policy) -> eval_fn` adds an
-    evaluation every `curve_every` steps to the history (the masked-diffusion and causal loops; learning curves)."""
+    evaluation every `curve_every` steps to the history (the masked-diffusion and causal loops; learning curves).
+    `keep_optimizer(opt)` receives the final AdamW of the families in `mmrl.tiny_world.sources.OPTIMIZER_STATE_FAMILIES`."""
     from mmrl.tiny_world import pretrain as pt
 
     policy = build_untrained(spec)
@@ -358,9 +361,10 @@ def pretrain(spec: TinySpec, *, progress: bool = True, curve: Callable | None = 
     if curve is not None and spec.family in ("masked_diffusion", "causal_lm", "vlm"):
         kw.update(eval_fn=curve(policy), eval_every=int(curve_every))
     if spec.family == "masked_diffusion":
-        history = pt.masked_diffusion_sft(policy, prompts, targets, gen_length=spec.gen_length, **kw, **spec.recipe)
+        history = pt.masked_diffusion_sft(policy, prompts, targets, gen_length=spec.gen_length, keep_optimizer=keep_optimizer,
+                                          **kw, **spec.recipe)
     elif spec.family == "causal_lm":
-        history = pt.causal_sft(policy, prompts, targets, **kw, **spec.recipe)
+        history = pt.causal_sft(policy, prompts, targets, keep_optimizer=keep_optimizer, **kw, **spec.recipe)
     elif spec.family == "janus":
         history = pt.janus_sft(policy, prompts, targets, **kw, **_shapes_data(spec, policy))
     elif spec.family == "masked_image":
@@ -434,9 +438,12 @@ def ensure_built(name: str, *, force: bool = False, progress: bool = True, steps
     shutil.rmtree(tmp, ignore_errors=True)
     t0 = time.perf_counter()
     cpu0 = time.process_time()
+    optimizers: list = []
     with _one_torch_thread():
-        policy, history = pretrain(spec, progress=progress, curve=curve, curve_every=curve_every)
+        policy, history = pretrain(spec, progress=progress, curve=curve, curve_every=curve_every, keep_optimizer=optimizers.append)
     policy.save_pretrained(tmp)
+    if optimizers:  # the final AdamW state, for RL runs that start from it (`init_optimizer_from_base`)
+        save_adamw_state(policy.model, optimizers[-1], tmp)
     digest = weights_digest(tmp)
     info = {"spec": asdict(spec), "seconds": time.perf_counter() - t0, "cpu_seconds": time.process_time() - cpu0,
             "final_loss": history[-1]["loss"] if history else None, "weights_sha256": digest,
@@ -492,10 +499,13 @@ def _torch_version() -> str:
 
 
 def weights_digest(path: Path) -> str:
-    """SHA-256 over the weight files of a saved model (`*.safetensors`, by relative path): the build's identity,
-    apart from the timing fields of `tiny_spec.json`."""
+    """SHA-256 over the weight files of a saved model (`*.safetensors`, by relative path, without the pre-training
+    optimizer state `OPTIMIZER_FILE`): the build's identity, apart from the timing fields of `tiny_spec.json`; the
+    same for a build with or without its optimizer file."""
     h = hashlib.sha256()
     for p in sorted(Path(path).rglob("*.safetensors")):
+        if p.name == OPTIMIZER_FILE:
+            continue
         h.update(p.relative_to(path).as_posix().encode())
         h.update(hashlib.sha256(p.read_bytes()).digest())
     return h.hexdigest()

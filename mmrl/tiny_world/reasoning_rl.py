@@ -7,6 +7,7 @@ the regime where the reward-tilted target `p_ref * exp(r / alpha)` (DMPO) or a g
 """
 from __future__ import annotations
 
+import json
 import logging
 import re
 from pathlib import Path
@@ -240,6 +241,16 @@ DMPO_CORRECT_ONLY_F8_TR = "DMPO, weight on right answers only, F=8, trust region
 """`DMPO_CORRECT_ONLY_F8` with `dmpo_trust_region 0.05`: a right answer stops being fitted within a rollout batch once
 its likelihood rose 0.05 nats per token above the behaviour policy's (`dmpo_trust_region_gate`)."""
 
+DIFFU_GRPO_BASE_STATE = "diffu-GRPO, pre-training optimizer state"
+"""`dllm-countdown3`'s diffu-GRPO arm with `init_optimizer_from_base`: its AdamW starts from the base's final
+pre-training moments (issue 24 item 5, docs/RESULTS.md "Keeping the pre-training optimizer state")."""
+
+DMPO_CORRECT_ONLY_BASE_STATE = "DMPO, weight on right answers only, pre-training optimizer state"
+"""`DMPO_CORRECT_ONLY` with `init_optimizer_from_base` (the same issue-24 item)."""
+
+BASE_STATE = {"init_optimizer_from_base": True}
+"""The one setting the pre-training-optimizer-state arms add to their fresh-optimizer twins."""
+
 COMPARISONS: dict[str, dict[str, Any]] = {
     "dgpo-vs-grpo": {"recipe": COUNTDOWN_RL, "rollouts": 120, "arms": {
         "GRPO": {"method": "grpo"},
@@ -288,6 +299,10 @@ COMPARISONS: dict[str, dict[str, Any]] = {
         DMPO_CORRECT_ONLY_F4: {**DMPO_ARM, "dmpo_baseline": "correct_only", "num_iterations": 4},
         DMPO_CORRECT_ONLY_F8: {**DMPO_ARM, "dmpo_baseline": "correct_only", "num_iterations": 8},
         DMPO_CORRECT_ONLY_F8_TR: {**DMPO_ARM, "dmpo_baseline": "correct_only", "num_iterations": 8, "dmpo_trust_region": 0.05},
+        # issue 24 item 5: the two arms above (diffu-GRPO, DMPO_CORRECT_ONLY) with AdamW started from the base's own
+        # pre-training moments instead of zeros (docs/RESULTS.md, "Keeping the pre-training optimizer state")
+        DIFFU_GRPO_BASE_STATE: {"method": "diffu_grpo", "num_iterations": 1, **BASE_STATE},
+        DMPO_CORRECT_ONLY_BASE_STATE: {**DMPO_ARM, "dmpo_baseline": "correct_only", **BASE_STATE},
     }},
 }
 SHARED_OPTIMIZER: dict[str, Any] = {"adam_beta2": 0.999, "max_grad_norm": 1.0, "weight_decay": 0.0}
@@ -373,6 +388,36 @@ COMPARISONS["dmpo-authors-countdown3"] = {
         "diffu-GRPO, d1's settings": D1_AUTHORS_ARM,
         "DMPO, its authors' settings": DMPO_AUTHORS_ARM,
     }}
+
+DLLM_D1_LRS: dict[str, float] = {"5e-4": 5e-4, "5e-4/12": 5e-4 / 12}
+"""The two learning rates of `dllm-countdown3-d1`, fixed before its runs (docs/RESULTS.md, "diffu-GRPO with d1's
+settings on the masked-diffusion base"): the shared recipe's 5e-4, and 5e-4 / 12 (4.2e-5): lr x optimizer steps per
+rollout batch equal to the shared recipe's one step at 5e-4."""
+
+
+def d1_md_label(lr: str) -> str:
+    """The label of `dllm-countdown3-d1`'s arm at the learning rate spelled `lr` (a key of `DLLM_D1_LRS`)."""
+    if lr not in DLLM_D1_LRS:
+        raise ValueError(f"unknown d1-settings lr {lr!r}; valid: {list(DLLM_D1_LRS)}")
+    return f"diffu-GRPO, d1's settings, lr {lr}"
+
+
+COMPARISONS["dllm-countdown3-d1"] = {
+    # issue 24 item 2: diffu-GRPO with d1's settings on the masked-diffusion base (until now only on the causal LM,
+    # `dmpo-authors-countdown3`). `D1_AUTHORS_ARM`'s values over `COUNTDOWN_MD_RL`: mu = 12 optimizer steps per
+    # rollout batch (360 in all), clip 0.5 both sides, KL 0.04, no std scaling, bnpo mean, rollouts at T = 0.9,
+    # constant lr (warm-up 1e-4), AdamW (0.9, 0.99), weight decay 0.1, grad clip 0.2; d1's mean-field estimator with
+    # prompt masking 0.15 and a fresh mask seed per inner step are the method's defaults (`METHOD_DEFAULTS`), as in
+    # the shared arm. Differs from the authors (configs/d1_diffu_grpo_llada_8b.yaml): lr 5e-4 or 5e-4 / 12 (d1: 3e-6,
+    # on a LoRA of LLaDA-8B), 16 problems x 8 answers per rollout batch (d1: 6 answers per prompt, 12 per step),
+    # 16 answer tokens decoded one per step in one block (d1: 256 in blocks of 32, 2 per step), the Gumbel draw in
+    # float64 (d1: bfloat16, its model's dtype; this model runs in float32), full fine-tuning of a 4 x 128 model.
+    # Differs from `dllm-countdown3`'s "diffu-GRPO" (the shared recipe): num_iterations 12 (1), beta 0.04 (0.1),
+    # epsilon_high 0.5 (unset: 0.5 by the method's default, so the clip is the same), T 0.9 (1.0), constant lr
+    # (cosine, 10% warm-up), adam_beta2 0.99 (0.999), weight decay 0.1 (0), grad clip 0.2 (1.0); the same base,
+    # batch, 30 rollout batches, validation points (every 5 rollout batches) and test rows
+    "recipe": COUNTDOWN_MD_RL, "rollouts": 30, "arms": {
+        d1_md_label(lr): {**D1_AUTHORS_ARM, "learning_rate": v} for lr, v in DLLM_D1_LRS.items()}}
 
 COUNTDOWN4_STEPS_RL: dict[str, Any] = {
     # the long-answer task of issue 25 (mmrl/tiny_world/countdown_steps.py: answers of 60-160 tokens whose decisions
@@ -462,6 +507,10 @@ def arm_config(name: str, arm: str, *, seed: int, out: Path, rollouts: int | Non
     cfg = {**comp["recipe"], **comp["arms"][arm], "seed": seed, "output_dir": str(out), "progress_bar": False}
     if base is not None:
         cfg["model_name_or_path"] = f"tiny-world:{base}"
+    if smoke and cfg.get("init_optimizer_from_base"):  # the smoke base's own folder holds its optimizer state
+        from mmrl.tiny_world.models import SMOKE_BASE_STEPS, model_dir
+
+        cfg["model_name_or_path"] = str(model_dir(cfg["model_name_or_path"].split(":", 1)[1], SMOKE_BASE_STEPS))
     if smoke:
         cfg.update(SMOKE)
         # the 20-step smoke base rewards nothing: no group has a spread, so dynamic sampling could never fill a batch
@@ -541,11 +590,83 @@ def run_slug(arm: str, seed: int) -> str:
     return f"{re.sub(r'[^a-z0-9]+', '_', arm.lower()).strip('_')}-seed{seed}"
 
 
+STORED_FROM = "stored_from"
+"""The key of a run's result.json that `import_stored_runs` wrote from an earlier report (the report's path): such a
+run has its per-problem test scores but no training logs (metrics, validation items) in the report folder."""
+
+
+def build_digest(base_name: str, steps: int | None = None) -> str | None:
+    """The weights digest (`tiny_spec.json` "weights_sha256") of the cached build of `base_name`, None if not cached."""
+    from mmrl.tiny_world.models import model_dir
+
+    spec = model_dir(base_name, steps) / "tiny_spec.json"
+    return json.loads(spec.read_text()).get("weights_sha256") if spec.is_file() else None
+
+
+def stored_digest(results: dict[str, Any]) -> str | None:
+    """The base build behind a saved report (its results.json as a dict): its "base_weights_sha256", or, for a report
+    written before that field, the `REFERENCE_BUILDS` entry of its base (the build behind docs/RESULTS.md's tables)."""
+    from mmrl.tiny_world.models import REFERENCE_BUILDS, _torch_version, model_dir
+
+    if results.get("base_weights_sha256"):
+        return results["base_weights_sha256"]
+    return REFERENCE_BUILDS.get((model_dir(results["base"]).name, _torch_version()))
+
+
+def import_stored_runs(results_file: str | Path, root: Path, *, name: str, base_name: str,
+                       digest: str | None) -> dict[str, list[int]]:
+    """Seed the report folder `root` of comparison `name` with the runs an earlier report saved in `results_file` (its
+    results.json: the per-problem test scores of every run and the base's), so that `resume` skips them and the next
+    report pools them with new seeds; returns {arm: [seeds imported]}.
+
+    The stored report must be of `name` on `base_name` and on the same build, by weights digest (`stored_digest`
+    against `digest`, the build in use): a run of another build is another model and is not paired with this one's.
+    Writes `root/base.json` (the base's test figures and items, its validation figures) and
+    `root/runs/<run>/result.json` per stored run, marked `STORED_FROM`; a file already there is kept when it holds
+    the same scores, otherwise ValueError (never overwritten)."""
+    results_file = Path(results_file)
+    res = json.loads(results_file.read_text())
+    if res.get("name") != name or res.get("base") != base_name:
+        raise ValueError(f"{results_file} is a report of {res.get('name')!r} on {res.get('base')!r}, not {name!r} on {base_name!r}")
+    theirs = stored_digest(res)
+    if theirs is None or digest is None or theirs != digest:
+        raise ValueError(f"{results_file}: its base build {(theirs or 'unknown')[:12]} is not the build in use "
+                         f"{(digest or 'unknown')[:12]}: its runs are not paired with new ones")
+    if res.get("smoke"):
+        raise ValueError(f"{results_file} is a smoke report")
+    unknown = sorted(set(res["arms"]) - set(COMPARISONS[name]["arms"]) - set(BASELINE_ARMS))
+    if unknown:  # e.g. an arm at equal rollouts: a view of its run, rebuilt from that run's own result
+        logger.info("import_stored_runs: %s rows are not runs of their own and are not imported: %s", results_file, unknown)
+
+    def put(path: Path, data: dict, same: Sequence[str]) -> None:
+        if path.exists():
+            old = json.loads(path.read_text())
+            if any(old.get(k) != data.get(k) for k in same):
+                raise ValueError(f"{path} exists and differs from {results_file} in {[k for k in same if old.get(k) != data.get(k)]}")
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(data))
+
+    put(root / "base.json", {"before": res["before"], "before_items": res["before_items"],
+                             "ref": (res.get("reference") or {}).get("after"), "ref_items": (res.get("reference") or {}).get("items"),
+                             "validation": res.get("base_validation"), "weights_sha256": theirs},
+        ("before", "before_items"))
+    done: dict[str, list[int]] = {}
+    for arm, runs in res["arms"].items():
+        if arm in unknown:
+            continue
+        for r in runs:
+            put(root / "runs" / run_slug(arm, int(r["seed"])) / "result.json", {**r, STORED_FROM: str(results_file)},
+                ("seed", "items"))
+            done.setdefault(arm, []).append(int(r["seed"]))
+    return done
+
+
 def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int = 5, smoke: bool = False,
                              rollouts: int | None = None, progress: bool = True, arms: list[str] | None = None,
                              base: str | None = None, baselines: bool = True, resume: bool = False,
                              report_only: bool = False, only_baselines: bool = False,
-                             curve_points: int | None = None) -> dict[str, Any]:
+                             curve_points: int | None = None, stored: str | Path | None = None) -> dict[str, Any]:
     """Run every arm of `COMPARISONS[name]` (or those named in `arms`) over `seeds` from the cached base (the
     recipe's, or the tiny model `base`); report into `<out>/<name>`.
 
@@ -564,7 +685,10 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
     the report from the saved runs. The table uses the seeds every row has finished (`complete_seeds`). Every row
     reports the answers its runs sampled; an arm with dynamic sampling is also scored (test rows, once) at the
     optimizer step where it had sampled as many answers as the first arm does in all (`count_sampled`).
-    `curve_points` overrides the comparison's number of validation points per RL run (`arm_config`)."""
+    `curve_points` overrides the comparison's number of validation points per RL run (`arm_config`).
+    `stored`: an earlier report's results.json whose runs are imported first (`import_stored_runs`: same comparison,
+    same base build by weights digest) and kept like saved runs; their training diagnostics and validation items are
+    not stored, so those columns and curves use the runs that have them (the table says which seeds)."""
     import json
     import shutil
     import time
@@ -594,16 +718,29 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
         raise ValueError(f"base {base!r} is not a tiny {recipe['family']} model for {recipe['task']}; valid: {valid}")
     if only_baselines and (report_only or not baselines):
         raise ValueError("only_baselines runs the baseline rows: it needs baselines=True and report_only=False")
+    if not (smoke or report_only or only_baselines) and any(comp["arms"][a].get("init_optimizer_from_base") for a in arms or comp["arms"]):
+        from mmrl.tiny_world.sources import base_optimizer_file
+
+        base_optimizer_file(base or recipe["model_name_or_path"].split(":", 1)[1])  # a cache without it: the error now
     say = print if progress else (lambda *a, **k: None)
     root = Path(out) / name
     if report_only and not (root / "base.json").exists():
         raise ValueError(f"--report-only: no saved runs in {root} (base.json missing)")
-    if root.exists() and not (resume or report_only or only_baselines):
+    if root.exists() and not (resume or report_only or only_baselines or stored is not None):
         shutil.rmtree(root)
     root.mkdir(parents=True, exist_ok=True)
     register()
     base_name = base or recipe["model_name_or_path"].split(":", 1)[1]
     op = TINY_MODELS[base_name].data.get("lazy_op", "+") if base_name in TINY_MODELS else "+"  # the shortcut to count
+    base_steps = SMOKE_BASE_STEPS if smoke else None
+    if not report_only:
+        from mmrl.tiny_world.models import ensure_built
+
+        ensure_built(base_name, progress=progress, steps=base_steps)  # (its digest: the build in use)
+    digest = build_digest(base_name, base_steps)
+    if stored is not None:
+        imported = import_stored_runs(stored, root, name=name, base_name=base_name, digest=digest)
+        say(f"[{name}] imported from {stored}: " + ", ".join(f"{a} seeds {s}" for a, s in imported.items()))
     task = load_task(recipe["task"])
     rows = task.test[: 16 if smoke else comp.get("final_rows", FINAL_ROWS)]  # evaluated once per run, at the end
     val_rows = task.validation[: 16 if smoke else recipe["eval_limit"]]  # the curves (and any choice) use validation
@@ -632,10 +769,12 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
         return {"eval/accuracy": a["sampled"], "eval/greedy": a["greedy"],
                 **{f"eval/{x}": v for x, v in a.items() if x.startswith("pass@")}, "perf/eval_time": time.perf_counter() - t0}
     t_all = time.perf_counter()
-    base_steps = SMOKE_BASE_STEPS if smoke else None
     base_file = root / "base.json"
-    if base_file.exists() and (resume or report_only):
+    if base_file.exists() and (resume or report_only or stored is not None):
         saved_base = json.loads(base_file.read_text())
+        if saved_base.get("weights_sha256") and digest and saved_base["weights_sha256"] != digest:
+            raise ValueError(f"{base_file} was scored on build {saved_base['weights_sha256'][:12]}, the cached "
+                             f"{base_name} is {digest[:12]}: its runs are not paired with new ones")
     else:
         base_policy = load_base_policy(base_name, progress=progress, steps=base_steps)
         before, before_items = score(base_policy, rows)
@@ -643,8 +782,17 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
         if baselines and base_name in CLEAN_REFERENCES:
             ref, ref_items = score(load_base_policy(CLEAN_REFERENCES[base_name], progress=progress, steps=base_steps), rows)
         saved_base = {"before": before, "before_items": before_items, "ref": ref, "ref_items": ref_items,
-                      "validation": curve_eval(base_policy, root / "base_validation_items.jsonl") if curve_opts else None}
+                      "validation": curve_eval(base_policy, root / "base_validation_items.jsonl") if curve_opts else None,
+                      "weights_sha256": digest}
         base_file.write_text(json.dumps(saved_base))
+    base_val_file = root / "base_validation_items.jsonl"
+    if curve_opts and saved_base.get("validation") and not base_val_file.exists() and not report_only:
+        # an imported base (`import_stored_runs`) has its validation figures, not its items: score them again (the
+        # same rows, samples and seeds), for the last curve point's paired intervals of the new runs
+        again = curve_eval(load_base_policy(base_name, progress=False, steps=base_steps), base_val_file)
+        off = {x: (v, again[x]) for x, v in saved_base["validation"].items() if x.startswith("eval/") and abs(v - again[x]) > 1e-9}
+        if off:
+            logger.warning("%s: the base's validation scored again differs from the saved figures %s", name, off)
     before, before_items, ref, ref_items = (saved_base[x] for x in ("before", "before_items", "ref", "ref_items"))
     base_val = saved_base.get("validation")  # the curves' step 0
     say(f"[{name}] base: " + "  ".join(f"{a} {v:.3f}" for a, v in before.items())
@@ -746,7 +894,7 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
     for seed in range(seeds):  # seed-major: a stopped run leaves whole seeds
         for arm in (baseline_arms if only_baselines else row_arms):
             saved = root / "runs" / run_slug(arm, seed) / "result.json"
-            if saved.exists() and (resume or report_only):
+            if saved.exists() and (resume or report_only or stored is not None):
                 done.setdefault(arm, {})[seed] = json.loads(saved.read_text())
             elif not report_only:
                 res = one_run(arm, seed, saved.parent)
@@ -828,13 +976,14 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
             ivs["gap_closed"] = gap_closed_interval(samp, base_m["sampled"], ref_m["sampled"])
             ivs["vs_clean_sft"] = difference_interval(samp, ref_m["sampled"])
         intervals[arm] = ivs
-        if runs[0]["records"]:
-            rewards = [[y for _, y in curve(r["records"], reward_key)] or [float("nan")] for r in runs]
+        logged = [r for r in runs if r["records"]]  # (runs imported from a stored report have no training logs)
+        if logged:
+            rewards = [[y for _, y in curve(r["records"], reward_key)] or [float("nan")] for r in logged]
             first = mean_std([mean_std(y[:5])[0] for y in rewards])[0]
             lastr = mean_std([mean_std(y[-5:])[0] for y in rewards])[0]
-            kl = mean_std([last(r["records"], "diag/kl_k3") for r in runs])[0]
-            ent = mean_std([last(r["records"], "entropy") for r in runs])[0]
-            sc = [[y for _, y in r["shortcut"]] or [float("nan")] for r in runs]
+            kl = mean_std([last(r["records"], "diag/kl_k3") for r in logged])[0]
+            ent = mean_std([last(r["records"], "entropy") for r in logged])[0]
+            sc = [[y for _, y in r["shortcut"]] or [float("nan")] for r in logged]
             short = f"{100 * mean_std([mean_std(y[:5])[0] for y in sc])[0]:.1f} / {100 * mean_std([mean_std(y[-5:])[0] for y in sc])[0]:.1f}"
             diag = [f"{100 * first:.1f} / {100 * lastr:.1f}", short, f"{kl:.3f}", f"{ent:.3f}",
                     f"{mean_std([r['seconds'] for r in runs])[0]:.0f}"]
@@ -884,7 +1033,12 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
                   v["non_shortcut_accuracy"].fmt(signed=True) if v["non_shortcut_accuracy"] else "-",
                   ("yes" if v["non_shortcut_accuracy"].excludes_zero else "no") if v["non_shortcut_accuracy"] else "-"]
                  for k_, v in sc_diffs.items()])
-    trained = {a: runs for a, runs in arms.items() if runs[0]["records"]}
+    trained = {a: [r for r in runs if r["records"]] for a, runs in arms.items() if any(r["records"] for r in runs)}
+    logged_seeds = {a: [r["seed"] for r in runs] for a, runs in trained.items()}
+    if any(len(logged_seeds[a]) < len(arms[a]) for a in trained):
+        table += ("\n\nTraining diagnostics (train reward, KL, entropy and the curves) over the runs with training logs: "
+                  + "; ".join(f"{a} seeds {s}" for a, s in logged_seeds.items())
+                  + " (the other runs were imported from a stored report's per-problem scores).")
     plot_curves({a: [curve(r["records"], "eval/accuracy") for r in runs] for a, runs in trained.items()}, root / "accuracy.png",
                 title=f"{name}: validation accuracy (one sampled answer per row, T = 1)", ylabel="accuracy")
     plot_curves({a: [curve(r["records"], reward_key, smooth=5) for r in runs] for a, runs in trained.items()}, root / "reward.png",
@@ -908,21 +1062,21 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
                         root / f"validation_{key.split('/')[1].replace('@', '')}.png", baseline=base_val[key],
                         title=f"{name}\nvalidation {label}, {len(val_rows)} problems x {ck} samples", ylabel=label.split(" (")[0])
     val_final: dict[str, Any] = {}  # the last validation point of each arm against the base's, paired over problems
-    base_val_file = root / "base_validation_items.jsonl"
     if curve_opts and base_val_file.exists():
         base_vi = json.loads(base_val_file.read_text().splitlines()[-1])["items"]
         for a, runs in trained.items():
-            files = [root / "runs" / run_slug(a, r["seed"]) / "validation_items.jsonl" for r in runs]
-            if not all(f.exists() for f in files):
+            files = {r["seed"]: root / "runs" / run_slug(a, r["seed"]) / "validation_items.jsonl" for r in runs}
+            files = {sd: f for sd, f in files.items() if f.exists()}  # (a run imported from a stored report has none)
+            if not files:
                 continue
-            last_ = [json.loads(f.read_text().splitlines()[-1]) for f in files]
-            val_final[a] = {"step": last_[0]["step"], **{x: difference_interval([v["items"][x] for v in last_], base_vi[x]).to_dict()
+            last_ = [json.loads(f.read_text().splitlines()[-1]) for f in files.values()]
+            val_final[a] = {"step": last_[0]["step"], "seeds": sorted(files), **{x: difference_interval([v["items"][x] for v in last_], base_vi[x]).to_dict()
                                                          for x in ("greedy", "sampled", *[f"pass@{j}" for j in cks], "pass")}}
         if val_final:
             table += "\n\n" + markdown_table(
-                ["validation, last curve point - base (points)", "step", "greedy [95% CI]", "pass@1 [95% CI]",
+                ["validation, last curve point - base (points)", "step", "seeds", "greedy [95% CI]", "pass@1 [95% CI]",
                  *[f"pass@{j} [95% CI]" for j in cks], f"pass@{ck} [95% CI]"],
-                [[a, str(v["step"]), *[Interval(**{y: z for y, z in v[x].items() if y != "excludes_zero"}).fmt(signed=True)
+                [[a, str(v["step"]), ", ".join(map(str, v["seeds"])), *[Interval(**{y: z for y, z in v[x].items() if y != "excludes_zero"}).fmt(signed=True)
                                        for x in ("greedy", "sampled", *[f"pass@{j}" for j in cks], "pass")]]
                  for a, v in val_final.items()])
     total = time.perf_counter() - t_all
@@ -937,7 +1091,7 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
                for d, v in paired["difference"].items()])
     for line in paired.get("lines", []):
         say(f"[{name}] {line}")
-    results = {"name": name, "base": base_name, "before": before, "before_items": before_items, "base_validation": base_val, "validation_final": val_final, "seeds": seeds,
+    results = {"name": name, "base": base_name, "base_weights_sha256": saved_base.get("weights_sha256"), "before": before, "before_items": before_items, "base_validation": base_val, "validation_final": val_final, "seeds": seeds,
                "seeds_used": use, "seconds": total, "run_seconds": {a: [r["seconds"] for r in runs] for a, runs in arms.items()},
                "smoke": smoke, "table": table, "protocol": "curves on validation, test once per run; paired bootstrap 95% CI "
                                                           "over test rows and seeds",
@@ -956,7 +1110,7 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
                                          curve_points=curve_points)
                            for a in selected}}
     (root / "results.json").write_text(json.dumps(results, indent=2, default=str))
-    (root / "table.md").write_text(table + f"\n\nBase `{base_name}`, {seeds} seeds per arm (seeds {use}), {len(rows)} test rows "
+    (root / "table.md").write_text(table + f"\n\nBase `{base_name}` (weights {(saved_base.get('weights_sha256') or 'unknown')[:12]}), {seeds} seeds per arm (seeds {use}), {len(rows)} test rows "
                                    f"(multisets never seen in training), {first_cfg.max_steps // first_cfg.steps_per_rollout} "
                                    f"rollout batches of {first_cfg.prompts_per_rollout} x {first_cfg.num_generations} for "
                                    f"{selected[0]} ({cap:,} answers sampled per run), {total:.0f} s for this report."

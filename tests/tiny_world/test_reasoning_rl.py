@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -353,6 +354,35 @@ def test_authors_arms_follow_the_presets(tmp_path, arm, preset):
     assert cfg.max_steps == 12 * ref.num_iterations and cfg.num_iterations == ref.num_iterations
 
 
+def test_dllm_d1_arms_carry_d1s_settings_on_the_masked_diffusion_recipe(tmp_path):
+    """`dllm-countdown3-d1`: each arm, as loaded, has the d1 preset's algorithm and optimizer settings (mu = 12, clip
+    0.5, KL 0.04, ...) and its mean-field estimator options; it differs from `dllm-countdown3`'s shared-recipe
+    diffu-GRPO exactly in those settings (and the steps they imply), and the two arms differ only in the lr."""
+    import dataclasses
+
+    root = Path(__file__).resolve().parents[2]
+    ref = load_config(root / "configs" / "d1_diffu_grpo_llada_8b.yaml", validate=False)
+    shared = load_config(None, reasoning_rl.arm_config("dllm-countdown3", "diffu-GRPO", seed=0, out=tmp_path))
+    arms = {lr: load_config(None, reasoning_rl.arm_config("dllm-countdown3-d1", reasoning_rl.d1_md_label(lr), seed=0,
+                                                          out=tmp_path)) for lr in reasoning_rl.DLLM_D1_LRS}
+    d1_keys = ("method", "num_iterations", "beta", "epsilon", "epsilon_high", "scale_rewards", "loss_type",
+               "temperature", "lr_scheduler_type", "warmup_ratio", "adam_beta1", "adam_beta2", "weight_decay",
+               "max_grad_norm", "logprob_estimator", "p_mask_prompt", "random_masking")
+    for cfg in arms.values():
+        for key in d1_keys:
+            assert getattr(cfg, key) == getattr(ref, key), key
+        assert (cfg.num_iterations, cfg.max_steps, cfg.eval_steps) == (12, 360, 60)
+        assert (cfg.family, cfg.model_name_or_path) == ("masked_diffusion", "tiny-world:countdown3-md")
+    assert arms["5e-4"].learning_rate == 5e-4 and arms["5e-4/12"].learning_rate * 12 == pytest.approx(5e-4)
+    fields = [f.name for f in dataclasses.fields(shared) if not f.name.startswith("_")]
+    assert {f for f in fields if getattr(arms["5e-4"], f) != getattr(arms["5e-4/12"], f)} == {"learning_rate"}
+    assert {f for f in fields if getattr(shared, f) != getattr(arms["5e-4"], f)} == {
+        "num_iterations", "max_steps", "eval_steps", "beta", "epsilon_high", "temperature", "lr_scheduler_type",
+        "warmup_ratio", "adam_beta2", "weight_decay", "max_grad_norm"}
+    with pytest.raises(ValueError, match="unknown d1-settings lr"):
+        reasoning_rl.d1_md_label("1e-3")
+
+
 def test_grpo_no_kl_arm_differs_from_grpo_only_in_beta(tmp_path):
     """`dgpo-vs-grpo`'s KL-free GRPO arm, as loaded: GRPO's config with beta 0 (and the frozen copy that only measures
     the KL for the diagnostics); every other field, the optimizer's and the rollouts' included, is GRPO's."""
@@ -590,3 +620,106 @@ def test_dllm_lr_arms_differ_from_their_dllm_countdown3_arm_in_the_lr_alone(tmp_
             diff = {f.name for f in dataclasses.fields(cfg) if getattr(cfg, f.name) != getattr(ref, f.name)}
             assert diff == (set() if lr == 5e-4 else {"learning_rate"}) and cfg.learning_rate == lr
             assert (cfg.max_steps, cfg.beta, cfg.lr_scheduler_type) == (30, 0.1, "cosine")
+
+
+def test_dllm_base_state_arms_differ_from_their_twins_in_the_optimizer_start_only(tmp_path):
+    """issue 24 item 5: `dllm-countdown3`'s pre-training-optimizer-state arms are diffu-GRPO and `DMPO_CORRECT_ONLY`
+    with `init_optimizer_from_base` and nothing else changed (so they pair with the fresh-optimizer runs)."""
+    import dataclasses
+
+    name, rr = "dllm-countdown3", reasoning_rl
+    for arm, twin in [(rr.DIFFU_GRPO_BASE_STATE, "diffu-GRPO"), (rr.DMPO_CORRECT_ONLY_BASE_STATE, rr.DMPO_CORRECT_ONLY)]:
+        cfg = load_config(None, rr.arm_config(name, arm, seed=3, out=tmp_path, rollouts=30))
+        ref = load_config(None, rr.arm_config(name, twin, seed=3, out=tmp_path, rollouts=30))
+        diff = {x.name for x in dataclasses.fields(cfg) if getattr(cfg, x.name) != getattr(ref, x.name)} - {"_explicit"}
+        assert diff == {"init_optimizer_from_base"} and cfg.init_optimizer_from_base and not ref.init_optimizer_from_base
+    from mmrl.tiny_world.models import SMOKE_BASE_STEPS, model_dir
+
+    smoke = rr.arm_config(name, rr.DIFFU_GRPO_BASE_STATE, seed=0, out=tmp_path, smoke=True)  # the smoke base's own state
+    assert smoke["model_name_or_path"] == str(model_dir("countdown3-md", SMOKE_BASE_STEPS))
+
+
+def test_a_base_state_arm_on_a_cache_without_the_state_fails_before_any_work(tmp_path, monkeypatch):
+    """A `countdown3-md` cache built before bases kept their AdamW state: the comparison stops at once, naming the base
+    and the rebuild command, before the base is scored (no folder of results is written)."""
+    from mmrl.tiny_world.models import model_dir
+
+    monkeypatch.setenv("MMRL_CACHE", str(tmp_path / "cache"))
+    folder = model_dir("countdown3-md")
+    folder.mkdir(parents=True)
+    (folder / "tiny_spec.json").write_text("{}")
+    with pytest.raises(FileNotFoundError, match="mmrl pretrain-tiny --force --no-eval countdown3-md"):
+        reasoning_rl.run_reasoning_comparison("dllm-countdown3", tmp_path / "rep", seeds=1, progress=False,
+                                              arms=[reasoning_rl.DIFFU_GRPO_BASE_STATE], baselines=False)
+    assert not (tmp_path / "rep").exists()
+
+def test_import_stored_runs_pools_stored_seeds_with_new_ones(tmp_path, monkeypatch):
+    """An earlier report's results.json (per-problem scores of seeds 0-1, no run folders) imported into a report
+    folder beside a new seed-2 run: the report covers seeds 0-2 with the intervals of the pooled items, the training
+    diagnostics and the last validation point from seed 2 alone (the table says so); a stored report of another build
+    or comparison is refused, a second import is a no-op, a conflicting run is never overwritten."""
+    from mmrl.tiny_world.stats import difference_interval
+
+    name, digest = "dgpo-countdown4-steps", "ab" * 32
+    arms = list(reasoning_rl.COMPARISONS[name]["arms"])
+    monkeypatch.setattr(reasoning_rl, "build_digest", lambda base, steps=None: digest)
+    n = 20  # test rows (the comparison takes up to 100)
+    rows = [{"prompt": f"problem {i}"} for i in range(n)]  # (the report reads the rows' prompts only)
+    monkeypatch.setattr("mmrl.data.tasks.load_task", lambda task: SimpleNamespace(test=rows, validation=rows, metric="countdown4_steps"))
+
+    def items(seed: int, shift: int) -> dict[str, list[float]]:
+        x = [float((i * 7 + seed * 3 + shift) % 5 == 0) for i in range(n)]
+        return {"greedy": x, "sampled": [v / 2 for v in x], "pass@4": x, "pass": x, "best": x}
+
+    def summary(it: dict[str, list[float]]) -> dict[str, float]:
+        return {("pass@16" if k == "pass" else k): sum(v) / n for k, v in it.items() if k != "best"}
+
+    def run(arm: str, seed: int) -> dict:
+        it = items(seed, arms.index(arm))
+        return {"seed": seed, "after": summary(it), "items": it,
+                "seconds": 10.0, "rollouts": 5120, "steps": 80}
+
+    base_items = items(9, 4)
+    val = {"eval/accuracy": 0.1, "eval/greedy": 0.2, "eval/pass@4": 0.3, "eval/pass@16": 0.5}
+    stored = {"name": name, "base": "countdown4-steps-ar", "base_weights_sha256": digest, "smoke": False,
+              "before": summary(base_items), "before_items": base_items,
+              "base_validation": val, "reference": None, "arms": {a: [run(a, 0), run(a, 1)] for a in arms}}
+    results = tmp_path / "stored.json"
+    results.write_text(json.dumps(stored))
+    root = tmp_path / "rep" / name
+    assert reasoning_rl.import_stored_runs(results, root, name=name, base_name="countdown4-steps-ar", digest=digest) == {
+        a: [0, 1] for a in arms}
+    # a new seed's runs, with their training logs and validation items (as `one_run` leaves them)
+    for a in arms:
+        d = root / "runs" / reasoning_rl.run_slug(a, 2)
+        d.mkdir(parents=True)
+        (d / "result.json").write_text(json.dumps(run(a, 2)))
+        (d / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "entropy": 0.1 - s / 1000, "diag/kl_k3": 0.01 * s,
+                                                             "rewards/countdown4_steps/mean": 0.1, "eval/greedy": 0.1 + s / 10})
+                                                 + "\n" for s in (1, 2)))
+        vi = items(2, arms.index(a) + 1)
+        (d / "validation_items.jsonl").write_text(json.dumps({"step": 80, "items": vi}) + "\n")
+    (root / "base_validation_items.jsonl").write_text(json.dumps({"step": 0, "items": base_items}) + "\n")
+    plotted: dict[str, dict] = {}  # the curves each figure would draw (file name -> {arm: [one curve per run]})
+    monkeypatch.setattr("mmrl.tiny_world.report.plot_curves", lambda curves, path, **kw: plotted.update({Path(path).name: curves}))
+    res = reasoning_rl.run_reasoning_comparison(name, tmp_path / "rep", seeds=3, progress=False, baselines=False,
+                                                arms=["GRPO", "DGPO"], report_only=True, stored=results)  # (a second import: no change)
+    assert res["seeds_used"] == [0, 1, 2] and res["base_weights_sha256"] == digest
+    assert [r.get(reasoning_rl.STORED_FROM) is not None for r in res["arms"]["GRPO"]] == [True, True, False]
+    want = difference_interval([items(s, 0)["sampled"] for s in (0, 1, 2)], [items(s, 1)["sampled"] for s in (0, 1, 2)])
+    assert res["intervals"]["difference"]["GRPO - DGPO"]["sampled"] == want.to_dict()  # over every seed's items
+    assert res["validation_final"]["GRPO"]["seeds"] == [2]
+    assert plotted["entropy.png"]["GRPO"] == [[(1, 0.099), (2, 0.098)]]  # the one run with training logs
+    assert plotted["validation_greedy.png"]["DGPO"] == [[(0, 0.2), (1, 0.2), (2, pytest.approx(0.3))]]  # from the base's figure on
+    table = (root / "table.md").read_text()
+    assert "GRPO (3 seeds)" in table and "GRPO seeds [2]" in table and "(weights abababababab)" in table
+    # refused: another build, another comparison; a run that differs from the stored one
+    with pytest.raises(ValueError, match="not the build in use"):
+        reasoning_rl.import_stored_runs(results, root, name=name, base_name="countdown4-steps-ar", digest="cd" * 32)
+    with pytest.raises(ValueError, match="not 'dgpo-vs-grpo'"):
+        reasoning_rl.import_stored_runs(results, root, name="dgpo-vs-grpo", base_name="countdown4-steps-ar", digest=digest)
+    (root / "runs" / "grpo-seed1" / "result.json").write_text(json.dumps(run("GRPO", 0) | {"seed": 1}))
+    with pytest.raises(ValueError, match="differs"):
+        reasoning_rl.import_stored_runs(results, root, name=name, base_name="countdown4-steps-ar", digest=digest)
+    with pytest.raises(SystemExit, match="--import-results applies to the Countdown comparisons"):
+        main(["replicate", "gcpo-vs-grpo", "--import-results", str(results)])
