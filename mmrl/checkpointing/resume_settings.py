@@ -27,7 +27,7 @@ FIXED_ON_RESUME = (
     "steps_per_generation", "generation_batch_size", "max_completion_length", "block_length", "task", "dataset_path",
 )
 CHECKPOINT_WINS = ("learning_rate", "lr_scheduler_type", "lr_scheduler_kwargs", "warmup_ratio", "warmup_steps", "optim", "adam_beta1",
-                   "adam_beta2", "adam_epsilon", "weight_decay")
+                   "adam_beta2", "adam_epsilon", "weight_decay", "init_optimizer_from_base")
 FREE = (
     "max_steps", "output_dir", "resume_from", "logging_steps", "report_to", "save_steps", "save_total_limit", "eval_steps",
     "eval_limit", "eval_generation", "credit_steps", "progress_bar", "eval_strategy", "run_name", "push_to_hub",

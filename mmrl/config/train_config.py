@@ -311,6 +311,12 @@ class _Fields:
         AdamW beta2.""")
     adam_epsilon: float = setting(1e-8, range="(0, inf)", help="""
         AdamW epsilon.""")
+    init_optimizer_from_base: bool = setting(False, help="""
+        Start AdamW from the base's pre-training state (exp_avg, exp_avg_sq and step of every parameter, matched by
+        name) instead of zeros, so the first steps are scaled by the pre-training second moments (a fresh AdamW moves
+        every weight by about lr per step). Only tiny-world bases (`tiny-world:NAME`) and folders holding
+        `optimizer_state.safetensors` have that state (`mmrl.checkpointing.optimizer_state`; docs/RESULTS.md "Keeping
+        the pre-training optimizer state"); a resumed run takes the checkpoint's optimizer state instead.""")
     max_grad_norm: float = setting(1.0, range="[0, inf)", note="(0 disables clipping)", help="""
         Gradient-norm clipping (on by default); 0 disables it.""")
     max_nonfinite_steps: int = setting(3, range="[1, inf)", help="""

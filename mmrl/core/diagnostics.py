@@ -111,6 +111,17 @@ def update_ratio(before: Sequence[torch.Tensor], after: Sequence[torch.Tensor]) 
     return {"global": (diff_sq / base_sq) ** 0.5 if base_sq > 0 else 0.0, "max": worst}
 
 
+def update_abs_mean(before: Sequence[torch.Tensor], after: Sequence[torch.Tensor]) -> float:
+    """Mean absolute change of one update over every trainable element, `mean |theta_after - theta_before|`:
+    divided by the learning rate, about 1 for the first steps of a fresh AdamW (every weight moves by about lr),
+    less when the second moments are larger than the gradients (`init_optimizer_from_base`)."""
+    total, count = 0.0, 0
+    for b, a in zip(before, after):
+        total += float((a.detach().float() - b.detach().float()).abs().sum())
+        count += b.numel()
+    return total / max(count, 1)
+
+
 # ------------------------------------------------------------------------------------------ step metrics
 
 
@@ -147,7 +158,8 @@ def snapshot(params: Sequence[torch.Tensor]) -> list[torch.Tensor]:
 def finish_step_metrics(metrics: dict[str, float], before: list[torch.Tensor] | None,
                         params: Sequence[torch.Tensor]) -> None:
     """In place: turn the `diag/_...` step totals of `micro_batch_sums` into `diag/kl_k1`, `diag/kl_k3`,
-    `diag/pos_weight_frac`, `diag/neg_weight_frac`, and add `diag/update_ratio(_max)` when `before` was taken."""
+    `diag/pos_weight_frac`, `diag/neg_weight_frac`, and add `diag/update_ratio(_max)` and `diag/update_abs_mean` when
+    `before` was taken."""
     sums = {k[len(PREFIX) + 1:]: metrics.pop(k) for k in [k for k in metrics if k.startswith(PREFIX + "_")]}
     if "pos" in sums:
         fr = _fractions(sums["pos"], sums["neg"])
@@ -158,6 +170,7 @@ def finish_step_metrics(metrics: dict[str, float], before: list[torch.Tensor] | 
     if before is not None:
         r = update_ratio(before, params)
         metrics[PREFIX + "update_ratio"], metrics[PREFIX + "update_ratio_max"] = r["global"], r["max"]
+        metrics[PREFIX + "update_abs_mean"] = update_abs_mean(before, params)
 
 
 def logged_step(cfg, step: int) -> bool:

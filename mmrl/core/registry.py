@@ -57,3 +57,6 @@ TASKS = Registry("task", hint=_TINY_WORLD)
 """name -> loader(dataset_path: str | None, seed: int) -> `mmrl.data.tasks.Task` (filled by mmrl.data.tasks)."""
 MODEL_SOURCES = Registry("model source", hint=_TINY_WORLD)
 """prefix -> loader(name: str, family: str) -> policy adapter, for `model_name_or_path = "<prefix>:<name>"`."""
+OPTIMIZER_STATES = Registry("optimizer-state source", hint=_TINY_WORLD)
+"""prefix -> lookup(name: str) -> Path of the pre-training AdamW state file of model `<prefix>:<name>`
+(`mmrl.checkpointing.optimizer_state`, `init_optimizer_from_base`); raises FileNotFoundError when it has none."""

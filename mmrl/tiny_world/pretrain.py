@@ -171,6 +171,7 @@ def masked_diffusion_sft(
     diffusion_lr: float | None = None,
     suffix_frac: float = 0.0,
     anneal_steps: int = 0,
+    keep_optimizer: Callable[[torch.optim.Optimizer], None] | None = None,
 ) -> list[dict]:
     """Train a `MaskedDiffusionAdapter` in place with LLaDA's SFT loss (or the `masked_sft_loss` variant that
     `time_weight`, `normalise`, `token_reweight` choose); returns the history of (step, loss, seconds, eval).
@@ -185,6 +186,8 @@ def masked_diffusion_sft(
     attends to all past positions and to each future one with probability `anneal_share(s - 1, K)` = (s - 1) / K,
     drawn per row, query and key (`annealed_attention`, from its own generator so the masking draws are the
     default recipe's); from step K + 1 on the attention is fully bidirectional.
+    `keep_optimizer(opt)` is called with the diffusion steps' AdamW after the last step (the base build keeps its
+    state, `mmrl.tiny_world.optimizer_state`).
     """
     if time_weight not in TIME_WEIGHTS:
         raise ValueError(f"unknown time_weight {time_weight!r}; valid: {list(TIME_WEIGHTS)}")
@@ -247,6 +250,8 @@ def masked_diffusion_sft(
     if bar is not None:
         bar.close()
     model.eval()
+    if keep_optimizer is not None:
+        keep_optimizer(opt)
     return history
 
 
@@ -272,13 +277,13 @@ def causal_phase(policy, prompts: Sequence[str], targets: Sequence[str], *, step
 def causal_sft(policy, prompts: Sequence[str], targets: Sequence[str], *, steps: int, batch_size: int = 64, lr: float = 2e-3,
                seed: int = 0, eval_fn: Callable[[], float] | None = None, eval_every: int = 0, progress: bool = True,
                desc: str = "pretrain", eos_id: int | None = None, pad_id: int | None = None,
-               trim_padding: bool = False) -> list[dict]:
+               trim_padding: bool = False, keep_optimizer: Callable[[torch.optim.Optimizer], None] | None = None) -> list[dict]:
     """Train a `CausalLMAdapter` in place on prompt -> target + EOS (loss on the target tokens only); `eos_id` /
     `pad_id` default to the adapter's generation defaults (`causal_phase` passes a diffusion model's).
     `trim_padding`: cut each batch to its longest row (TRL's dynamic padding) instead of the longest row of the data;
     the loss is the same function of the weights (right padding under a causal mask is never attended to), the
     step is cheaper when lengths vary (countdown4_steps: 60-160 tokens). Off by default, so the bases built before
-    it keep their exact floating-point history."""
+    it keep their exact floating-point history. `keep_optimizer(opt)` is called with the AdamW after the last step."""
     from mmrl.models.base import right_pad
 
     model, tok = policy.model, policy.tokenizer
@@ -326,6 +331,8 @@ def causal_sft(policy, prompts: Sequence[str], targets: Sequence[str], *, steps:
     if bar is not None:
         bar.close()
     model.eval()
+    if keep_optimizer is not None:
+        keep_optimizer(opt)
     return history
 
 

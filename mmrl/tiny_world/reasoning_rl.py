@@ -241,6 +241,16 @@ DMPO_CORRECT_ONLY_F8_TR = "DMPO, weight on right answers only, F=8, trust region
 """`DMPO_CORRECT_ONLY_F8` with `dmpo_trust_region 0.05`: a right answer stops being fitted within a rollout batch once
 its likelihood rose 0.05 nats per token above the behaviour policy's (`dmpo_trust_region_gate`)."""
 
+DIFFU_GRPO_BASE_STATE = "diffu-GRPO, pre-training optimizer state"
+"""`dllm-countdown3`'s diffu-GRPO arm with `init_optimizer_from_base`: its AdamW starts from the base's final
+pre-training moments (issue 24 item 5, docs/RESULTS.md "Keeping the pre-training optimizer state")."""
+
+DMPO_CORRECT_ONLY_BASE_STATE = "DMPO, weight on right answers only, pre-training optimizer state"
+"""`DMPO_CORRECT_ONLY` with `init_optimizer_from_base` (the same issue-24 item)."""
+
+BASE_STATE = {"init_optimizer_from_base": True}
+"""The one setting the pre-training-optimizer-state arms add to their fresh-optimizer twins."""
+
 COMPARISONS: dict[str, dict[str, Any]] = {
     "dgpo-vs-grpo": {"recipe": COUNTDOWN_RL, "rollouts": 120, "arms": {
         "GRPO": {"method": "grpo"},
@@ -289,6 +299,10 @@ COMPARISONS: dict[str, dict[str, Any]] = {
         DMPO_CORRECT_ONLY_F4: {**DMPO_ARM, "dmpo_baseline": "correct_only", "num_iterations": 4},
         DMPO_CORRECT_ONLY_F8: {**DMPO_ARM, "dmpo_baseline": "correct_only", "num_iterations": 8},
         DMPO_CORRECT_ONLY_F8_TR: {**DMPO_ARM, "dmpo_baseline": "correct_only", "num_iterations": 8, "dmpo_trust_region": 0.05},
+        # issue 24 item 5: the two arms above (diffu-GRPO, DMPO_CORRECT_ONLY) with AdamW started from the base's own
+        # pre-training moments instead of zeros (docs/RESULTS.md, "Keeping the pre-training optimizer state")
+        DIFFU_GRPO_BASE_STATE: {"method": "diffu_grpo", "num_iterations": 1, **BASE_STATE},
+        DMPO_CORRECT_ONLY_BASE_STATE: {**DMPO_ARM, "dmpo_baseline": "correct_only", **BASE_STATE},
     }},
 }
 SHARED_OPTIMIZER: dict[str, Any] = {"adam_beta2": 0.999, "max_grad_norm": 1.0, "weight_decay": 0.0}
@@ -493,6 +507,10 @@ def arm_config(name: str, arm: str, *, seed: int, out: Path, rollouts: int | Non
     cfg = {**comp["recipe"], **comp["arms"][arm], "seed": seed, "output_dir": str(out), "progress_bar": False}
     if base is not None:
         cfg["model_name_or_path"] = f"tiny-world:{base}"
+    if smoke and cfg.get("init_optimizer_from_base"):  # the smoke base's own folder holds its optimizer state
+        from mmrl.tiny_world.models import SMOKE_BASE_STEPS, model_dir
+
+        cfg["model_name_or_path"] = str(model_dir(cfg["model_name_or_path"].split(":", 1)[1], SMOKE_BASE_STEPS))
     if smoke:
         cfg.update(SMOKE)
         # the 20-step smoke base rewards nothing: no group has a spread, so dynamic sampling could never fill a batch
@@ -700,6 +718,10 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
         raise ValueError(f"base {base!r} is not a tiny {recipe['family']} model for {recipe['task']}; valid: {valid}")
     if only_baselines and (report_only or not baselines):
         raise ValueError("only_baselines runs the baseline rows: it needs baselines=True and report_only=False")
+    if not (smoke or report_only or only_baselines) and any(comp["arms"][a].get("init_optimizer_from_base") for a in arms or comp["arms"]):
+        from mmrl.tiny_world.sources import base_optimizer_file
+
+        base_optimizer_file(base or recipe["model_name_or_path"].split(":", 1)[1])  # a cache without it: the error now
     say = print if progress else (lambda *a, **k: None)
     root = Path(out) / name
     if report_only and not (root / "base.json").exists():

@@ -59,7 +59,7 @@ COMPARISONS: dict[str, dict[str, dict[str, Any]]] = {
         "dmpo, F=1": {"method": "dmpo", "dmpo_baseline": "group"},
     },
     # DMPO's buffer reuse (F optimizer steps per rollout batch; the paper's F = 24) vs diffu-GRPO, same rollouts: the
-    # arms of the old-protocol `dmpo-vs-d1` (docs/RESULTS.md), not re-run under the protocol
+    # arms of the old-protocol `dmpo-vs-d1` (docs/RESULTS.md "DMPO buffer reuse on Sudoku")
     "dmpo-reuse-sudoku4": {
         "diffu-grpo (d1), F=1": {"method": "diffu_grpo"},
         "dmpo, F=1": {"method": "dmpo", "dmpo_baseline": "group"},
@@ -68,7 +68,7 @@ COMPARISONS: dict[str, dict[str, dict[str, Any]]] = {
     },
     # issue 24 item 5: the arms differ only in the reward (`reward_funcs`), on the STABLE recipe, the same rollouts
     # and one optimizer setting; the validation curves and the test rows score cell accuracy (the task's metric) for
-    # every arm. Listed in priority order: with a cutoff, the last arms are the ones left out.
+    # every arm. Listed in priority order (`--arm` picks a subset; a cutoff now leaves whole seeds out, `run_comparison`).
     "sudoku-rewards": {
         "diffu-grpo, solved 1/0": {"method": "diffu_grpo", "reward_funcs": ["sudoku4_solved"]},
         "dmpo, solved 1/0": {"method": "dmpo", "dmpo_baseline": "group", "reward_funcs": ["sudoku4_solved"]},
@@ -79,7 +79,7 @@ COMPARISONS: dict[str, dict[str, dict[str, Any]]] = {
     },
     # issue 24 item 3(b): DMPO's weight baselines at a small batch (the paper's Fig. 4 failure mode of plain WDCE),
     # and item 5's control, WDCE on the correctly filled cells only (`dmpo_token_mask`), each beside the same arm
-    # without it; in priority order (with a cutoff the last arms are the ones left out)
+    # without it; in priority order (`--arm` picks a subset)
     "dmpo-small-batch": {
         "wdce, no baseline": {"method": "dmpo", "dmpo_baseline": "none"},
         "wdce, no baseline, correct cells only": {"method": "dmpo", "dmpo_baseline": "none", "dmpo_token_mask": "correct_cells"},
@@ -155,9 +155,11 @@ def arm_config(name: str, arm: str, *, seed: int, rollouts: int, out: Path, smok
 
 def run_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int = 5, rollouts: int | None = None,
                    smoke: bool = False, progress: bool = True, baselines: bool = True,
-                   cutoff: str | None = None) -> dict[str, Any]:
-    """Run every arm of the Sudoku comparison `name` over `seeds` from the cached `sudoku4` base; report into
-    `<out>/<name>` (results.json with every run's per-puzzle test scores, table.md, the validation curves).
+                   cutoff: str | None = None, arms: list[str] | None = None, resume: bool = False,
+                   report_only: bool = False) -> dict[str, Any]:
+    """Run every arm of the Sudoku comparison `name` (or those named in `arms`) over `seeds` from the cached
+    `sudoku4` base; report into `<out>/<name>` (results.json with every run's per-puzzle test scores, table.md,
+    the validation curves).
 
     The protocol (issue 23): curves on `task.validation`, the test puzzles scored once per run at the end (greedy,
     steps = length), paired-bootstrap 95% intervals over puzzles and seeds (`mmrl.tiny_world.stats`) for every gain
@@ -174,10 +176,13 @@ def run_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int 
       n answers reranked as a user could: the one with the fewest violated constraints (`sudoku4_verifier`, which
       reads only the puzzle).
 
-    `cutoff` ("HH:MM", UTC): start no run after that clock time; an arm with fewer than `seeds` finished runs is
-    left out of the table and the intervals (its runs are kept in results.json under "incomplete"), so the
-    comparisons listed last are the ones dropped, never seeds. An arm's `reward_funcs` replaces the task's reward
-    for training only (validation and test score the task's metric)."""
+    Runs go seed-major (seed 0 of every arm, clean SFT and RFT, then seed 1, ...) and each writes
+    `runs/<run>/result.json` when it finishes (the base's scores: `base.json`, best-of-n: `best_of_n.json`);
+    `resume` keeps `<out>/<name>` and skips the runs already saved, `report_only` runs nothing and builds the
+    report from the saved runs. `cutoff` ("HH:MM", UTC): start no run after that clock time. The table uses the
+    seeds every row has finished (`complete_seeds`); the other finished runs are kept in results.json under
+    "incomplete". An arm's `reward_funcs` replaces the task's reward for training only (validation and test score
+    the task's metric)."""
     from mmrl.config.train_config import load_config
     from mmrl.data.tasks import load_task
     from mmrl.tiny_world import register
@@ -185,7 +190,7 @@ def run_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int 
     from mmrl.tiny_world.models import load_base_policy
     from mmrl.tiny_world.quickstart import evaluate_items
     from mmrl.tiny_world.models import SMOKE_BASE_STEPS
-    from mmrl.tiny_world.reasoning_rl import held_out_items, sampled_generation
+    from mmrl.tiny_world.reasoning_rl import complete_seeds, held_out_items, run_slug, sampled_generation
     from mmrl.tiny_world.rft import fit_batches, masked_diffusion_nll, rejection_sampling_ft, truth_batches
     from mmrl.tiny_world.stats import difference_interval, mean_interval
     from mmrl.tiny_world.tasks import sudoku4_verifier
@@ -196,94 +201,134 @@ def run_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int 
         raise ValueError(f"unknown comparison {name!r}; implemented: {sorted(COMPARISONS)}")
     if seeds < 1:
         raise ValueError(f"seeds must be >= 1, got {seeds}")
+    bad = sorted(set(arms or []) - set(COMPARISONS[name]))
+    if bad:
+        raise ValueError(f"unknown arms {bad} of {name}; valid: {list(COMPARISONS[name])}")
     rollouts = rollouts or (2 if smoke else SIZES[name]["rollouts"])
     baselines = baselines and name in BASELINE_ROWS
     stop = cutoff_time(cutoff)
     root = Path(out) / name
-    if root.exists():
+    base_file, best_file = root / "base.json", root / "best_of_n.json"
+    if report_only and not base_file.exists():
+        raise ValueError(f"--report-only: no saved runs in {root} (base.json missing)")
+    if root.exists() and not (resume or report_only):
         shutil.rmtree(root)
-    root.mkdir(parents=True)
+    root.mkdir(parents=True, exist_ok=True)
     register()  # the tiny world's tasks and rewards
     task = load_task("sudoku4")
     test = task.test[: 16 if smoke else QUICKSTART_RECIPE["eval_limit"]]  # once per run, at the end
     val = task.validation[: len(test)]  # the curves
     base_steps = SMOKE_BASE_STEPS if smoke else None
-    first = next(iter(COMPARISONS[name]))
-    shape = load_config(None, arm_config(name, first, seed=0, rollouts=rollouts, out=root, smoke=smoke))
+    selected = [a for a in COMPARISONS[name] if not arms or a in arms]
+    shape = load_config(None, arm_config(name, selected[0], seed=0, rollouts=rollouts, out=root, smoke=smoke))
     n_best = shape.num_generations  # best-of-n: the arms' answers per puzzle
     t_all = time.perf_counter()
-    base_policy = load_base_policy("sudoku4", progress=progress, steps=base_steps)
-    base, base_items = evaluate_items(base_policy, test, task.metric)
-    base_val, _ = evaluate_items(base_policy, val, task.metric)  # the curves' starting point (validation column)
+    if base_file.exists() and (resume or report_only):
+        saved_base = json.loads(base_file.read_text())
+    else:
+        base_policy = load_base_policy("sudoku4", progress=progress, steps=base_steps)
+        b_acc, b_items = evaluate_items(base_policy, test, task.metric)
+        saved_base = {"base": b_acc, "base_items": b_items,
+                      "base_validation": evaluate_items(base_policy, val, task.metric)[0]}  # the curves' start
+        base_file.write_text(json.dumps(saved_base))
+    base, base_items, base_val = (saved_base[k] for k in ("base", "base_items", "base_validation"))
     best = None
-    if baselines:
+    if baselines and not best_file.exists() and not report_only:
         t0 = time.perf_counter()
-        best = held_out_items(base_policy, test, task.metric, "masked_diffusion", 16, k=n_best, verifier=sudoku4_verifier)
-        best = {**best[0], "items": best[1], "seconds": time.perf_counter() - t0}
-    arms: dict[str, list[dict]] = {}
+        best = held_out_items(load_base_policy("sudoku4", progress=False, steps=base_steps), test, task.metric,
+                              "masked_diffusion", 16, k=n_best, verifier=sudoku4_verifier)
+        best_file.write_text(json.dumps({**best[0], "items": best[1], "seconds": time.perf_counter() - t0}))
+    if baselines and best_file.exists():
+        best = json.loads(best_file.read_text())
+    row_arms = selected + ([CLEAN_SFT_ROW, RFT_ROW] if baselines else [])
 
-    def finish(label: str, seed: int, policy, t0: float, **extra) -> None:
-        acc, items = evaluate_items(policy, test, task.metric)  # the test rows, once per run
-        arms.setdefault(label, []).append({"seed": seed, "accuracy": acc, "items": items, "seconds": time.perf_counter() - t0, **extra})
-        if progress:
-            logger.info(f"      test cell accuracy {100 * acc:.1f}% (base {100 * base:.1f}%), {time.perf_counter() - t0:.0f} s")
-
-    for arm in COMPARISONS[name]:
-        for seed in range(seeds):
-            if stop is not None and time.time() > stop:
-                logger.info(f"[{name}] cutoff {cutoff} UTC passed: {arm}, seed {seed} and later runs not started")
-                break
-            run_dir = root / "runs" / f"{re.sub(r'[^a-z0-9]+', '_', arm.lower()).strip('_')}-seed{seed}"
-            cfg = load_config(None, arm_config(name, arm, seed=seed, rollouts=rollouts, out=run_dir, smoke=smoke))
-            if progress:
-                logger.info(f"[{name}] {arm}, seed {seed + 1}/{seeds}: {cfg.max_steps} optimizer steps, {rollouts} rollout batches")
-            policy = load_base_policy("sudoku4", progress=False, steps=base_steps)
-            t0 = time.perf_counter()
-            Trainer(cfg, policy=policy, dataset=task.train, reward_funcs=cfg.reward_funcs or task.reward_funcs, eval_dataset=val,
-                    eval_metric=task.metric).train()
-            finish(arm, seed, policy, t0, records=read_metrics(run_dir))
-    if baselines:
-        steps, per_step = shape.max_steps, shape.per_device_train_batch_size  # the first arm's compute (F = 1 there)
-        for seed in range(seeds):
+    def one_run(label: str, seed: int, run_dir: Path) -> dict[str, Any]:
+        """Train one row (an RL arm, clean SFT or RFT) at one seed from the base, score the test puzzles once."""
+        if run_dir.exists():
+            shutil.rmtree(run_dir)  # an unfinished run of an earlier, stopped call
+        policy = load_base_policy("sudoku4", progress=False, steps=base_steps)
+        t0 = time.perf_counter()
+        extra: dict[str, Any]
+        if label == CLEAN_SFT_ROW:  # the first arm's compute (F = 1 there)
+            steps, per_step = shape.max_steps, shape.per_device_train_batch_size
             if progress:
                 logger.info(f"[{name}] {CLEAN_SFT_ROW}, seed {seed + 1}/{seeds}: {steps} steps of {per_step} true solutions")
-            policy = load_base_policy("sudoku4", progress=False, steps=base_steps)
-            t0 = time.perf_counter()
             batches = truth_batches(policy, task.train, steps=steps, batch_size=per_step, gen_length=shape.max_completion_length, seed=seed)
             losses = fit_batches(policy, batches, masked_diffusion_nll(seed), lr=shape.learning_rate, max_grad_norm=shape.max_grad_norm)
-            finish(CLEAN_SFT_ROW, seed, policy, t0, records=[], loss=losses)
-        for seed in range(seeds):
+            extra = {"loss": losses, "steps": steps, "rollouts": 0, "trained_sequences": steps * per_step}
+        elif label == RFT_ROW:
             if progress:
                 logger.info(f"[{name}] {RFT_ROW}, seed {seed + 1}/{seeds}: {rollouts} rollout batches of "
                             f"{shape.prompts_per_rollout} x {shape.num_generations}")
-            policy = load_base_policy("sudoku4", progress=False, steps=base_steps)
-            t0 = time.perf_counter()
             rft = rejection_sampling_ft(policy, task.train, task.metric, rollouts=rollouts, prompts_per_rollout=shape.prompts_per_rollout,
                                         group_size=shape.num_generations, lr=shape.learning_rate, seed=seed,
                                         max_grad_norm=shape.max_grad_norm, loss_fn=masked_diffusion_nll(seed),
                                         generation=sampled_generation("masked_diffusion", shape.max_completion_length))
-            finish(RFT_ROW, seed, policy, t0, records=[], rft_accepted=sum(rft["accepted"]), rft_sampled=rft["sampled"])
-    total = time.perf_counter() - t_all
-    incomplete = {a: runs for a, runs in arms.items() if a in COMPARISONS[name] and len(runs) < seeds}
-    arms = {a: runs for a, runs in arms.items() if a not in incomplete}
-    if incomplete:
-        logger.info(f"[{name}] left out (fewer than {seeds} seeds finished by the cutoff): {sorted(incomplete)}")
+            extra = {"rft_accepted": sum(rft["accepted"]), "rft_sampled": rft["sampled"], "steps": len(rft["accepted"]),
+                     "rollouts": int(rft["sampled"]), "trained_sequences": sum(rft["accepted"])}
+        else:
+            cfg = load_config(None, arm_config(name, label, seed=seed, rollouts=rollouts, out=run_dir, smoke=smoke))
+            if progress:
+                logger.info(f"[{name}] {label}, seed {seed + 1}/{seeds}: {cfg.max_steps} optimizer steps, {rollouts} rollout batches")
+            Trainer(cfg, policy=policy, dataset=task.train, reward_funcs=cfg.reward_funcs or task.reward_funcs, eval_dataset=val,
+                    eval_metric=task.metric).train()
+            extra = {"steps": cfg.max_steps,
+                     "rollouts": cfg.max_steps // cfg.steps_per_rollout * cfg.prompts_per_rollout * cfg.num_generations}
+        secs = time.perf_counter() - t0
+        acc, items = evaluate_items(policy, test, task.metric)  # the test rows, once per run
+        run_dir.mkdir(parents=True, exist_ok=True)
+        if progress:
+            logger.info(f"      test cell accuracy {100 * acc:.1f}% (base {100 * base:.1f}%), {secs:.0f} s")
+        return {"seed": seed, "accuracy": acc, "items": items, "seconds": secs, **extra}
 
+    done: dict[str, dict[int, dict]] = {}
+    stopped = False
+    for seed in range(seeds):  # seed-major: a stopped run leaves whole seeds
+        for label in row_arms:
+            saved = root / "runs" / run_slug(label, seed) / "result.json"
+            if saved.exists() and (resume or report_only):
+                done.setdefault(label, {})[seed] = json.loads(saved.read_text())
+            elif not report_only and not stopped:
+                if stop is not None and time.time() > stop:
+                    logger.info(f"[{name}] cutoff {cutoff} UTC passed: {label}, seed {seed} and later runs not started")
+                    stopped = True
+                    continue
+                res = one_run(label, seed, saved.parent)
+                saved.write_text(json.dumps(res))
+                done.setdefault(label, {})[seed] = res
+    total = time.perf_counter() - t_all
+    use = complete_seeds({a: set(d) for a, d in done.items()}, row_arms, seeds)
+    if not use:
+        raise ValueError(f"no seed has finished every row of {name} in {root} ({ {a: sorted(d) for a, d in done.items()} })")
+    if len(use) < seeds:
+        logger.info(f"[{name}] the report uses the {len(use)} seeds every row has finished: {use}")
+    incomplete = {a: [d[s] for s in sorted(d) if s not in use] for a, d in done.items()}
+    incomplete = {a: runs for a, runs in incomplete.items() if runs}
+    arms_runs: dict[str, list[dict]] = {}
+    for label in row_arms:
+        for seed in use:
+            r = dict(done[label][seed])
+            r["records"] = read_metrics(root / "runs" / run_slug(label, seed)) if label in COMPARISONS[name] else []
+            arms_runs.setdefault(label, []).append(r)
+    seeds = len(use)
+    arms = arms_runs
     base_m = [base_items]
-    rows = [["base model", mean_interval(base_m).fmt(), "-", fmt(base_val), "-", "-"]]
+    rows = [["base model", mean_interval(base_m).fmt(), "-", fmt(base_val), "-", "-", "-", "-"]]
     gains: dict[str, Any] = {}
     best_label = f"best-of-{n_best} (base)"
     if best is not None:
         gains[best_label] = difference_interval([best["items"]["best"]], base_m)
         rows.append([f"{best_label}: {n_best} sampled answers per puzzle, the best by the reward",
                      mean_interval([best["items"]["best"]]).fmt(), gains[best_label].fmt(signed=True), "-", "-",
-                     f"{best['seconds']:.0f}"])
+                     "0", f"0 ({n_best} per test puzzle)", f"{best['seconds']:.0f}"])
         verified_label = f"best-of-{n_best} (base), constraint verifier"
         gains[verified_label] = difference_interval([best["items"]["verified"]], base_m)
         rows.append([f"{verified_label}: the answer with the fewest violated Sudoku constraints (reads only the puzzle)",
-                     mean_interval([best["items"]["verified"]]).fmt(), gains[verified_label].fmt(signed=True), "-", "-", "-"])
+                     mean_interval([best["items"]["verified"]]).fmt(), gains[verified_label].fmt(signed=True), "-", "-",
+                     "0", f"0 ({n_best} per test puzzle)", "-"])
         rows.append([f"base, one sampled answer (T = 1, mean of {n_best})", mean_interval([best["items"]["sampled"]]).fmt(),
-                     difference_interval([best["items"]["sampled"]], base_m).fmt(signed=True), "-", "-", "-"])
+                     difference_interval([best["items"]["sampled"]], base_m).fmt(signed=True), "-", "-", "0",
+                     f"0 ({n_best} per test puzzle)", "-"])
     for arm, runs in arms.items():
         items = [r["items"] for r in runs]
         gains[arm] = difference_interval(items, base_m)
@@ -294,10 +339,15 @@ def run_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int 
         label = f"{arm} ({len(runs)} seed{'s' if len(runs) > 1 else ''})"
         if arm == RFT_ROW:
             label += f", kept {sum(r['rft_accepted'] for r in runs)} of {sum(r['rft_sampled'] for r in runs)} samples"
+        sampled = compute_cell([r.get("rollouts") for r in runs])
+        if arm == CLEAN_SFT_ROW:
+            sampled += f" ({compute_cell([r.get('trained_sequences') for r in runs])} true solutions)"
         rows.append([label, mean_interval(items).fmt(), gains[arm].fmt(signed=True),
-                     fmt(*last_val) if runs[0]["records"] else "-", rew_cell, f"{mean_std([r['seconds'] for r in runs])[0]:.0f}"])
+                     fmt(*last_val) if runs[0]["records"] else "-", rew_cell, compute_cell([r.get("steps") for r in runs]),
+                     sampled, f"{mean_std([r['seconds'] for r in runs])[0]:.0f}"])
     table = markdown_table(["model", "test cell accuracy (%) [95% CI]", "gain over the base (points) [95% CI]",
-                            "validation cell accuracy, last eval (%)", "train reward, first / last 5 steps (%)", "s per run"], rows)
+                            "validation cell accuracy, last eval (%)", "train reward, first / last 5 steps (%)",
+                            "optimizer steps", "training rollouts sampled per run", "s per run"], rows)
     rl = [a for a in COMPARISONS[name] if a in arms]
     refs = [r for r in (CLEAN_SFT_ROW, RFT_ROW) if r in arms] + ([best_label, verified_label] if best is not None else [])
     ref_items = {**{r: [x["items"] for x in arms[r]] for r in refs if r in arms},
@@ -325,7 +375,8 @@ def run_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int 
                "validation_puzzles": len(val), "best_of_n": best, "n_best": n_best,
                "gains": {a: iv.to_dict() for a, iv in gains.items()},
                "differences": {k: v.to_dict() for k, v in diffs.items()}, "table": table,
-               "seeds": seeds, "rollouts": rollouts, "seconds": total, "smoke": smoke,
+               "seeds": seeds, "seeds_used": use, "rollouts": rollouts, "seconds": total, "smoke": smoke,
+               "run_seconds": sum(r["seconds"] for runs in arms.values() for r in runs),
                "compute": {"optimizer_steps": shape.max_steps, "sequences_per_step": shape.per_device_train_batch_size,
                            "rollouts_per_run": rollouts * shape.per_device_train_batch_size},
                "arms": {a: [{k: v for k, v in r.items() if k != "records"} for r in runs] for a, runs in arms.items()},
@@ -338,10 +389,20 @@ def run_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int 
         (root / "diagnostics.md").write_text(diagnostics_table(diag) + "\n\nMeans over seeds of each run's first 5 and last 5 "
                                              "training steps (`run_diagnostics`); KL [min, max] over seeds of the last 5.\n")
     (root / "results.json").write_text(json.dumps(results, indent=2, default=str))
-    (root / "table.md").write_text(table + f"\n\n{seeds} seeds, {rollouts} rollout batches per arm, {len(test)} test puzzles, "
-                                   f"{total:.0f} s in all.\n")
+    (root / "table.md").write_text(table + f"\n\n{seeds} seeds ({', '.join(map(str, use))}), {rollouts} rollout batches per "
+                                   f"arm, {len(test)} test puzzles, {results['run_seconds']:.0f} s of training and "
+                                   f"scoring over the reported runs.\n")
     logger.info("\n" + table + f"\n\n{root}  ({total:.0f} s)")
     return results
+
+
+def compute_cell(values: list[Any]) -> str:
+    """A table cell for one per-run count over a row's seeds (optimizer steps, rollouts): the value when every
+    seed has the same, "lo-hi" otherwise, "-" when a run did not record it."""
+    if any(v is None for v in values) or not values:
+        return "-"
+    lo, hi = min(values), max(values)
+    return f"{lo:,}" if lo == hi else f"{lo:,}-{hi:,}"
 
 
 DIAGNOSTIC_KEYS = {"kl": "KL to the base", "diag/neg_weight_frac": "negative weight share", "dmpo/masked_ce": "masked CE",
@@ -415,13 +476,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         "gcpo-vs-grpo: shapes (default, noisy captions) or shapes-clean")
     parser.add_argument("--lr", type=float, default=None, help="gcpo-vs-grpo: the learning rate (default: the recipe's "
                         "5e-4; pass the one `gcpo-vs-grpo-lr` chose on validation)")
-    parser.add_argument("--arm", action="append", default=None, help="the Countdown comparisons, dmpo-vs-grpo-masked and gcpo-vs-grpo-vqa: "
+    parser.add_argument("--arm", action="append", default=None, help="the Countdown and Sudoku comparisons, dmpo-vs-grpo-masked and gcpo-vs-grpo-vqa: "
                         "run only this arm "
                         "(repeat for several; default: every arm)")
-    parser.add_argument("--resume", action="store_true", help="the Countdown comparisons and gcpo-vs-grpo-vqa: keep "
+    parser.add_argument("--resume", action="store_true", help="the Countdown and Sudoku comparisons and gcpo-vs-grpo-vqa: keep "
                         "OUT/NAME and skip the "
                         "runs already saved (runs/<run>/result.json)")
-    parser.add_argument("--report-only", action="store_true", help="the Countdown comparisons and gcpo-vs-grpo-vqa: "
+    parser.add_argument("--report-only", action="store_true", help="the Countdown and Sudoku comparisons and gcpo-vs-grpo-vqa: "
                         "run nothing, build the "
                         "report from the saved runs (the seeds every row has finished)")
     parser.add_argument("--import-results", default=None, metavar="RESULTS_JSON", help="the Countdown comparisons: "
@@ -472,9 +533,10 @@ def run(args: argparse.Namespace) -> int:
             raise SystemExit(str(e)) from None
         return 0
     masked_arms = args.name == "dmpo-vs-grpo-masked" and not (args.resume or args.report_only)  # takes --arm only
-    if (args.arm or args.resume or args.report_only) and args.name not in REASONING and not masked_arms:
-        raise SystemExit(f"--arm, --resume and --report-only apply to the Countdown comparisons {sorted(REASONING)}, "
-                         f"not {args.name!r}")
+    if (args.arm or args.resume or args.report_only) and args.name not in REASONING and not masked_arms \
+            and args.name not in COMPARISONS:
+        raise SystemExit(f"--arm, --resume and --report-only apply to the Countdown comparisons {sorted(REASONING)} "
+                         f"and the Sudoku comparisons {sorted(COMPARISONS)}, not {args.name!r}")
     if args.name in REASONING:
         try:
             run_reasoning_comparison(args.name, args.out, seeds=args.seeds, smoke=args.smoke, rollouts=args.rollouts,
@@ -496,7 +558,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     try:
         run_comparison(args.name, args.out, seeds=args.seeds, rollouts=args.rollouts, smoke=args.smoke,
-                       baselines=not args.no_baselines, cutoff=args.cutoff)
+                       baselines=not args.no_baselines, cutoff=args.cutoff, arms=args.arm, resume=args.resume,
+                       report_only=args.report_only)
     except ValueError as e:
         raise SystemExit(str(e)) from None
     return 0

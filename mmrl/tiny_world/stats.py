@@ -103,7 +103,7 @@ def _replicates(x: np.ndarray, weights: np.ndarray, item_idx: np.ndarray, rng: n
     """[B] replicated statistics of one arm: its per-seed weighted item means under each shared item resample
     (`item_idx` [B, I]), averaged over an independent resample of its seeds."""
     n_boot = item_idx.shape[0]
-    per_seed = np.stack([(x[:, row] * weights).sum(axis=1) for row in item_idx], axis=1)  # [S, B]
+    per_seed = (x[:, item_idx] * weights).sum(axis=-1)  # [S, B, I] -> [S, B]
     seed_idx = rng.integers(0, x.shape[0], size=(n_boot, x.shape[0]))  # [B, S]
     return per_seed[seed_idx, np.arange(n_boot)[:, None]].mean(axis=1)  # [B]
 

@@ -59,6 +59,7 @@ from mmrl.checkpointing.rank_state import Ranks, load_optimizer_shard, optimizer
 from mmrl.checkpointing.resume_settings import apply_resume_settings, check_before_loading, check_dataset_unchanged, dataset_digest
 from mmrl.checkpointing.run_lock import RunLock
 from mmrl.checkpointing.resume import resume_run, save_model_dir
+from mmrl.checkpointing.optimizer_state import init_adamw_from, load_adamw_state, named_trainable, pretraining_optimizer_file
 from mmrl.checkpointing.sharded_save import gather_full_state_dict, optimizer_is_sharded
 
 
@@ -89,6 +90,17 @@ def _release_lock_on_failure(init):
 
     return wrapper
 
+
+
+def initial_optimizer_file(cfg) -> Path | None:
+    """The base's pre-training AdamW state file a fresh run with `init_optimizer_from_base` starts from
+    (`mmrl.checkpointing.optimizer_state.pretraining_optimizer_file`, a one-line error for a base without it);
+    None when the option is off or the run resumes (the checkpoint's optimizer state wins)."""
+    if not cfg.init_optimizer_from_base or cfg.resume_from:
+        return None
+    if cfg.use_peft:
+        raise ValueError("init_optimizer_from_base with use_peft: the LoRA parameters have no pre-training optimizer state")
+    return pretraining_optimizer_file(str(cfg.model_name_or_path))
 
 class Trainer:
     """Runs `cfg` (see `mmrl.config.train_config.TrainConfig`); also takes TRL's `GRPOTrainer` call form
@@ -158,6 +170,7 @@ class Trainer:
         dataset, reward_funcs, eval_dataset, eval_metric = training_data(cfg, dataset, reward_funcs, eval_dataset, eval_metric)
         if policy is None:
             check_model_source(cfg)
+        opt_file = initial_optimizer_file(cfg)  # a base without its optimizer state: an error now, not after loading
         self.eval_dataset = list(eval_dataset or [])[: cfg.eval_limit] if cfg.eval_limit else list(eval_dataset or [])
         self.eval_metric = eval_metric
         self.rewards = build_rewards(cfg, reward_funcs)
@@ -192,6 +205,8 @@ class Trainer:
         self.method = METHODS[cfg.method](cfg, self.policy, partial(estimator_options, cfg))
         params = [p for p in self.policy.model.parameters() if p.requires_grad]
         self.optimizer = build_optimizer(params, cfg)  # `optim`: the AdamW variant (mmrl.core.optim)
+        if opt_file is not None:  # init_optimizer_from_base: the pre-training moments instead of zeros
+            init_adamw_from(self.optimizer, named_trainable(self.policy.model), load_adamw_state(opt_file), source=str(opt_file))
         self.scheduler = build_scheduler(self.optimizer, cfg)  # warmup_steps (or its ratio form), lr_scheduler_kwargs
         self.policy.model, self.optimizer = self.accelerator.prepare(self.policy.model, self.optimizer)
         if self.policy.ref_model is not None:

@@ -12,6 +12,7 @@ from mmrl.core.diagnostics import (
     finish_step_metrics,
     micro_batch_sums,
     sample_kl,
+    update_abs_mean,
     update_ratio,
     weight_mass,
 )
@@ -21,7 +22,7 @@ from tiny_world_fixtures import CELLS, METHODS, dataset_for, reward_for
 
 LN2 = math.log(2.0)
 KEYS = ("diag/kl_k1", "diag/kl_k3", "diag/kl_k1_seq", "diag/kl_k3_seq", "diag/pos_weight_frac", "diag/neg_weight_frac",
-        "diag/update_ratio", "diag/update_ratio_max")
+        "diag/update_ratio", "diag/update_ratio_max", "diag/update_abs_mean")
 
 # ----------------------------------------------------------------------------------------- pure functions
 
@@ -105,6 +106,13 @@ def test_update_ratio_hand_computed():
     assert r["global"] == pytest.approx(math.sqrt(2) / 5)  # ||(0, 1, 1, 0)|| / ||(3, 4, 0, 0)||
     assert r["max"] == pytest.approx(0.2)  # 1 / 5; the zero tensor has no ratio
     assert update_ratio(before, [b.clone() for b in before]) == {"global": 0.0, "max": 0.0}
+
+
+def test_update_abs_mean_hand_computed():
+    before = [torch.tensor([3.0, 4.0]), torch.tensor([0.0, 0.0])]
+    after = [torch.tensor([3.0, 5.0]), torch.tensor([-1.0, 0.0])]
+    assert update_abs_mean(before, after) == pytest.approx(0.5)  # (0 + 1 + 1 + 0) / 4 elements
+    assert update_abs_mean(before, [b.clone() for b in before]) == 0.0
 
 
 def test_micro_batch_sums_give_the_step_ratios():

@@ -288,3 +288,50 @@ def test_correct_cells_token_mask_reads_the_solution_column():
     buf.columns = {}
     with pytest.raises(ValueError, match="needs a 'solution' column"):
         DMPO_TOKEN_MASKS["correct_cells"](Policy(), buf)
+
+
+def test_sudoku_report_only_uses_the_seeds_every_row_finished(tmp_path):
+    """A stopped seed-major Sudoku run (`--resume` / `--report-only`): from saved runs where seed 1 of one row is
+    missing, the report uses seed 0 only, keeps seed 1's finished runs under "incomplete", and its table shows
+    every row's optimizer steps and training rollouts (the same rollouts for every RL arm and RFT)."""
+    from mmrl.tiny_world.reasoning_rl import run_slug
+    from mmrl.tiny_world.replicate import CLEAN_SFT_ROW, COMPARISONS, RFT_ROW, run_comparison
+
+    name, n = "dmpo-reuse-sudoku4", 16  # --smoke: 16 test puzzles
+    root = tmp_path / name
+    (root / "runs").mkdir(parents=True)
+    base_items = [0.5] * n
+    (root / "base.json").write_text(json.dumps({"base": 0.5, "base_items": base_items, "base_validation": 0.55}))
+    (root / "best_of_n.json").write_text(json.dumps({"items": {"best": [0.75] * n, "verified": [0.7] * n, "sampled": [0.45] * n,
+                                                               "greedy": base_items}, "seconds": 1.0}))
+    rl = list(COMPARISONS[name])
+    steps = {"diffu-grpo (d1), F=1": 2, "dmpo, F=1": 2, "dmpo, F=8": 16, "dmpo, F=24": 48}  # 2 rollout batches x F
+    for seed in (0, 1):
+        for i, row in enumerate(rl + [CLEAN_SFT_ROW, RFT_ROW]):
+            if seed == 1 and row == "dmpo, F=24":
+                continue  # stopped before this run
+            run = root / "runs" / run_slug(row, seed)
+            run.mkdir()
+            res = {"seed": seed, "accuracy": 0.4 + 0.01 * i, "items": [0.4 + 0.01 * i] * n, "seconds": 10.0,
+                   "steps": steps.get(row, 2), "rollouts": 0 if row == CLEAN_SFT_ROW else 64}
+            if row == CLEAN_SFT_ROW:
+                res["trained_sequences"] = 64
+            if row == RFT_ROW:
+                res.update(rft_accepted=5, rft_sampled=64)
+            (run / "result.json").write_text(json.dumps(res))
+            if row in rl:
+                recs = [{"step": s, "reward": 0.5, "kl": 0.01 * s, "diag/neg_weight_frac": 0.4} for s in range(1, 3)]
+                (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs + [{"step": 2, "eval/accuracy": 0.5}]))
+    res = run_comparison(name, tmp_path, seeds=2, smoke=True, progress=False, report_only=True)
+    assert res["seeds_used"] == [0] and all(len(runs) == 1 for runs in res["arms"].values())
+    assert set(res["arms"]) == set(rl) | {CLEAN_SFT_ROW, RFT_ROW}
+    assert "dmpo, F=24" not in res["incomplete"] and [r["seed"] for r in res["incomplete"]["dmpo, F=8"]] == [1]
+    assert res["differences"]["dmpo, F=24 - diffu-grpo (d1), F=1"]["estimate"] == pytest.approx(0.03)
+    assert res["diagnostics"]["dmpo, F=8"][0]["kl/last"] == pytest.approx(0.015)
+    lines = {line.split("|")[1].strip().split(" (")[0]: [c.strip() for c in line.split("|")[1:-1]]
+             for line in (root / "table.md").read_text().splitlines() if line.startswith("| ")}
+    assert lines["dmpo, F=24"][5:7] == ["48", "64"] and lines["dmpo, F=1"][5:7] == ["2", "64"]
+    assert lines[CLEAN_SFT_ROW][5:7] == ["2", "0 (64 true solutions)"] and lines[RFT_ROW][6] == "64"
+    assert lines["base model"][3] == "55.0"
+    with pytest.raises(ValueError, match="no saved runs"):
+        run_comparison(name, tmp_path / "empty", seeds=2, smoke=True, progress=False, report_only=True)

@@ -622,6 +622,37 @@ def test_dllm_lr_arms_differ_from_their_dllm_countdown3_arm_in_the_lr_alone(tmp_
             assert (cfg.max_steps, cfg.beta, cfg.lr_scheduler_type) == (30, 0.1, "cosine")
 
 
+def test_dllm_base_state_arms_differ_from_their_twins_in_the_optimizer_start_only(tmp_path):
+    """issue 24 item 5: `dllm-countdown3`'s pre-training-optimizer-state arms are diffu-GRPO and `DMPO_CORRECT_ONLY`
+    with `init_optimizer_from_base` and nothing else changed (so they pair with the fresh-optimizer runs)."""
+    import dataclasses
+
+    name, rr = "dllm-countdown3", reasoning_rl
+    for arm, twin in [(rr.DIFFU_GRPO_BASE_STATE, "diffu-GRPO"), (rr.DMPO_CORRECT_ONLY_BASE_STATE, rr.DMPO_CORRECT_ONLY)]:
+        cfg = load_config(None, rr.arm_config(name, arm, seed=3, out=tmp_path, rollouts=30))
+        ref = load_config(None, rr.arm_config(name, twin, seed=3, out=tmp_path, rollouts=30))
+        diff = {x.name for x in dataclasses.fields(cfg) if getattr(cfg, x.name) != getattr(ref, x.name)} - {"_explicit"}
+        assert diff == {"init_optimizer_from_base"} and cfg.init_optimizer_from_base and not ref.init_optimizer_from_base
+    from mmrl.tiny_world.models import SMOKE_BASE_STEPS, model_dir
+
+    smoke = rr.arm_config(name, rr.DIFFU_GRPO_BASE_STATE, seed=0, out=tmp_path, smoke=True)  # the smoke base's own state
+    assert smoke["model_name_or_path"] == str(model_dir("countdown3-md", SMOKE_BASE_STEPS))
+
+
+def test_a_base_state_arm_on_a_cache_without_the_state_fails_before_any_work(tmp_path, monkeypatch):
+    """A `countdown3-md` cache built before bases kept their AdamW state: the comparison stops at once, naming the base
+    and the rebuild command, before the base is scored (no folder of results is written)."""
+    from mmrl.tiny_world.models import model_dir
+
+    monkeypatch.setenv("MMRL_CACHE", str(tmp_path / "cache"))
+    folder = model_dir("countdown3-md")
+    folder.mkdir(parents=True)
+    (folder / "tiny_spec.json").write_text("{}")
+    with pytest.raises(FileNotFoundError, match="mmrl pretrain-tiny --force --no-eval countdown3-md"):
+        reasoning_rl.run_reasoning_comparison("dllm-countdown3", tmp_path / "rep", seeds=1, progress=False,
+                                              arms=[reasoning_rl.DIFFU_GRPO_BASE_STATE], baselines=False)
+    assert not (tmp_path / "rep").exists()
+
 def test_import_stored_runs_pools_stored_seeds_with_new_ones(tmp_path, monkeypatch):
     """An earlier report's results.json (per-problem scores of seeds 0-1, no run folders) imported into a report
     folder beside a new seed-2 run: the report covers seeds 0-2 with the intervals of the pooled items, the training
