@@ -3,6 +3,7 @@ issue 24 item 2's diffu-GRPO with d1's settings on `countdown3-md`, its lr chose
 
     python scripts/studies/dllm_d1.py choose OUT                      # validation only: choice.json
     python scripts/studies/dllm_d1.py run OUT --deadline HH:MM [--wait PID]   # choose, then the chosen arm's seeds
+    python scripts/studies/dllm_d1.py plots DOCDIR REF_REPORT [ARM...]   # curves against rollout batches
 
 `choose` reads the trainer's validation curve (`eval/accuracy`: one sampled answer per row on the first 256
 validation rows, every 5 rollout batches) of each candidate's selection runs (seed 0 of both lrs of
@@ -14,6 +15,12 @@ OUT/choice.json and reads no test figure (the runs' result.json are not opened).
 (its next run, unfinished, is discarded by the runner), chooses, then runs the chosen arm's further seeds with
 `dllm_lr_sweep.test_stage` (`run_reasoning_comparison(..., resume=True)`, seed-major, each seed started only if
 projected to end by the deadline).
+
+`plots` draws, against rollout batches (so mu = 12 and one step per batch line up), the validation curve, the
+training reward and the KL to the base (k3, mean over each batch's inner steps) of every arm in DOCDIR/report.json
+(`dllm_lr_sweep.py test-report`) that has training logs, beside the seed-mean curves of ARM... from REF_REPORT (the
+30-batch table's `docs/results/dllm/rl30/report.json`, `dllm_rl_report.py`), and the clip fraction per inner step
+1..12 (`clip_ratio/region_mean`, mean over the run), into DOCDIR/validation.png, reward.png, kl.png, clip.png.
 """
 import json
 import os
@@ -93,12 +100,48 @@ def run(out: Path, deadline: str, wait: int | None) -> None:
     test_stage(out, [c["chosen"]], deadline, name=NAME, first_projection=per_run)
 
 
+def plots(doc: Path, ref_report: Path, ref_arms: list[str]) -> None:
+    from mmrl.tiny_world.report import plot_curves
+
+    rep = json.loads((doc / "report.json").read_text())
+    ref_all = json.loads(ref_report.read_text())
+    ref = ref_all["arms"]
+    logged = {a: row for a, row in rep["arms"].items() if row.get("val_curve_mean")}
+    f_of = lambda row: max(1, round(max(s for s, _ in next(iter(row["per_run"].values()))["val_curve"]) / 30))  # noqa: E731
+    series = {"validation": {}, "reward": {}, "kl": {}}
+    for a, row in logged.items():
+        f = f_of(row)
+        runs = list(row["per_run"].values())
+        series["validation"][a] = [[(s / f, y) for s, y in r["val_curve"]] for r in runs]
+        series["reward"][a] = [list(enumerate(r["reward_per_batch"], 1)) for r in runs]
+        series["kl"][a] = [list(enumerate(r["kl_per_batch"], 1)) for r in runs]
+    for a in ref_arms:
+        r = ref[a]
+        label = f"{a} (30-batch table, mean of {len(r['seeds'])} seeds)"
+        series["validation"][label] = [list(zip(r["val_steps"], r["val_per_eval"]))]
+        series["reward"][label] = [list(enumerate(r["reward_per_step"], 1))]
+        series["kl"][label] = [list(enumerate(r["kl_per_step"], 1))]
+    base_val = (ref_all.get("base_validation") or {}).get("sampled")  # the base on the same 256 validation rows
+    plot_curves(series["validation"], doc / "validation.png", xlabel="rollout batch", ylabel="accuracy",
+                title="dllm-countdown3-d1: validation (one sampled answer per row, 256 rows)", baseline=base_val)
+    plot_curves(series["reward"], doc / "reward.png", xlabel="rollout batch", ylabel="reward",
+                title="training reward (accuracy of the rollouts) per rollout batch")
+    plot_curves(series["kl"], doc / "kl.png", xlabel="rollout batch", ylabel="KL (k3, per token)",
+                title="KL to the base, mean over each batch's optimizer steps")
+    plot_curves({a: [list(enumerate(r["clip_per_inner_step"], 1)) for r in row["per_run"].values()]
+                 for a, row in logged.items() if row.get("clip_per_inner_step")}, doc / "clip.png",
+                xlabel="inner step within a rollout batch (1..mu)", ylabel="share of tokens clipped",
+                title="clip fraction (clip_ratio/region_mean) by inner step, mean over the run")
+
+
 if __name__ == "__main__":
     argv = sys.argv[1:]
-    if not argv or argv[0] not in ("choose", "run"):
+    if not argv or argv[0] not in ("choose", "run", "plots"):
         raise SystemExit(__doc__)
     if argv[0] == "choose":
         choose(Path(argv[1]))
+    elif argv[0] == "plots":
+        plots(Path(argv[1]), Path(argv[2]), argv[3:])
     else:
         run(Path(argv[1]), argv[argv.index("--deadline") + 1],
             int(argv[argv.index("--wait") + 1]) if "--wait" in argv else None)

@@ -234,11 +234,40 @@ def test_stage(out: Path, labels: list[str], deadline: str, seeds: int = 5, name
               f"({per_seed:.0f} s per seed projected)", flush=True)
 
 
+def run_diagnostics(recs: list[dict], steps: int, rollouts: int = 30) -> dict:
+    """A run's training diagnostics from its metrics.jsonl records (`read_metrics`): the KL to the base (k3, mean of
+    the last `KL_LAST` optimizer steps), the training reward per rollout batch (buffer metrics repeat over a batch's
+    F = steps / rollouts inner steps: the first step of each batch is taken) and its first / last 5 batches, the
+    validation curve, the KL per rollout batch (mean over its inner steps), and the clip fraction (`clip_ratio/region_mean`: the share of tokens whose ratio is clipped),
+    mean over all steps, over the last 5 batches, and per inner step 1..F. None where a run has no records (e.g.
+    runs imported from a stored report, `reasoning_rl.import_stored_runs`)."""
+    if not recs:
+        return {"kl_k3_last10": None, "kl_per_batch": None, "reward_first5_last5": None, "reward_per_batch": None, "val_curve": [],
+                "clip_mean": None, "clip_last5_batches": None, "clip_per_inner_step": None}
+    f = max(1, steps // rollouts)
+    by_step = {int(x["step"]): x for x in recs}
+    rew = [by_step[s]["rewards/countdown3_accuracy/mean"] for s in sorted(by_step)
+           if (s - 1) % f == 0 and "rewards/countdown3_accuracy/mean" in by_step[s]]
+    clip = [(s, by_step[s]["clip_ratio/region_mean"]) for s in sorted(by_step) if "clip_ratio/region_mean" in by_step[s]]
+    kl = [(s, by_step[s]["diag/kl_k3"]) for s in sorted(by_step) if "diag/kl_k3" in by_step[s]]
+    out = {"kl_k3_last10": float(np.mean([y for _, y in kl][-KL_LAST:])),
+           "kl_per_batch": [float(np.mean([y for s, y in kl if (s - 1) // f == b])) for b in range(rollouts)
+                            if any((s - 1) // f == b for s, _ in kl)],
+           "reward_per_batch": [float(y) for y in rew],
+           "reward_first5_last5": [float(np.mean(rew[:5])), float(np.mean(rew[-5:]))],
+           "val_curve": [(x["step"], x["eval/accuracy"]) for x in recs if "eval/accuracy" in x],
+           "clip_mean": float(np.mean([c for _, c in clip])) if clip else None,
+           "clip_last5_batches": float(np.mean([c for _, c in clip][-5 * f:])) if clip else None,
+           "clip_per_inner_step": [float(np.mean([c for s, c in clip if (s - 1) % f == j])) for j in range(f)] if clip else None}
+    return out
+
+
 def test_report(doc: Path, pairs: list[str]) -> None:
     """Stage 2's table from saved runner folders: `pairs` are LABEL=DIR (DIR: a `run_reasoning_comparison` output
     `<out>/<name>` whose base.json and runs/<slug>-seed<k>/ hold the label's runs, under the label's own slug or
-    under `slug=` given as LABEL=DIR:SLUG). Gains over the base and the first label minus the second (paired
-    bootstrap over the 256 test rows and the seeds, `mmrl.tiny_world.stats`), with the runs' diagnostics."""
+    under `slug=` given as LABEL=DIR:SLUG). Gains over the base and every difference of an earlier label minus a later
+    one on the seeds both have (paired bootstrap over the 256 test rows and the seeds, `mmrl.tiny_world.stats`), with
+    the runs' diagnostics (`run_diagnostics`; none for runs without training logs)."""
     from mmrl.reporting.metrics_log import read_metrics
     from mmrl.tiny_world.reasoning_rl import run_slug
     from mmrl.tiny_world.stats import difference_interval, gain_interval
@@ -259,11 +288,7 @@ def test_report(doc: Path, pairs: list[str]) -> None:
             d = root / "runs" / (f"{slug}-seed{seed}" if slug else run_slug(label, seed))
             if (d / "result.json").exists():
                 r = json.loads((d / "result.json").read_text())
-                recs = read_metrics(d)
-                r["kl_k3_last10"] = float(np.mean([x["diag/kl_k3"] for x in recs if "diag/kl_k3" in x][-KL_LAST:]))
-                rew = [x["rewards/countdown3_accuracy/mean"] for x in recs if "rewards/countdown3_accuracy/mean" in x]
-                r["reward_first5_last5"] = [float(np.mean(rew[:5])), float(np.mean(rew[-5:]))]
-                r["val_curve"] = [(x["step"], x["eval/accuracy"]) for x in recs if "eval/accuracy" in x]
+                r.update(run_diagnostics(read_metrics(d) if (d / "metrics.jsonl").exists() else [], int(r["steps"])))
                 r["dir"] = str(d)
                 runs[seed] = r
         arms[label] = runs
@@ -277,28 +302,39 @@ def test_report(doc: Path, pairs: list[str]) -> None:
             row[x] = {"after": float(np.mean([np.mean(r["items"][x]) for r in rs])),
                       "per_seed": [float(np.mean(r["items"][x])) for r in rs],
                       "gain": gain_interval([r["items"][x] for r in rs], base_items[x]).to_dict()}
-        row["kl_k3_last10"] = float(np.mean([r["kl_k3_last10"] for r in rs]))
-        row["reward_first5_last5"] = np.mean([r["reward_first5_last5"] for r in rs], 0).tolist()
-        row["val_curve_mean"] = np.mean([[y for _, y in r["val_curve"]] for r in rs], 0).round(4).tolist()
+        logged = [r for r in rs if r["val_curve"]]
+        mean_of = lambda k: (np.mean([r[k] for r in logged], 0).tolist() if logged else None)  # noqa: E731
+        row["kl_k3_last10"] = mean_of("kl_k3_last10")
+        row["reward_first5_last5"] = mean_of("reward_first5_last5")
+        row["val_curve_mean"] = (np.mean([[y for _, y in r["val_curve"]] for r in logged], 0).round(4).tolist()
+                                 if logged else None)
+        for k in ("clip_mean", "clip_last5_batches", "clip_per_inner_step"):
+            row[k] = mean_of(k) if logged and logged[0][k] is not None else None
+        row["per_run"] = {s: {k: runs[s][k] for k in ("kl_k3_last10", "kl_per_batch", "reward_per_batch", "val_curve", "clip_mean",
+                                                       "clip_per_inner_step")} for s in seeds}
         row["seconds"] = [r["seconds"] for r in rs]
         row["items"] = {s: runs[s]["items"] for s in seeds}
         out["arms"][label] = row
         g = lambda x: row[x]["gain"]  # noqa: E731
+        num = lambda v, f="{:.3f}": "-" if v is None else f.format(v)  # noqa: E731
         lines.append(f"{label} ({len(seeds)} seeds {seeds}): greedy {100 * row['greedy']['after']:.1f} gain "
                      + "{:+.1f} [{:+.1f}, {:+.1f}]".format(*(100 * g("greedy")[k] for k in ("estimate", "low", "high")))
                      + f"; sampled {100 * row['sampled']['after']:.1f} gain "
                      + "{:+.1f} [{:+.1f}, {:+.1f}]".format(*(100 * g("sampled")[k] for k in ("estimate", "low", "high")))
                      + f"; pass@4 {100 * row['pass']['after']:.1f} gain "
                      + "{:+.1f} [{:+.1f}, {:+.1f}]".format(*(100 * g("pass")[k] for k in ("estimate", "low", "high")))
-                     + f"; shortcut {100 * row['shortcut']['after']:.1f}; KL k3 last 10 {row['kl_k3_last10']:.3f}; reward "
-                     f"{row['reward_first5_last5'][0]:.3f} -> {row['reward_first5_last5'][1]:.3f}; validation curve "
+                     + f"; shortcut {100 * row['shortcut']['after']:.1f}; KL k3 last 10 {num(row['kl_k3_last10'])}; reward "
+                     + ("-" if row["reward_first5_last5"] is None else
+                        f"{row['reward_first5_last5'][0]:.3f} -> {row['reward_first5_last5'][1]:.3f}")
+                     + f"; clip fraction mean {num(row['clip_mean'], '{:.4f}')}; validation curve "
                      f"{row['val_curve_mean']}; per seed greedy {np.round(100 * np.array(row['greedy']['per_seed']), 1).tolist()}"
                      f" sampled {np.round(100 * np.array(row['sampled']['per_seed']), 1).tolist()}; s {np.round(row['seconds']).tolist()}")
     labels = list(arms)
-    if len(labels) == 2:
-        a, b = labels
-        common = sorted(set(arms[a]) & set(arms[b]))
-        if common:
+    for i, a in enumerate(labels):
+        for b in labels[i + 1:]:
+            common = sorted(set(arms[a]) & set(arms[b]))
+            if not common:
+                continue
             d = {"seeds": common}
             for x in ("greedy", "sampled", "pass", "shortcut"):
                 d[x] = difference_interval([arms[a][s]["items"][x] for s in common],
