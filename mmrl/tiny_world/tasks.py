@@ -146,6 +146,13 @@ def sudoku4_row(puzzle: str, solution: str) -> dict:
             "puzzle": puzzle, "solution": solution}
 
 
+def sudoku4_causal_row(puzzle: str, solution: str) -> dict:
+    """The same puzzle posed to a causal LM (docs/RESULTS.md, "The Sudoku base re-examined"): the puzzle's 16 cells
+    ("0" = blank) written after the prompt, the response the whole 16-cell solution; scored by the same reward
+    (`sudoku4`, which reads the blank cells of the answer), so it compares with the infilling row directly."""
+    return {"prompt": f"{SUDOKU_PROMPT} {puzzle}", "puzzle": puzzle, "solution": solution}
+
+
 @REWARDS.register("sudoku4")
 def sudoku4(prompts, completions, puzzle, solution, **kwargs) -> list[float]:
     """d1's Sudoku reward (fraction of blank cells filled correctly) on a response that is the bare answer."""

@@ -633,6 +633,10 @@ def test_dllm_base_state_arms_differ_from_their_twins_in_the_optimizer_start_onl
         ref = load_config(None, rr.arm_config(name, twin, seed=3, out=tmp_path, rollouts=30))
         diff = {x.name for x in dataclasses.fields(cfg) if getattr(cfg, x.name) != getattr(ref, x.name)} - {"_explicit"}
         assert diff == {"init_optimizer_from_base"} and cfg.init_optimizer_from_base and not ref.init_optimizer_from_base
+    from mmrl.tiny_world.models import SMOKE_BASE_STEPS, model_dir
+
+    smoke = rr.arm_config(name, rr.DIFFU_GRPO_BASE_STATE, seed=0, out=tmp_path, smoke=True)  # the smoke base's own state
+    assert smoke["model_name_or_path"] == str(model_dir("countdown3-md", SMOKE_BASE_STEPS))
 
 
 def test_a_base_state_arm_on_a_cache_without_the_state_fails_before_any_work(tmp_path, monkeypatch):

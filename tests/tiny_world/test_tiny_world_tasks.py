@@ -155,3 +155,39 @@ def test_count_solutions_equals_a_scan_of_every_grid():
         for limit in (1, 2, 3, 300):
             assert count_solutions(p, limit) == scan(p, limit), (p, limit)
     assert count_solutions("0" * 16, 1000) == 288 and count_solutions(grids[5]) == 1
+
+
+def test_sudoku4_posed_to_a_causal_lm_pairs_the_same_puzzles_and_reward(monkeypatch):
+    """The causal family's pre-training rows are the masked-diffusion base's puzzles with the puzzle in the prompt
+    and the whole solution as the target; the sudoku4 reward scores that target 1.0 and the bare puzzle 0."""
+    import dataclasses
+
+    from mmrl.tiny_world import tasks
+    from mmrl.tiny_world.models import TINY_MODELS, _training_pairs
+    from mmrl.tiny_world.tasks import SUDOKU_PROMPT, sudoku4_causal_row
+
+    real = tasks.sudoku_puzzles  # the real generator, 200 puzzles instead of 8000 (the test's time)
+    monkeypatch.setattr(tasks, "sudoku_puzzles", lambda grids, n, blanks, seed: real(grids, 200, blanks, seed))
+    md = TINY_MODELS["sudoku4"]
+    md_prompts, md_targets = _training_pairs(md)
+    ar_prompts, ar_targets = _training_pairs(dataclasses.replace(md, family="causal_lm"))
+    assert ar_targets == md_targets and len(ar_prompts) == len(md_prompts) == 200
+    for p, q, t in zip(md_prompts[:50], ar_prompts[:50], ar_targets[:50]):
+        puzzle = p["response_template"].replace("<mask>", "0")
+        assert q == f"{SUDOKU_PROMPT} {puzzle}" and len(puzzle) == len(t) == 16
+        assert all(c == "0" or c == s for c, s in zip(puzzle, t))  # the givens are the solution's
+    row = sudoku4_causal_row(puzzle, t)
+    assert sudoku4(None, [t, puzzle], [row["puzzle"]] * 2, [row["solution"]] * 2) == [1.0, 0.0]
+
+
+def test_sudoku4_strong_is_sudoku4_trained_longer_and_sudoku4_is_unchanged():
+    """The competent Sudoku base differs from `sudoku4` only in its steps; `sudoku4`'s cache key (the build behind
+    the earlier tables and other runs) stays the one it had."""
+    import dataclasses
+
+    from mmrl.tiny_world.models import TINY_MODELS
+
+    weak, strong = TINY_MODELS["sudoku4"], TINY_MODELS["sudoku4-strong"]
+    assert weak.key() == "26175176bd" and strong.steps == 8 * weak.steps
+    same = dataclasses.replace(strong, name=weak.name, steps=weak.steps, description=weak.description)
+    assert same == weak
