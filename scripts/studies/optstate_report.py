@@ -4,7 +4,8 @@ from the base's pre-training state, each set beside its fresh-optimizer twin of 
 (greedy, sampled, pass@4), with-state - fresh per method on the seeds both have (paired bootstrap over test rows and
 seeds, `mmrl.tiny_world.stats`), and the diagnostics: training reward, KL to the base (k3), and the update size
 (`diag/update_abs_mean` / the step's lr) per step, with the fresh twins' first steps from the update-size
-diagnostic (`optstate_update_size.py`). The per-arm rows come from `dllm_rl_report.py`'s reading of the run folders.
+diagnostic (`optstate_update_size.py`); and the step-size control, fresh-AdamW DMPO at lr 2e-4 (`dllm-countdown3-lr`,
+run into OUT/../dllm-countdown3-lr), against the with-state DMPO arm and the fresh 5e-4 twin, where it has runs.
 
     python scripts/studies/optstate_report.py OUT/dllm-countdown3 docs/results/dllm/rl30 UPDATE_SIZE.json DEST
 
@@ -19,12 +20,15 @@ import numpy as np
 
 from mmrl.reporting.metrics_log import read_metrics
 from mmrl.tiny_world.reasoning_rl import (DIFFU_GRPO_BASE_STATE, DMPO_CORRECT_ONLY, DMPO_CORRECT_ONLY_BASE_STATE,
-                                          run_slug)
+                                          lr_label, run_slug)
 from mmrl.tiny_world.report import markdown_table, plot_curves
 from mmrl.tiny_world.stats import Interval, difference_interval, gain_interval
 
 TWINS = {DIFFU_GRPO_BASE_STATE: "diffu-GRPO", DMPO_CORRECT_ONLY_BASE_STATE: DMPO_CORRECT_ONLY}
 """with-state arm -> its fresh-optimizer twin in the 30-batch table."""
+
+CONTROL_LR = 2e-4
+"""The step-size control's lr: fresh-AdamW DMPO at `dllm-countdown3-lr`'s arm of this lr (OUT/dllm-countdown3-lr)."""
 
 SCORES = ("greedy", "sampled", "pass")
 """Per-row items compared (pass: pass@4 of the 4 sampled answers)."""
@@ -135,6 +139,59 @@ def main(argv: list[str]) -> None:
         out["differences"][f"{arm} - {twin}"] = d
         diff_rows.append([f"{arm} - {twin} (seeds {seeds})", *[pct(iv(d[s])) for s in SCORES]])
         print(f"{arm} - {twin} (seeds {seeds}): " + "; ".join(f"{s} {pct(iv(d[s]))}" for s in SCORES))
+    ctrl_arm = lr_label(DMPO_CORRECT_ONLY, CONTROL_LR)
+    ctrl = {}
+    for seed in range(5):
+        d = root.parent / "dllm-countdown3-lr" / "runs" / run_slug(ctrl_arm, seed)
+        if (d / "result.json").exists():
+            r = json.loads((d / "result.json").read_text())
+            r["records"] = read_metrics(d)
+            ctrl[seed] = r
+    if ctrl:  # the step-size control: fresh DMPO at the smaller lr, against the with-state arm and the fresh 5e-4 twin
+        seeds = sorted(ctrl)
+        rs = [ctrl[k] for k in seeds]
+        gains = {x: gain_interval([r["items"][x] for r in rs], before[x]) for x in SCORES}
+        rew = [series(r["records"], REWARD) for r in rs]
+        kl = [series(r["records"], "diag/kl_k3") for r in rs]
+        size = [update_over_lr(r["records"]) for r in rs]
+        u = [float(np.mean([v[i] for v in size])) for i in range(1, len(size[0]))]
+        row = {"seeds": seeds, "after": {x: float(np.mean([r["after"]["pass@4" if x == "pass" else x] for r in rs])) for x in SCORES},
+               "gain": {x: g.to_dict() for x, g in gains.items()},
+               "reward_first5_last5": [float(np.mean([np.mean(x[:5]) for x in rew])), float(np.mean([np.mean(x[-5:]) for x in rew]))],
+               "kl_last": float(np.mean([x[-1] for x in kl])), "kl_per_step": np.mean(kl, 0).round(4).tolist(),
+               "update_over_lr_per_step": [None] + [round(x, 4) for x in u], "seconds": [r["seconds"] for r in rs],
+               "items": [{"seed": k, **ctrl[k]["items"]} for k in seeds]}
+        out["control"] = {ctrl_arm: row}
+        curves_reward[ctrl_arm] = [[(x["step"], x[REWARD]) for x in r["records"] if REWARD in x] for r in rs]
+        curves_kl[ctrl_arm] = [[(x["step"], x["diag/kl_k3"]) for x in r["records"] if "diag/kl_k3" in x] for r in rs]
+        curves_val[ctrl_arm] = [[(x["step"], x["eval/accuracy"]) for x in r["records"] if "eval/accuracy" in x] for r in rs]
+        curves_size[ctrl_arm] = [[(x["step"], v * CONTROL_LR / 5e-4) for x, v in zip(r["records"], update_over_lr(r["records"]))
+                                  if v is not None] for r in rs]  # on the 5e-4 arms' scale: |delta w| / 5e-4
+        size_cell = f"{np.mean(u[:5]):.3f} / {np.mean(u[-5:]):.3f} (x lr 2e-4)"
+        rows.append([f"{ctrl_arm} (fresh AdamW; {len(seeds)} seed{'s' if len(seeds) > 1 else ''})",
+                     f"{100 * row['after']['greedy']:.1f}", pct(gains["greedy"]), f"{100 * row['after']['sampled']:.1f}",
+                     pct(gains["sampled"]), f"{100 * row['after']['pass']:.1f}", pct(gains["pass"]),
+                     f"{100 * row['reward_first5_last5'][0]:.1f} / {100 * row['reward_first5_last5'][1]:.1f}", f"{row['kl_last']:.3f}", size_cell])
+        print(f"{ctrl_arm} (seeds {seeds}): " + "; ".join(f"{x} {100 * row['after'][x]:.1f} gain {pct(gains[x])}" for x in SCORES)
+              + f"; reward first/last 5 {row['reward_first5_last5'][0]:.3f} -> {row['reward_first5_last5'][1]:.3f}; KL last "
+              f"{row['kl_last']:.3f}; |dw|/lr steps 2-6 / last 5: {size_cell}")
+        state_runs = {}
+        for k in seeds:
+            d = root / "runs" / run_slug(DMPO_CORRECT_ONLY_BASE_STATE, k)
+            if (d / "result.json").exists():
+                state_runs[k] = json.loads((d / "result.json").read_text())
+        twin_runs = {r["seed"]: r for r in fresh["arms"][DMPO_CORRECT_ONLY]}
+        for label, other in [(f"{DMPO_CORRECT_ONLY_BASE_STATE} - {ctrl_arm}", state_runs), (f"{ctrl_arm} - {DMPO_CORRECT_ONLY}", twin_runs)]:
+            common = [k for k in seeds if k in other]
+            if not common:
+                continue
+            pair = [(ctrl, other)] if label.startswith(ctrl_arm) else [(other, ctrl)]
+            a, b = pair[0]
+            d = {"seeds": common, **{x: difference_interval([a[k]["items"][x] for k in common], [b[k]["items"][x] for k in common]).to_dict()
+                                     for x in SCORES}}
+            out["differences"][label] = d
+            diff_rows.append([f"{label} (seeds {common})", *[pct(iv(d[x])) for x in SCORES]])
+            print(f"{label} (seeds {common}): " + "; ".join(f"{x} {pct(iv(d[x]))}" for x in SCORES))
     head = ["arm", "greedy", "greedy gain [95% CI]", "sampled (4 per row)", "sampled gain [95% CI]", "pass@4", "pass@4 gain [95% CI]",
             "train reward, first / last 5 steps", "KL to base (k3, last step)", "mean abs update / lr, steps 2-6 / last 5"]
     table = (markdown_table(head, [["base model", f"{100 * base['before']['greedy']:.1f}", "-", f"{100 * base['before']['sampled']:.1f}", "-",
@@ -151,7 +208,7 @@ def main(argv: list[str]) -> None:
     plot_curves(curves_kl, dest / "kl.png", title="dllm-countdown3: KL to the base (k3, per token)", ylabel="KL (nats per token)")
     plot_curves(curves_val, dest / "validation.png", title="dllm-countdown3: validation accuracy (1 sampled answer per row)",
                 ylabel="accuracy", baseline=json.loads((rl30 / "base_validation.json").read_text())["sampled"])  # the base, 4 per row
-    plot_curves(curves_size, dest / "update_size.png", title="dllm-countdown3: mean |delta w| / lr per step", ylabel="|delta w| / lr")
+    plot_curves(curves_size, dest / "update_size.png", title="dllm-countdown3: mean |delta w| per step / the 5e-4 schedule's lr", ylabel="|delta w| / lr(5e-4 schedule)")
     print("\n" + table)
 
 
