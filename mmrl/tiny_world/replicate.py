@@ -190,7 +190,7 @@ def run_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int 
     from mmrl.tiny_world.models import load_base_policy
     from mmrl.tiny_world.quickstart import evaluate_items
     from mmrl.tiny_world.models import SMOKE_BASE_STEPS
-    from mmrl.tiny_world.reasoning_rl import complete_seeds, held_out_items, run_slug, sampled_generation
+    from mmrl.tiny_world.reasoning_rl import build_digest, complete_seeds, held_out_items, run_slug, sampled_generation
     from mmrl.tiny_world.rft import fit_batches, masked_diffusion_nll, rejection_sampling_ft, truth_batches
     from mmrl.tiny_world.stats import difference_interval, mean_interval
     from mmrl.tiny_world.tasks import sudoku4_verifier
@@ -223,12 +223,17 @@ def run_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int 
     shape = load_config(None, arm_config(name, selected[0], seed=0, rollouts=rollouts, out=root, smoke=smoke))
     n_best = shape.num_generations  # best-of-n: the arms' answers per puzzle
     t_all = time.perf_counter()
+    digest = build_digest("sudoku4", base_steps)  # the cached build's weights (tiny_spec.json), None if not built yet
     if base_file.exists() and (resume or report_only):
         saved_base = json.loads(base_file.read_text())
+        if saved_base.get("weights_sha256") and digest and saved_base["weights_sha256"] != digest:
+            raise ValueError(f"{base_file} was scored on build {saved_base['weights_sha256'][:12]}, the cached "
+                             f"sudoku4 is {digest[:12]}: its runs are not paired with new ones")
+        saved_base.setdefault("weights_sha256", digest)  # a base.json written before the digest was saved
     else:
         base_policy = load_base_policy("sudoku4", progress=progress, steps=base_steps)
         b_acc, b_items = evaluate_items(base_policy, test, task.metric)
-        saved_base = {"base": b_acc, "base_items": b_items,
+        saved_base = {"base": b_acc, "base_items": b_items, "weights_sha256": build_digest("sudoku4", base_steps),
                       "base_validation": evaluate_items(base_policy, val, task.metric)[0]}  # the curves' start
         base_file.write_text(json.dumps(saved_base))
     base, base_items, base_val = (saved_base[k] for k in ("base", "base_items", "base_validation"))
@@ -371,7 +376,8 @@ def run_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int 
     plot_curves({a: [curve(r["records"], "reward", smooth=5) for r in runs] for a, runs in arms.items() if runs[0]["records"]},
                 root / "reward.png", title=f"{name}: training reward", ylabel="reward")
     results = {"name": name, "protocol": "curves on validation, test once per run; paired bootstrap 95% CI over test puzzles and seeds",
-               "base": base, "base_items": base_items, "base_validation": base_val, "test_puzzles": [r["puzzle"] for r in test],
+               "base": base, "base_weights_sha256": saved_base["weights_sha256"], "base_items": base_items,
+               "base_validation": base_val, "test_puzzles": [r["puzzle"] for r in test],
                "validation_puzzles": len(val), "best_of_n": best, "n_best": n_best,
                "gains": {a: iv.to_dict() for a, iv in gains.items()},
                "differences": {k: v.to_dict() for k, v in diffs.items()}, "table": table,
@@ -389,7 +395,8 @@ def run_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int 
         (root / "diagnostics.md").write_text(diagnostics_table(diag) + "\n\nMeans over seeds of each run's first 5 and last 5 "
                                              "training steps (`run_diagnostics`); KL [min, max] over seeds of the last 5.\n")
     (root / "results.json").write_text(json.dumps(results, indent=2, default=str))
-    (root / "table.md").write_text(table + f"\n\n{seeds} seeds ({', '.join(map(str, use))}), {rollouts} rollout batches per "
+    (root / "table.md").write_text(table + f"\n\nBase `sudoku4` (weights {(saved_base['weights_sha256'] or 'unknown')[:12]}), "
+                                   f"{seeds} seeds ({', '.join(map(str, use))}), {rollouts} rollout batches per "
                                    f"arm, {len(test)} test puzzles, {results['run_seconds']:.0f} s of training and "
                                    f"scoring over the reported runs.\n")
     logger.info("\n" + table + f"\n\n{root}  ({total:.0f} s)")

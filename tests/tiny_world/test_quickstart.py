@@ -290,14 +290,20 @@ def test_correct_cells_token_mask_reads_the_solution_column():
         DMPO_TOKEN_MASKS["correct_cells"](Policy(), buf)
 
 
-def test_sudoku_report_only_uses_the_seeds_every_row_finished(tmp_path):
+def test_sudoku_report_only_uses_the_seeds_every_row_finished(tmp_path, monkeypatch):
     """A stopped seed-major Sudoku run (`--resume` / `--report-only`): from saved runs where seed 1 of one row is
     missing, the report uses seed 0 only, keeps seed 1's finished runs under "incomplete", and its table shows
-    every row's optimizer steps and training rollouts (the same rollouts for every RL arm and RFT)."""
+    every row's optimizer steps and training rollouts (the same rollouts for every RL arm and RFT) and the base
+    build's digest; saved runs of another build than the cached one are refused."""
+    from mmrl.tiny_world.models import SMOKE_BASE_STEPS, model_dir
     from mmrl.tiny_world.reasoning_rl import run_slug
     from mmrl.tiny_world.replicate import CLEAN_SFT_ROW, COMPARISONS, RFT_ROW, run_comparison
 
     name, n = "dmpo-reuse-sudoku4", 16  # --smoke: 16 test puzzles
+    monkeypatch.setenv("MMRL_CACHE", str(tmp_path / "cache"))
+    spec = model_dir("sudoku4", SMOKE_BASE_STEPS) / "tiny_spec.json"  # the cached build's digest, no weights needed
+    spec.parent.mkdir(parents=True)
+    spec.write_text(json.dumps({"weights_sha256": "c" * 64}))
     root = tmp_path / name
     (root / "runs").mkdir(parents=True)
     base_items = [0.5] * n
@@ -333,5 +339,10 @@ def test_sudoku_report_only_uses_the_seeds_every_row_finished(tmp_path):
     assert lines["dmpo, F=24"][5:7] == ["48", "64"] and lines["dmpo, F=1"][5:7] == ["2", "64"]
     assert lines[CLEAN_SFT_ROW][5:7] == ["2", "0 (64 true solutions)"] and lines[RFT_ROW][6] == "64"
     assert lines["base model"][3] == "55.0"
+    assert res["base_weights_sha256"] == "c" * 64 and "(weights cccccccccccc)" in (root / "table.md").read_text()
+    (root / "base.json").write_text(json.dumps({"base": 0.5, "base_items": base_items, "base_validation": 0.55,
+                                                "weights_sha256": "a" * 64}))
+    with pytest.raises(ValueError, match="scored on build aaaaaaaaaaaa, the cached sudoku4 is cccccccccccc"):
+        run_comparison(name, tmp_path, seeds=2, smoke=True, progress=False, report_only=True)
     with pytest.raises(ValueError, match="no saved runs"):
         run_comparison(name, tmp_path / "empty", seeds=2, smoke=True, progress=False, report_only=True)
