@@ -419,6 +419,22 @@ COMPARISONS["dllm-countdown3-d1"] = {
     "recipe": COUNTDOWN_MD_RL, "rollouts": 30, "arms": {
         d1_md_label(lr): {**D1_AUTHORS_ARM, "learning_rate": v} for lr, v in DLLM_D1_LRS.items()}}
 
+DMPO_AUTHORS_MD = "DMPO, its authors' settings, lr 5e-4/8"
+"""The label of `dllm-countdown3-dmpo-authors`'s one arm."""
+
+COMPARISONS["dllm-countdown3-dmpo-authors"] = {
+    # issue 24 item 2's "each method with its authors' settings" on the masked-diffusion base, DMPO's half (d1's is
+    # `dllm-countdown3-d1`): `DMPO_AUTHORS_ARM`'s values over `COUNTDOWN_MD_RL` (reuse F = 8, 240 optimizer steps;
+    # WDCE, reference target, individual baseline, alpha 0.04, no KL, rollouts at T = 0.2, constant lr, AdamW (0.9,
+    # 0.99), weight decay 0.1, grad clip 0.2). The lr, fixed before the runs and not chosen on any split, is 5e-4 / F
+    # = 6.25e-5 (lr x optimizer steps per rollout batch equal to the shared recipe's one step at 5e-4: the rule by
+    # which validation chose d1's 5e-4 / 12 over 5e-4). Differs from the authors
+    # (configs/dmpo_llada_8b_countdown.yaml): lr (theirs 3e-6 on LLaDA-8B), 16 problems x 8 answers (theirs 16
+    # answers per prompt), 16 answer tokens in one block; the same base, batch, 30 rollout batches, validation points
+    # and test rows as `dllm-countdown3`
+    "recipe": COUNTDOWN_MD_RL, "rollouts": 30, "arms": {
+        DMPO_AUTHORS_MD: {**DMPO_AUTHORS_ARM, "learning_rate": 5e-4 / DMPO_AUTHORS_ARM["num_iterations"]}}}
+
 COUNTDOWN4_STEPS_RL: dict[str, Any] = {
     # the long-answer task of issue 25 (mmrl/tiny_world/countdown_steps.py: answers of 60-160 tokens whose decisions
     # are a few header tokens) from its tiny causal base; the budget and the a-priori lr are in docs/RESULTS.md

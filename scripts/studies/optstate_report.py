@@ -109,9 +109,10 @@ def main(argv: list[str]) -> None:
                 fr = fresh_report["arms"][twin]
                 row.update(reward_first5_last5=fr["reward_first5_last5"], reward_per_step=fr["reward_per_step"],
                            kl_last=fr["kl_last"], kl_per_step=fr["kl_per_step"], note="all 5 seeds' diagnostics (rl30 report.json)")
-                curves_reward[name] = [list(zip(range(1, 31), fr["reward_per_step"]))]
-                curves_kl[name] = [list(zip(range(1, 31), fr["kl_per_step"]))]
-                curves_val[name] = [list(zip(fr["val_steps"], fr["val_per_eval"]))]
+                label = f"{name} (rl30, mean of its 5 seeds)"
+                curves_reward[label] = [list(zip(range(1, 31), fr["reward_per_step"]))]
+                curves_kl[label] = [list(zip(range(1, 31), fr["kl_per_step"]))]
+                curves_val[label] = [list(zip(fr["val_steps"], fr["val_per_eval"]))]
                 row["val_per_eval"] = fr["val_per_eval"]
                 first = sizes.get(f"{twin} | seed 0")
                 if first:

@@ -9,6 +9,7 @@ SAVE_DIR: where the weights go ("-" keeps none). KEY=VALUE options:
   same reward; greedy decoding;
 - any masked-diffusion recipe key of `TinySpec.recipe`, e.g. `token_reweight=[0.25,2]` (MGDM's token reweighting,
   Ye et al., ICLR 2025, arXiv 2410.14157);
+- `seed=N`: the initialisation and data-order seed (default 0, the shipped base's);
 - `out=FILE.jsonl`: append the record (options, build CPU seconds, weights digest, per-puzzle scores per decoding);
 - `split=test`: the first 256 test puzzles instead, the rows behind the "variants tried" figures written before the
   validation split existed (reproduction only, never a choice).
@@ -71,7 +72,7 @@ def tokens_per_row(policy, spec) -> int:
 
 
 def run(steps: int, lo: int, hi: int, lr: float = 2e-3, family: str = "masked_diffusion", recipe: dict | None = None,
-        split: str = "validation", save: str | None = None) -> dict:
+        split: str = "validation", save: str | None = None, seed: int = 0) -> dict:
     """Pre-train the variant (the `sudoku4` spec with these steps, blank range, lr, family and recipe; one torch
     thread) and score it; returns the record (per-puzzle scores under every decoding of the family)."""
     register_tiny_world()  # the tiny world's tasks and rewards (the engine does not import it)
@@ -80,7 +81,7 @@ def run(steps: int, lo: int, hi: int, lr: float = 2e-3, family: str = "masked_di
     base = TINY_MODELS["sudoku4"]
     arch = {k: v for k, v in base.arch.items()}
     spec = dataclasses.replace(base, family=family, steps=int(steps), pretrain_filter={"blanks": [int(lo), int(hi)]},
-                               lr=float(lr), recipe=dict(recipe or {}), arch=arch)
+                               lr=float(lr), recipe=dict(recipe or {}), arch=arch, seed=int(seed))
     c0, t0 = time.process_time(), time.perf_counter()
     pol, hist = pretrain(spec, progress=False)
     cpu, wall = time.process_time() - c0, time.perf_counter() - t0
@@ -97,7 +98,7 @@ def run(steps: int, lo: int, hi: int, lr: float = 2e-3, family: str = "masked_di
                          "scores": r.scores, "completions": r.completions[:8]}
     n_params = sum(p.numel() for p in pol.model.parameters())
     return {"opts": {"steps": int(steps), "blanks": [int(lo), int(hi)], "lr": float(lr), "family": family,
-                     "recipe": dict(recipe or {}), "split": split, "batch_size": spec.batch_size},
+                     "recipe": dict(recipe or {}), "split": split, "batch_size": spec.batch_size, "seed": int(seed)},
             "build_cpu_s": round(cpu, 1), "build_wall_s": round(wall, 1), "final_loss": hist[-1]["loss"],
             "weights_sha256_12": digest, "parameters": n_params, "tokens_per_row": tokens_per_row(pol, spec),
             "puzzles": [r["puzzle"] for r in rows], "decodes": decodes}
@@ -114,8 +115,9 @@ def main(argv: list[str]) -> None:
     family = kv.pop("family", "masked_diffusion")
     split = kv.pop("split", "validation")
     out = kv.pop("out", None)
+    seed = int(kv.pop("seed", 0))
     recipe = {k: ast.literal_eval(v) if v[:1].isdigit() or v[:1] in "-[." else v for k, v in kv.items()}
-    rec = run(steps, lo, hi, lr, family, recipe, split, None if save == "-" else save)
+    rec = run(steps, lo, hi, lr, family, recipe, split, None if save == "-" else save, seed)
     if out:
         with open(out, "a") as f:
             f.write(json.dumps(rec) + "\n")

@@ -723,3 +723,21 @@ def test_import_stored_runs_pools_stored_seeds_with_new_ones(tmp_path, monkeypat
         reasoning_rl.import_stored_runs(results, root, name=name, base_name="countdown4-steps-ar", digest=digest)
     with pytest.raises(SystemExit, match="--import-results applies to the Countdown comparisons"):
         main(["replicate", "gcpo-vs-grpo", "--import-results", str(results)])
+
+
+def test_dllm_dmpo_authors_arm_carries_the_preset_on_the_masked_diffusion_recipe(tmp_path):
+    """`dllm-countdown3-dmpo-authors`: the arm, as loaded, has the DMPO preset's algorithm and optimizer settings
+    (F = 8, reference target, individual baseline, no KL, T = 0.2, ...), the masked-diffusion base and batch of
+    `dllm-countdown3`, and lr 5e-4 / 8 (lr x steps per rollout batch of the shared recipe)."""
+    root = Path(__file__).resolve().parents[2]
+    ref = load_config(root / "configs" / "dmpo_llada_8b_countdown.yaml", validate=False)
+    cfg = load_config(None, reasoning_rl.arm_config("dllm-countdown3-dmpo-authors", reasoning_rl.DMPO_AUTHORS_MD,
+                                                    seed=0, out=tmp_path))
+    shared = load_config(None, reasoning_rl.arm_config("dllm-countdown3", "diffu-GRPO", seed=0, out=tmp_path))
+    for key in ("method", "num_iterations", "beta", "temperature", "lr_scheduler_type", "warmup_ratio", "adam_beta1",
+                "adam_beta2", "weight_decay", "max_grad_norm", "dmpo_loss", "dmpo_target", "dmpo_baseline", "dmpo_alpha"):
+        assert getattr(cfg, key) == getattr(ref, key), key
+    for key in ("family", "model_name_or_path", "per_device_train_batch_size", "num_generations", "max_completion_length"):
+        assert getattr(cfg, key) == getattr(shared, key), key
+    assert (cfg.num_iterations, cfg.max_steps) == (8, 240)
+    assert cfg.learning_rate * 8 == pytest.approx(5e-4)
