@@ -85,3 +85,30 @@ def _read_owner(fd: int) -> str:
     except OSError:
         text = ""
     return text or "owner unknown"
+
+
+def remove_unfinished_run(run_dir: str | os.PathLike) -> None:
+    """Delete the folder of an unfinished run (a stopped earlier call's) before running it again, unless a live
+    trainer is writing it: the folder's lock is taken first, so a second job started on the same output (e.g. the same
+    comparison launched twice) stops with `RunLocked` instead of deleting the lock of the running one and then
+    training beside it into the same files. Everything but the lock file is removed while the lock is held."""
+    import shutil
+
+    run_dir = Path(run_dir)
+    if not run_dir.exists():
+        return
+    lock = RunLock(run_dir).acquire()
+    try:
+        for p in run_dir.iterdir():
+            if p.name == LOCK_NAME:
+                continue
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p)
+            else:
+                p.unlink()
+    finally:
+        lock.release()
+    try:
+        run_dir.rmdir()
+    except OSError:  # a new run took the folder between the release and here: it is that run's now
+        pass

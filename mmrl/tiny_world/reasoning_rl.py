@@ -709,6 +709,7 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
     import shutil
     import time
 
+    from mmrl.checkpointing.run_lock import remove_unfinished_run
     from mmrl.config.train_config import load_config
     from mmrl.data.tasks import load_task
     from mmrl.reporting.metrics_log import read_metrics
@@ -836,8 +837,7 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
 
     def one_run(arm: str, seed: int, run_dir: Path) -> dict[str, Any]:
         """Train (or RFT) one arm at one seed from the base, score the test rows once; the saved result."""
-        if run_dir.exists():
-            shutil.rmtree(run_dir)  # an unfinished run of an earlier, stopped call
+        remove_unfinished_run(run_dir)  # an unfinished run of an earlier, stopped call (RunLocked if live)
         policy = load_base_policy(base_name, progress=False, steps=base_steps)
         if arm == RFT_ARM:  # at the first arm's rollouts, the same seeds
             cfg = load_config(None, arm_config(name, selected[0], seed=seed, out=run_dir, rollouts=rollouts, smoke=smoke,

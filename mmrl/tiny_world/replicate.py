@@ -40,6 +40,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from mmrl.checkpointing.run_lock import remove_unfinished_run
 from mmrl.tiny_world.quickstart import QUICKSTART_RECIPE
 from mmrl.tiny_world.report import cutoff_time
 
@@ -249,8 +250,7 @@ def run_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int 
 
     def one_run(label: str, seed: int, run_dir: Path) -> dict[str, Any]:
         """Train one row (an RL arm, clean SFT or RFT) at one seed from the base, score the test puzzles once."""
-        if run_dir.exists():
-            shutil.rmtree(run_dir)  # an unfinished run of an earlier, stopped call
+        remove_unfinished_run(run_dir)  # an unfinished run of an earlier, stopped call (RunLocked if live)
         policy = load_base_policy("sudoku4", progress=False, steps=base_steps)
         t0 = time.perf_counter()
         extra: dict[str, Any]

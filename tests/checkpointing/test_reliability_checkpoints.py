@@ -18,7 +18,7 @@ from mmrl.config.train_config import ConfigError, load_config
 from mmrl.reporting.metrics_log import read_metrics
 from mmrl.models import adapter_class
 from mmrl.checkpointing.resume_settings import ResumeWarning
-from mmrl.checkpointing.run_lock import LOCK_NAME, RunLock, RunLocked
+from mmrl.checkpointing.run_lock import LOCK_NAME, RunLock, RunLocked, remove_unfinished_run
 from mmrl.training.trainer import Trainer
 from tiny_world_fixtures import dataset_for, vowel_reward
 
@@ -230,6 +230,26 @@ def test_a_lock_left_by_a_killed_process_is_stale_and_taken_over(tmp_path):
     assert (tmp_path / LOCK_NAME).read_text().startswith(f"pid {os.getpid()}")
     lock.release()
 
+
+
+def test_an_unfinished_run_is_removed_but_not_a_live_one(tmp_path):
+    """The comparison runners clear a stopped run's folder before running it again (`remove_unfinished_run`); a folder
+    a live trainer holds is refused, with its files and its lock intact (a second job on the same output used to
+    delete the running job's lock and train beside it into the same files)."""
+    run = tmp_path / "arm-seed0"
+    (run / "checkpoints" / "step-3").mkdir(parents=True)
+    (run / "metrics.jsonl").write_text('{"step": 1}\n')
+    live = RunLock(run).acquire()  # another open file description: conflicts like another process
+    try:
+        with pytest.raises(RunLocked, match="in use by another trainer"):
+            remove_unfinished_run(run)
+        assert (run / "metrics.jsonl").exists() and (run / "checkpoints" / "step-3").is_dir()
+        assert (run / LOCK_NAME).read_text().startswith(f"pid {os.getpid()}")
+    finally:
+        live.release()
+    remove_unfinished_run(run)  # stopped: nothing holds it
+    assert not run.exists()
+    remove_unfinished_run(run)  # absent: nothing to do
 
 # ------------------------------------------------------------------------------------------- 5. seed range
 
