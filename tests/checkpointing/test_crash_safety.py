@@ -222,6 +222,26 @@ def test_random_sigkills_never_lose_a_checkpoint_and_resume_exactly(tmp_path):
         runner.close()
 
 
+def test_timer_kills_are_placed_by_the_reference_runs_fault_points():
+    """`timer_kill` picks an instant uniformly in time among the stretches a run resumed from `done` still has (its
+    start-up, then the reference's stretches after fault points of later steps); `checkpoint_after_timer` names the
+    checkpoint a kill after the last fault point passed must leave."""
+    ref = {"events": [["during_rollout:1", 0.4], ["after_step:1", 1.0], ["in_optimizer_step:2", 1.2],
+                      ["after_step:2", 1.5]], "wall": 1.6}
+    # done=1: start-up 0.4 s, after in_optimizer_step:2 0.3 s, after after_step:2 (the final save) 0.1 s
+    picks = [timer_kill(ref, 1, random.Random(s)) for s in range(400)]
+    assert {gate for gate, _ in picks} == {None, "in_optimizer_step:2", "after_step:2"}
+    for gate, limit, share in ((None, 0.4, 0.5), ("in_optimizer_step:2", 0.3, 0.375), ("after_step:2", 0.1, 0.125)):
+        offsets = [x for g, x in picks if g == gate]
+        assert all(0 <= x <= limit for x in offsets) and abs(len(offsets) / 400 - share) < 0.08, (gate, len(offsets))
+    assert checkpoint_after_timer([], 3) == {3}
+    assert checkpoint_after_timer([["during_rollout:5", 0.1]], 4) == {4}
+    assert checkpoint_after_timer([["checkpoint/model:5", 0.1]], 4) == {4}
+    assert checkpoint_after_timer([["checkpoint/state:5", 0.1]], 4) == {4, 5}  # the rename follows the last file
+    assert checkpoint_after_timer([["checkpoint/rotating:5", 0.1]], 4) == {5}
+    assert checkpoint_after_timer([["after_step:5", 0.1]], 4) == {5}
+
+
 def test_partial_metric_line_from_a_kill_is_dropped_on_resume(tmp_path):
     from mmrl.reporting.metrics_log import MetricLogger
 
