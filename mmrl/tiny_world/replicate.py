@@ -4,6 +4,7 @@
     mmrl replicate dmpo-reuse-sudoku4 # DMPO with buffer reuse F = 1 / 8 / 24 vs diffu-GRPO, same rollouts
     mmrl replicate sudoku-rewards     # diffu-GRPO and DMPO with the solved 1/0, verifier and d1 cell rewards
     mmrl replicate dmpo-small-batch   # WDCE with no / group / individual / model baseline vs WDDO at a small batch
+    mmrl replicate sudoku-authors     # diffu-GRPO and DMPO each with its authors' settings beside dmpo-vs-d1's arms
 
 Each arm starts from the same cached tiny base model, trains with the quickstart's settings under the reasoning
 comparisons' stable recipe (`STABLE`), sees the same number of rollouts (prompts x generations x rollout batches)
@@ -93,6 +94,40 @@ COMPARISONS: dict[str, dict[str, dict[str, Any]]] = {
 }
 """comparison -> arm label -> overrides of the shared recipe (`QUICKSTART_RECIPE` + `STABLE`)."""
 
+D1_AUTHORS_SUDOKU = "diffu-grpo, d1's settings, lr 5e-4/12"
+DMPO_AUTHORS_SUDOKU = "dmpo, its authors' settings, lr 5e-4/8"
+SHARED_SETTING_LR = 5e-4
+"""`STABLE`'s lr: the shared setting's one optimizer step per rollout batch at 5e-4 (the lr rule of `sudoku-authors`)."""
+
+
+def _authors_arm(values: dict[str, Any]) -> dict[str, Any]:
+    """An authors'-settings arm for `sudoku-authors`: `values` (`reasoning_rl.D1_AUTHORS_ARM` or `DMPO_AUTHORS_ARM`)
+    with the lr fixed before any run by the Countdown rule (docs/RESULTS.md, "diffu-GRPO with d1's settings on the
+    masked-diffusion base"): lr x optimizer steps per rollout batch = the shared setting's 5e-4 x 1."""
+    return {**values, "learning_rate": SHARED_SETTING_LR / values["num_iterations"]}
+
+
+def _sudoku_authors() -> dict[str, dict[str, Any]]:
+    from mmrl.tiny_world.reasoning_rl import D1_AUTHORS_ARM, DMPO_AUTHORS_ARM
+
+    return {
+        # the shared setting, exactly `dmpo-vs-d1`'s two arms (first: the clean-SFT row takes the first arm's 10
+        # optimizer steps of 128 sequences, as in `dmpo-vs-d1`)
+        "diffu-grpo (d1), F=1": dict(COMPARISONS["dmpo-vs-d1"]["diffu-grpo (d1), F=1"]),
+        D1_AUTHORS_SUDOKU: _authors_arm(D1_AUTHORS_ARM),  # mu = 12: 120 optimizer steps over the 10 rollout batches
+        "dmpo, F=1": dict(COMPARISONS["dmpo-vs-d1"]["dmpo, F=1"]),
+        DMPO_AUTHORS_SUDOKU: _authors_arm(DMPO_AUTHORS_ARM),  # F = 8: 80 optimizer steps
+    }
+
+
+# issue 24 item 2 on Sudoku: each method with its authors' settings (`D1_AUTHORS_ARM`, `DMPO_AUTHORS_ARM`, the
+# Countdown arms' values) beside the shared setting of `dmpo-vs-d1`, the same 10 rollout batches of 8 x 16, base and
+# test puzzles. Differs from the authors' code: the lr (theirs 3e-6 on LLaDA-8B: here 5e-4 / 12 and 5e-4 / 8, fixed
+# beforehand), 8 puzzles x 16 answers per rollout batch (d1: 6 answers per prompt), 16 answer tokens decoded one per
+# step in one block (d1: 256 in blocks of 32), full fine-tuning of a 0.6M-parameter model (d1: LoRA), the reward
+# (the task's d1 cell reward for both; the DMPO authors ran no Sudoku)
+COMPARISONS["sudoku-authors"] = _sudoku_authors()
+
 CONTRASTS: dict[str, list[tuple[str, str]]] = {
     "sudoku-rewards": [("diffu-grpo, solved 1/0", "diffu-grpo, cells (d1)"), ("diffu-grpo, verifier", "diffu-grpo, cells (d1)"),
                        ("dmpo, solved 1/0", "dmpo, cells (d1)"), ("dmpo, verifier", "dmpo, cells (d1)"),
@@ -104,6 +139,8 @@ CONTRASTS: dict[str, list[tuple[str, str]]] = {
                          ("wdce, no baseline, correct cells only", "wdce, no baseline"),
                          ("wdce, group baseline, correct cells only", "wdce, group baseline"),
                          ("wddo", "wdce, no baseline")],
+    "sudoku-authors": [(D1_AUTHORS_SUDOKU, "diffu-grpo (d1), F=1"), (DMPO_AUTHORS_SUDOKU, "dmpo, F=1"),
+                       (DMPO_AUTHORS_SUDOKU, D1_AUTHORS_SUDOKU), ("dmpo, F=1", "diffu-grpo (d1), F=1")],
 }
 """comparison -> the (a, b) pairs whose difference a - b the table reports (default: every pair of RL arms); a
 pair with an arm left out by the cutoff is skipped."""
@@ -113,25 +150,30 @@ SIZES: dict[str, dict[str, Any]] = {
     "dmpo-vs-d1": {"rollouts": 10, "num_generations": 16, "per_device_train_batch_size": 128, "gradient_accumulation_steps": 1},
     "dmpo-reuse-sudoku4": {"rollouts": 10, "num_generations": 16, "per_device_train_batch_size": 128, "gradient_accumulation_steps": 1},
     "sudoku-rewards": {"rollouts": 10, "num_generations": 16, "per_device_train_batch_size": 128, "gradient_accumulation_steps": 1},
+    "sudoku-authors": {"rollouts": 10, "num_generations": 16, "per_device_train_batch_size": 128, "gradient_accumulation_steps": 1},
     # the paper's failure mode of plain WDCE needs a small batch: 4 prompts x 8 responses per rollout
     "dmpo-small-batch": {"rollouts": 30, "num_generations": 8, "per_device_train_batch_size": 32, "gradient_accumulation_steps": 1},
 }
 """comparison -> rollout budget and batch shape shared by its arms."""
 
-ONE_OPTIMIZER = ("dmpo-vs-d1", "dmpo-reuse-sudoku4", "sudoku-rewards")
+ONE_OPTIMIZER = ("dmpo-vs-d1", "dmpo-reuse-sudoku4", "sudoku-rewards", "sudoku-authors")
 """Comparisons whose arms run on one optimizer setting (`mmrl.tiny_world.reasoning_rl.SHARED_OPTIMIZER`: AdamW
 (0.9, 0.999), clip 1.0, no weight decay), so that DMPO's method defaults (clip 0.2, beta2 0.99, weight decay 0.1)
-do not make its arm differ from diffu-GRPO's in more than the method."""
+do not make its arm differ from diffu-GRPO's in more than the method (in `sudoku-authors` the authors' arms set their
+own optimizer, which overrides this)."""
 
 SMOKE = {"per_device_train_batch_size": 32, "num_generations": 4, "eval_limit": 16, "gradient_accumulation_steps": 1}
 """`--smoke`: 8 puzzles x 4 answers per rollout batch, 16 validation and test puzzles, a 20-step base (CI plumbing)."""
 
 CLEAN_SFT_ROW = "clean SFT, same compute"
 RFT_ROW = "RFT, same rollouts"
-BASELINE_ROWS = ("dmpo-vs-d1", "dmpo-reuse-sudoku4", "sudoku-rewards")
+BASELINE_ROWS = ("dmpo-vs-d1", "dmpo-reuse-sudoku4", "sudoku-rewards", "sudoku-authors")
 """Comparisons that get the baseline rows (`run_comparison`): clean SFT on the training puzzles' true solutions at
 the first arm's optimizer steps and sequences per step, RFT on the base's fully solved samples at the same
 rollouts, best-of-n from the base at the arms' samples per puzzle."""
+NO_BEST_OF_N = ("sudoku-authors",)
+"""Comparisons of `BASELINE_ROWS` without the best-of-n rows (a base-only measurement; `sudoku-authors` leaves its
+~3 CPU-minutes to the seeds: docs/RESULTS.md, its budget)."""
 
 
 def arm_config(name: str, arm: str, *, seed: int, rollouts: int, out: Path, smoke: bool = False) -> dict[str, Any]:
@@ -239,12 +281,12 @@ def run_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int 
         base_file.write_text(json.dumps(saved_base))
     base, base_items, base_val = (saved_base[k] for k in ("base", "base_items", "base_validation"))
     best = None
-    if baselines and not best_file.exists() and not report_only:
+    if baselines and name not in NO_BEST_OF_N and not best_file.exists() and not report_only:
         t0 = time.perf_counter()
         best = held_out_items(load_base_policy("sudoku4", progress=False, steps=base_steps), test, task.metric,
                               "masked_diffusion", 16, k=n_best, verifier=sudoku4_verifier)
         best_file.write_text(json.dumps({**best[0], "items": best[1], "seconds": time.perf_counter() - t0}))
-    if baselines and best_file.exists():
+    if baselines and name not in NO_BEST_OF_N and best_file.exists():
         best = json.loads(best_file.read_text())
     row_arms = selected + ([CLEAN_SFT_ROW, RFT_ROW] if baselines else [])
 

@@ -3,8 +3,11 @@ optimizer step, between checkpoint files, during checkpoint rotation, and timers
 loadable latest checkpoint that lost at most the steps since it; resuming (and being killed again) ends with the
 same metrics, weights and optimizer state, bitwise, as an uninterrupted run.
 
-The jobs run in forked children of `tests/helpers/crash_runner.py` (one interpreter start for all of them). The kill plan is
-random; its seed is printed in every failure message and can be replayed with `MMRL_CRASH_SEED=<seed>`.
+The jobs run in forked children of `tests/helpers/crash_runner.py` (one interpreter start for all of them), which
+report the fault points they pass: a timer starts at the fault point just before its instant in the reference run, so
+it lands at the same place whatever the machine's speed or load and the step the run resumed from. The kill plan is
+random; its seed is printed in every failure message and can be replayed with `MMRL_CRASH_SEED=<seed>` (the instants
+timers land at still vary by a few milliseconds).
 """
 import json
 import os
@@ -31,6 +34,11 @@ ROLLOUT_STEPS = [k for k in range(1, MAX_STEPS + 1) if (k - 1) % BASE["num_itera
 # where the latest checkpoint must be after a kill at <point>:K: K - 1 before checkpoint K is in place, K after
 CHECKPOINT_AFTER_KILL = {"during_rollout": -1, "in_optimizer_step": -1, "checkpoint/model": -1, "checkpoint/optimizer": -1,
                          "checkpoint/state": -1, "checkpoint/renamed": 0, "checkpoint/rotating": 0, "after_step": 0}
+# kinds of kill: named fault points (`named_point`) and timers at a random instant (`timer_kill`)
+KILL_KINDS = ("during_rollout", "in_optimizer_step", "checkpoint", "rotating", "after_step", "timer")
+PLANNED_TRIALS = 10  # random kill plans of 1-2 kills each (`kill_plan`)
+REQUIRED_KILLS = 10  # kills that must land (a timer can come after its run ended: then more trials, up to MAX_TRIALS)
+MAX_TRIALS = 20
 
 
 class Runner:
@@ -41,9 +49,12 @@ class Runner:
                                      stdout=subprocess.PIPE, stderr=self.err, text=True, env=env)
         assert json.loads(self.proc.stdout.readline()) == {"ready": True}
 
-    def job(self, values: dict, kill_at: str | None = None, kill_after: float | None = None) -> dict:
+    def job(self, values: dict, kill_at: str | None = None, kill_after: float | None = None,
+            kill_from: str | None = None) -> dict:
+        """One run; killed at fault point `kill_at`, or `kill_after` seconds after it passed fault point `kill_from`
+        (None: after its start). Returns rc, wall and the fault points it passed (`crash_runner.py`)."""
         env = {"MMRL_KILL_AT": kill_at} if kill_at else {}
-        self.proc.stdin.write(json.dumps({"values": values, "env": env, "kill_after": kill_after}) + "\n")
+        self.proc.stdin.write(json.dumps({"values": values, "env": env, "kill_after": kill_after, "kill_from": kill_from}) + "\n")
         self.proc.stdin.flush()
         return json.loads(self.proc.stdout.readline())
 
@@ -78,9 +89,14 @@ def comparable(records: list[dict]) -> dict[int, dict]:
     return {r["step"]: {k: v for k, v in r.items() if not k.startswith("perf/")} for r in records}
 
 
+def point_step(event: str) -> tuple[str, int]:
+    point, k = event.rsplit(":", 1)
+    return point, int(k)
+
+
 def kill_plan(rng: random.Random, n: int) -> list[list[str]]:
     """n trials, each a list of 1-2 kills: named points at random steps or 'timer'; every kind of kill occurs."""
-    kinds = ["during_rollout", "in_optimizer_step", "checkpoint", "rotating", "after_step", "timer", "timer"]
+    kinds = list(KILL_KINDS) + ["timer"]
     kinds += [rng.choice(kinds) for _ in range(n - len(kinds))]
     rng.shuffle(kinds)
     return [[k] + ([rng.choice(["timer", "in_optimizer_step", "checkpoint"])] if rng.random() < 0.4 else []) for k in kinds]
@@ -100,45 +116,86 @@ def named_point(kind: str, done: int, rng: random.Random) -> str | None:
     return f"{point}:{rng.choice(steps)}" if steps else None
 
 
+def timer_kill(ref: dict, done: int, rng: random.Random) -> tuple[str | None, float]:
+    """A random instant, uniform in time, of what is left of the reference run after step `done`, as (the fault
+    point the reference passed just before it, seconds after that point); None: seconds after the job's start (the
+    run's start-up, and its first step up to its first fault point). Timed from the run's own progress, the kill lands
+    at the same place in a run resumed from `done` however fast or loaded the machine is; only an instant in the last
+    stretch (after the last step, while the final model is written) can come after a faster run has ended."""
+    events = ref["events"]  # [[point:K, seconds], ...] in order
+    ends = [t for _, t in events[1:]] + [ref["wall"]]
+    stretches = [(None, events[0][1])] + [(e, end - t) for (e, t), end in zip(events, ends) if point_step(e)[1] > done]
+    x = rng.uniform(0, sum(length for _, length in stretches))
+    for gate, length in stretches:
+        if x < length:
+            break
+        x -= length
+    return gate, min(x, length)
+
+
+def checkpoint_after_timer(events: list, done: int) -> set[int]:
+    """The steps the latest checkpoint may be at after a kill at any instant after the run passed `events` (the last
+    fault point names the step in progress and how far its checkpoint got; no event: still starting up)."""
+    if not events:
+        return {done}
+    point, k = point_step(events[-1][0])
+    return {k + CHECKPOINT_AFTER_KILL[point]} | ({k} if point == "checkpoint/state" else set())  # renamed right after
+
+
 def test_random_sigkills_never_lose_a_checkpoint_and_resume_exactly(tmp_path):
     seed = int(os.environ.get("MMRL_CRASH_SEED", random.SystemRandom().randrange(2**32)))
+    print(f"kill plan seed {seed}; replay with MMRL_CRASH_SEED={seed}")  # shown with a failure's captured output
     rng = random.Random(seed)
     runner = Runner(tmp_path / "jobs.log")
     try:
         ref_dir = tmp_path / "reference"
         ref = runner.job({**BASE, "output_dir": str(ref_dir)})
         assert ref["rc"] == 0, (tmp_path / "jobs.log").read_text()[-3000:]
+        assert ref["events"] and point_step(ref["events"][-1][0]) == ("after_step", MAX_STEPS), ref["events"]
         ref_metrics = comparable(read_metrics(ref_dir))
         assert sorted(ref_metrics) == list(range(1, MAX_STEPS + 1))
         ref_weights, ref_optim = final_state(ref_dir)
-        kills, log = 0, []
-        for trial, plan in enumerate(kill_plan(rng, 10)):
+        kills, landed, log = 0, set(), []
+        plans = kill_plan(rng, PLANNED_TRIALS)
+        trial = 0
+        # the planned trials; then, while kills are short (a timer that came after its run ended) or a kind of kill
+        # has not landed, one-kill trials of the missing kinds: the test always ends with >= REQUIRED_KILLS kills
+        while trial < len(plans) or ((kills < REQUIRED_KILLS or landed < set(KILL_KINDS)) and trial < MAX_TRIALS):
+            missing = [k for k in KILL_KINDS if k not in landed]
+            plan = plans[trial] if trial < len(plans) else [missing[0] if missing else rng.choice(KILL_KINDS)]
             run = tmp_path / f"trial{trial}"
             values = {**BASE, "output_dir": str(run)}
             for kind in plan:
                 done = ckpt_step(latest_checkpoint(run))
                 if kind == "timer":
-                    kill_at, delay = None, rng.uniform(0.1, 1.0) * ref["wall"]
+                    kill_at, (kill_from, delay) = None, timer_kill(ref, done, rng)
                 else:
-                    kill_at, delay = named_point(kind, done, rng), None
+                    (kill_at, kill_from), delay = (named_point(kind, done, rng), None), None
                     if kill_at is None:
                         continue
-                out = runner.job({**values, **({"resume_from": "auto"} if done else {})}, kill_at=kill_at, kill_after=delay)
-                what = f"seed {seed}, trial {trial}, kill {kill_at or f'timer {delay:.3f}s'} (resumed from step {done})"
+                out = runner.job({**values, **({"resume_from": "auto"} if done else {})}, kill_at=kill_at,
+                                 kill_after=delay, kill_from=kill_from)
+                passed = out["events"]
+                how = kill_at or f"timer {delay:.3f}s after {kill_from or 'start'}"
+                what = (f"seed {seed}, trial {trial}, kill {how} "
+                        f"(resumed from step {done}; last fault point passed: {passed[-1][0] if passed else None})")
                 log.append(f"{what}: rc {out['rc']}")
-                if out["rc"] == 0:  # a timer that fired after the run ended
+                if out["rc"] == 0:  # a timer in the last stretch that came after the run ended
                     assert kill_at is None, what
                     break
                 assert out["rc"] == -9, (what, (tmp_path / "jobs.log").read_text()[-3000:])
                 kills += 1
+                landed.add(kind)
                 latest = latest_checkpoint(run)
                 after = ckpt_step(latest)
                 if kill_at is not None:
-                    point, k = kill_at.rsplit(":", 1)
-                    assert after == int(k) + CHECKPOINT_AFTER_KILL[point], (what, after)
+                    point, k = point_step(kill_at)
+                    assert passed and passed[-1][0] == kill_at, (what, passed[-3:])  # killed there, not elsewhere
+                    assert after == k + CHECKPOINT_AFTER_KILL[point], (what, after)
                 else:  # at most the step in progress is lost: the checkpoint is the last or second-to-last logged step
                     logged = max([r["step"] for r in read_metrics(run)], default=0)
                     assert after in (logged, max(0, logged - 1)) and after >= done, (what, after, logged)
+                    assert after in checkpoint_after_timer(passed, done), (what, after)
                 if latest is not None:
                     assert_loadable(latest, what)
                     assert all(p.name.startswith("checkpoint-") for p in list_checkpoints(run)), what
@@ -156,9 +213,33 @@ def test_random_sigkills_never_lose_a_checkpoint_and_resume_exactly(tmp_path):
                     assert torch.equal(optim["state"][pid][key], tensor), (seed, trial, pid, key)
             leftovers = [p.name for p in (run / "checkpoints").iterdir() if not p.name.startswith("checkpoint-")]
             assert not leftovers, (seed, trial, leftovers)  # temporary and trash directories are cleaned up
-        assert kills >= 10, (seed, kills, log)
+            trial += 1
+        assert kills >= REQUIRED_KILLS and landed == set(KILL_KINDS), (
+            f"seed {seed}: {kills} kills landed in {trial} trials (kinds {sorted(landed)}); replay with "
+            f"MMRL_CRASH_SEED={seed}", log)
+        print(f"{kills} kills landed in {trial} trials:", *log, sep="\n  ")
     finally:
         runner.close()
+
+
+def test_timer_kills_are_placed_by_the_reference_runs_fault_points():
+    """`timer_kill` picks an instant uniformly in time among the stretches a run resumed from `done` still has (its
+    start-up, then the reference's stretches after fault points of later steps); `checkpoint_after_timer` names the
+    checkpoint a kill after the last fault point passed must leave."""
+    ref = {"events": [["during_rollout:1", 0.4], ["after_step:1", 1.0], ["in_optimizer_step:2", 1.2],
+                      ["after_step:2", 1.5]], "wall": 1.6}
+    # done=1: start-up 0.4 s, after in_optimizer_step:2 0.3 s, after after_step:2 (the final save) 0.1 s
+    picks = [timer_kill(ref, 1, random.Random(s)) for s in range(400)]
+    assert {gate for gate, _ in picks} == {None, "in_optimizer_step:2", "after_step:2"}
+    for gate, limit, share in ((None, 0.4, 0.5), ("in_optimizer_step:2", 0.3, 0.375), ("after_step:2", 0.1, 0.125)):
+        offsets = [x for g, x in picks if g == gate]
+        assert all(0 <= x <= limit for x in offsets) and abs(len(offsets) / 400 - share) < 0.08, (gate, len(offsets))
+    assert checkpoint_after_timer([], 3) == {3}
+    assert checkpoint_after_timer([["during_rollout:5", 0.1]], 4) == {4}
+    assert checkpoint_after_timer([["checkpoint/model:5", 0.1]], 4) == {4}
+    assert checkpoint_after_timer([["checkpoint/state:5", 0.1]], 4) == {4, 5}  # the rename follows the last file
+    assert checkpoint_after_timer([["checkpoint/rotating:5", 0.1]], 4) == {5}
+    assert checkpoint_after_timer([["after_step:5", 0.1]], 4) == {5}
 
 
 def test_partial_metric_line_from_a_kill_is_dropped_on_resume(tmp_path):

@@ -71,6 +71,46 @@ def test_sudoku_dmpo_vs_d1_arms_differ_only_in_the_method(tmp_path):
     assert ca.max_steps == 10 and ca.per_device_train_batch_size == 128 and ca.num_generations == 16 and ca.beta == 0.1
 
 
+def test_sudoku_authors_arms_carry_the_authors_values_on_the_sudoku_recipe(tmp_path):
+    """`sudoku-authors` (issue 24 item 2): the two authors' arms, as loaded, carry the presets' algorithm and optimizer
+    settings (d1: mu = 12, clip 0.5, KL 0.04, ...; DMPO: F = 8, reference target, individual baseline, no KL, T =
+    0.2, ...) on `dmpo-vs-d1`'s Sudoku base, batch and 10 rollout batches, at lr 5e-4 / mu and 5e-4 / F; its two
+    shared-setting arms are `dmpo-vs-d1`'s arms field for field (so the clean-SFT and RFT rows are that table's too)."""
+    import dataclasses
+
+    from mmrl.config.train_config import load_config
+    from mmrl.tiny_world.replicate import COMPARISONS, CONTRASTS, D1_AUTHORS_SUDOKU, DMPO_AUTHORS_SUDOKU, arm_config
+
+    def cfg(name, arm):
+        return load_config(None, arm_config(name, arm, seed=0, rollouts=10, out=tmp_path))
+
+    arms = COMPARISONS["sudoku-authors"]
+    shared = {a: cfg("dmpo-vs-d1", a) for a in COMPARISONS["dmpo-vs-d1"]}
+    fields = [f.name for f in dataclasses.fields(next(iter(shared.values()))) if not f.name.startswith("_")]
+    for a, ref in shared.items():
+        new = cfg("sudoku-authors", a)
+        assert {f for f in fields if getattr(new, f) != getattr(ref, f)} == set(), a
+    assert list(arms)[0] == "diffu-grpo (d1), F=1"  # the clean-SFT row's compute: its 10 steps of 128
+    presets = {D1_AUTHORS_SUDOKU: ("d1_diffu_grpo_llada_8b.yaml", 12), DMPO_AUTHORS_SUDOKU: ("dmpo_llada_8b_countdown.yaml", 8)}
+    keys = ("method", "num_iterations", "beta", "temperature", "lr_scheduler_type", "warmup_ratio", "adam_beta1",
+            "adam_beta2", "weight_decay", "max_grad_norm")
+    for arm, (preset, f) in presets.items():
+        ref, got = load_config(ROOT / "configs" / preset, validate=False), cfg("sudoku-authors", arm)
+        extra = (("epsilon", "epsilon_high", "scale_rewards", "loss_type", "logprob_estimator", "p_mask_prompt", "random_masking")
+                 if got.method == "diffu_grpo" else ("dmpo_loss", "dmpo_target", "dmpo_baseline", "dmpo_alpha"))
+        for key in keys + extra:
+            assert getattr(got, key) == getattr(ref, key), (arm, key)
+        base = shared["diffu-grpo (d1), F=1"]
+        for key in ("family", "task", "model_name_or_path", "per_device_train_batch_size", "num_generations",
+                    "max_completion_length", "diffusion_steps", "block_length", "sampler", "reward_funcs", "eval_limit"):
+            assert getattr(got, key) == getattr(base, key), (arm, key)
+        assert (got.num_iterations, got.max_steps) == (f, 10 * f)  # the same 10 rollout batches
+        assert got.learning_rate * f == pytest.approx(5e-4)
+    assert cfg("sudoku-authors", D1_AUTHORS_SUDOKU).beta == 0.04 and cfg("sudoku-authors", D1_AUTHORS_SUDOKU).epsilon == 0.5
+    assert cfg("sudoku-authors", DMPO_AUTHORS_SUDOKU).temperature == 0.2
+    assert (D1_AUTHORS_SUDOKU, "diffu-grpo (d1), F=1") in CONTRASTS["sudoku-authors"]
+
+
 def test_sudoku_rewards_arms_differ_only_in_the_reward(tmp_path):
     """`sudoku-rewards` (issue 24 item 5): within a method its arms' resolved configs differ only in `reward_funcs`,
     on the `dmpo-vs-d1` recipe, batch and optimizer; the rewards are registered and score a right, a valid but

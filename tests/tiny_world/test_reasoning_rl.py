@@ -258,6 +258,20 @@ def test_dmpo_kl_2x2_arms_differ_only_in_method_and_beta(tmp_path):
     assert cfgs["DMPO, no KL"].weight_decay == 0.0 and cfgs["DMPO, KL 0.1"].num_iterations == 1
 
 
+def test_dmpo_vs_d1_countdown3_arms_as_their_tables(tmp_path):
+    """`dmpo-vs-d1-countdown3` keeps the arms its tables were made with: diffu-GRPO with the shared KL 0.1 and the shared
+    optimizer, DMPO with no KL term (beta 0, pinned since DMPO gained an optional KL term) and its own optimizer
+    defaults (clip 0.2, beta2 0.99, weight decay 0.1): the confounds docs/RESULTS.md names beside its table."""
+    name = "dmpo-vs-d1-countdown3"
+    cfg = {a: load_config(None, reasoning_rl.arm_config(name, a, seed=0, out=tmp_path, rollouts=30))
+           for a in reasoning_rl.COMPARISONS[name]["arms"]}
+    d1, dmpo = cfg["diffu-GRPO (d1)"], cfg["DMPO"]
+    assert (d1.method, d1.beta, d1.adam_beta2, d1.max_grad_norm, d1.weight_decay) == ("diffu_grpo", 0.1, 0.999, 1.0, 0.0)
+    assert (dmpo.method, dmpo.beta, dmpo.adam_beta2, dmpo.max_grad_norm, dmpo.weight_decay) == ("dmpo", 0.0, 0.99, 0.2, 0.1)
+    assert d1.max_steps == dmpo.max_steps == 30 and d1.num_iterations == dmpo.num_iterations == 1
+    assert d1.learning_rate == dmpo.learning_rate == 5e-4
+
+
 def test_dmpo_kl_comparison_smoke(tmp_path, monkeypatch, smoke_cache):
     """The 2 x 2's DMPO-with-KL arm end to end at smoke size: the KL term is logged every step, the test items carry
     the shortcut counts, and the table has the shortcut columns and their differences."""
