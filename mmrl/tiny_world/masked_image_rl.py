@@ -20,7 +20,12 @@ exact `shapes` detector, per task (`mmrl.tiny_world.shapes_eval`, sampled at the
 
 Under the evaluation protocol (`run_shapes_rl`): validation curves, the compositional test prompts scored once
 per run, per-prompt scores, paired-bootstrap intervals; the first difference reported is DMPO (right images only)
-- GRPO.
+- GRPO. Beside the arms (`baselines`, the default): the same model pre-trained on correct captions at the same
+compute (`CLEAN_REFERENCE`), best-of-n from the base, and rejection-sampling fine-tuning at the arms' rollouts
+(RFT: the base's own images that the arms' reward scores 1, fitted with MaskGIT's pre-training loss, one step per
+rollout batch; `mmrl.tiny_world.rft.masked_image_nll`). DMPO with weight on right images only is the RL arm closest
+to RFT: both fit only the images the reward accepts, DMPO with importance weights on its current policy's rollouts
+and the WDCE loss, RFT uniformly on the base's.
 """
 from __future__ import annotations
 
@@ -65,6 +70,9 @@ ARMS: dict[str, dict[str, Any]] = {
 """arm label -> its overrides of `MASKED_RL`, in priority order (the report's difference is the second minus the
 first)."""
 
+CLEAN_REFERENCE = "shapes-masked-clean"
+"""The base pre-trained on correct captions at the same compute (`mmrl pretrain-tiny shapes-masked-clean`)."""
+
 STEPS = 20
 """Optimizer steps (= rollout batches, F = 1) per run under the protocol's budget (docs/RESULTS.md, "Masked image
 tokens under the protocol"): 20 x 128 images."""
@@ -72,14 +80,17 @@ tokens under the protocol"): 20 x 128 images."""
 
 def run_dmpo_vs_grpo_masked(out: str | Path = "runs/replicate", *, seeds: int = 5, smoke: bool = False,
                             steps: int | None = None, progress: bool = True, n_samples: int | None = None,
-                            arms: list[str] | None = None, cutoff: str | None = None) -> dict[str, Any]:
-    """Run `arms` (default every arm of `ARMS`) over `seeds` for `steps` (default `STEPS`) rollout batches each;
-    returns the results dict also written to `<out>/dmpo-vs-grpo-masked/results.json`. `cutoff` ("HH:MM" UTC):
-    no run starts after it, the report keeps the seeds every arm finished."""
+                            arms: list[str] | None = None, cutoff: str | None = None,
+                            baselines: bool = True) -> dict[str, Any]:
+    """Run `arms` (default every arm of `ARMS`) over `seeds` for `steps` (default `STEPS`) rollout batches each,
+    with the baseline rows unless `baselines` is False; returns the results dict also written to
+    `<out>/dmpo-vs-grpo-masked/results.json`. `cutoff` ("HH:MM" UTC): no run starts after it, the report keeps the
+    seeds every arm finished."""
     from mmrl.tiny_world.shapes_rl import run_shapes_rl
 
     steps = steps if steps is not None or smoke else STEPS
     return run_shapes_rl(Path(out) / "dmpo-vs-grpo-masked", list(arms or ARMS), seeds=seeds, smoke=smoke, steps=steps,
                          progress=progress, n_samples=n_samples, name="dmpo-vs-grpo-masked", base="shapes-masked",
                          recipe=MASKED_RL, arm_table=ARMS, eval_generation={"cfg_scale": MASKED_RL["cfg_scale"]},
-                         cutoff=cutoff)
+                         cutoff=cutoff, baselines=baselines, clean_reference=CLEAN_REFERENCE,
+                         rft_reward=MASKED_RL["reward_funcs"][0])

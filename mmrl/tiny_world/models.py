@@ -83,6 +83,10 @@ class TinySpec:
         return hashlib.sha256(blob.encode()).hexdigest()[:10]
 
 
+SHAPES_MASKED_ARCH = dict(hidden_size=128, num_hidden_layers=3, num_attention_heads=4, text_hidden_size=64, text_layers=2,
+                          model_max_length=16, num_steps=8, init_std=0.08)
+"""The tiny aMUSEd of `shapes-masked` and its clean-caption twin `shapes-masked-clean`."""
+
 SUDOKU4_ARCH = dict(hidden_size=128, intermediate_size=256, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=4)
 """The bidirectional Llama of the Sudoku bases (`sudoku4`, `sudoku4-strong`): 4 layers, 128 wide, 0.6M parameters."""
 
@@ -174,14 +178,21 @@ TINY_MODELS: dict[str, TinySpec] = {
     ),
     "shapes-masked": TinySpec(
         name="shapes-masked", family="masked_image", task="shapes",
-        arch=dict(hidden_size=128, num_hidden_layers=3, num_attention_heads=4, text_hidden_size=64, text_layers=2,
-                  model_max_length=16, num_steps=8, init_std=0.08),
+        arch=SHAPES_MASKED_ARCH,
         steps=1500, lr=2e-3, gen_length=16, data={"caption_noise": 0.3, "balance_tasks": True},
         description="tiny aMUSEd (diffusers UVit2DModel, 3 layers x 128, 1.7M parameters, and a 2-layer CLIP text "
                     "encoder with a word vocabulary) over the 4x4 object slots of mmrl.tiny_world.shape_slots (the 22-patch "
                     "codebook as an exact fixed VQ codebook), init std 0.08; 1500 steps of MaskGIT training on scenes "
                     "whose captions are wrong 30% of the time; 8 sampling steps; held-out GenEval 0.22 at CFG 1, 0.46 "
                     "at CFG 2, 0.53 at CFG 3 (32 images per task); about 7.5 min on one core",
+    ),
+    "shapes-masked-clean": TinySpec(
+        name="shapes-masked-clean", family="masked_image", task="shapes",
+        arch=SHAPES_MASKED_ARCH,
+        steps=1500, lr=2e-3, gen_length=16, data={"balance_tasks": True},
+        description="the `shapes-masked` base pre-trained at the same compute (1500 MaskGIT steps of 64 scenes, same "
+                    "seed) on correct captions only: the clean-data reference of `dmpo-vs-grpo-masked` (\"share of the "
+                    "gap closed\")",
     ),
     "shapes-vqa": TinySpec(
         name="shapes-vqa", family="vlm", task="shapes_vqa",

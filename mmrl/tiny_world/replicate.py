@@ -516,8 +516,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default="runs/replicate", help="results go to OUT/NAME (replaced if it exists)")
     parser.add_argument("--seeds", type=int, default=5, help="training seeds per arm (the intervals resample them)")
     parser.add_argument("--n-samples", type=int, default=None, help="gcpo-vs-grpo, dmpo-vs-grpo-masked: test images per prompt (default 4)")
-    parser.add_argument("--no-baselines", action="store_true", help="gcpo-vs-grpo, the Countdown and the Sudoku "
-                        "comparisons: skip the clean-data / clean-SFT, best-of-n and rejection-sampling rows")
+    parser.add_argument("--no-baselines", action="store_true", help="gcpo-vs-grpo, dmpo-vs-grpo-masked, the Countdown and the "
+                        "Sudoku comparisons: skip the clean-data / clean-SFT, best-of-n and rejection-sampling rows")
     parser.add_argument("--rollouts", type=int, default=None, help="rollout batches per arm (default: the comparison's)")
     parser.add_argument("--steps", type=int, default=None, help="optimizer steps per run (the shapes comparisons; default: the recipe's)")
     parser.add_argument("--base", default=None, help="the Countdown comparisons: another tiny causal Countdown base "
@@ -598,7 +598,7 @@ def run(args: argparse.Namespace) -> int:
         import importlib
 
         module, func = RUNNERS[args.name].split(":")
-        kw = ({"cutoff": args.cutoff, "n_samples": args.n_samples, "arms": args.arm}
+        kw = ({"cutoff": args.cutoff, "n_samples": args.n_samples, "arms": args.arm, "baselines": not args.no_baselines}
               if args.name == "dmpo-vs-grpo-masked" else {})
         try:
             getattr(importlib.import_module(module), func)(args.out, seeds=args.seeds, smoke=args.smoke, steps=args.steps, **kw)

@@ -13,7 +13,8 @@ log-probs of the accepted response tokens) for the loss `-sum(logp * mask) / sum
 fits its accepted samples with its own pre-training loss instead (`masked_diffusion_nll` with the base recipe's loss
 options, `pretrain.loss_options`: the sequence likelihood is not exact there, so RFT maximises the same masked-token
 objective, the ELBO or its recipe's variant, that pre-training did, on the accepted answers packed as pre-training
-packs an answer, `eos_padded`).
+packs an answer, `eos_padded`); a masked image-token model likewise fits its accepted images with MaskGIT's
+pre-training loss (`masked_image_nll`).
 
 The fitting loop (`fit_batches`: one AdamW step per batch) is shared with the clean-SFT baseline of the Sudoku
 comparison (`truth_batches`: the training puzzles' true solutions instead of accepted samples, same loss, same
@@ -71,6 +72,35 @@ def masked_diffusion_nll(seed: int = 0, **options) -> Callable[[Any, Any], torch
             fixed = batch.extras.get("fixed")
             fixed = torch.zeros_like(x_r, dtype=torch.bool) if fixed is None else fixed
         return masked_sft_loss(policy, x_p, m_p, x_r, fixed.cpu(), g, **options)
+
+    return loss
+
+
+def masked_image_nll(seed: int = 0, *, cfg_dropout: float = 0.1) -> Callable[[Any, Any], torch.Tensor]:
+    """A loss function `(policy, rollout) -> scalar` for a masked image-token policy (`MaskedImageAdapter`): its
+    pre-training loss on the rollout's images, MaskGIT's masked-token cross-entropy (Chang et al. 2022, section 3.1;
+    `mmrl.tiny_world.masked_image_pretrain.maskgit_masks` / `maskgit_loss`: per image a mask ratio cos(pi/2 u), the
+    CE of the masked tokens given the visible ones and the prompt), with the prompt replaced by the negative prompt
+    `cfg_dropout` of the time as pre-training does, so the unconditional branch that classifier-free guidance reads
+    keeps being fitted. The transformer's trainable parameters are fitted; the frozen text encoder is only read.
+    Masks and dropout come from one CPU generator seeded `seed`, so a run is reproducible."""
+    from mmrl.tiny_world.masked_image_pretrain import maskgit_loss, maskgit_masks
+
+    if not 0.0 <= cfg_dropout < 1.0:
+        raise ValueError(f"cfg_dropout must lie in [0, 1), got {cfg_dropout}")
+    g = torch.Generator().manual_seed(seed)
+
+    def loss(policy, rollout) -> torch.Tensor:
+        target = rollout.response_ids  # [N, T] image tokens
+        n, t = target.shape
+        masked = maskgit_masks(n, t, g).to(target.device)  # [N, T]
+        drop = (torch.rand(n, generator=g) < cfg_dropout).to(target.device)  # [N]
+        null = policy.tokenize([policy.generation_defaults["negative_prompt"]]).to(target.device)  # [1, L]
+        ids = torch.where(drop[:, None], null, rollout.prompt_ids)  # [N, L]
+        states = torch.where(masked, torch.full_like(target, policy.mask_token_id), target)  # [N, T]
+        text = policy.encode_text(ids)  # no-grad: the text encoder stays frozen
+        logits = policy.image_logits(policy.model, states, text)  # [N, T, V]
+        return maskgit_loss(logits, target, masked)
 
     return loss
 

@@ -158,13 +158,20 @@ RFT_ARM = "RFT"
 """The rejection-sampling fine-tuning baseline (`mmrl.tiny_world.rft`) at the RL arms' rollouts."""
 
 
-def _rft(policy, cfg, rows: list[dict]) -> dict[str, Any]:
-    """RFT with an RL arm's budget: its rollout batches (prompts x images), sampler, learning rate and seed."""
-    from mmrl.tiny_world.rft import rejection_sampling_ft
+RFT_REWARD = "geneval"
+"""The reward whose 1s RFT keeps by default (the GenEval rule; the Janus comparison's choice)."""
+
+
+def _rft(policy, cfg, rows: list[dict], reward: str = RFT_REWARD) -> dict[str, Any]:
+    """RFT with an RL arm's budget: its rollout batches (prompts x images), sampler, learning rate and seed; the
+    images `reward` scores 1 are fitted, by the exact NLL (Janus) or the pre-training loss (masked image tokens,
+    `masked_image_nll`)."""
+    from mmrl.tiny_world.rft import masked_image_nll, rejection_sampling_ft
 
     per_rollout = cfg.per_device_train_batch_size * cfg.gradient_accumulation_steps
-    return rejection_sampling_ft(policy, rows, "geneval", rollouts=cfg.max_steps, prompts_per_rollout=per_rollout // cfg.num_generations,
-                                 group_size=cfg.num_generations, lr=cfg.learning_rate, seed=cfg.seed,
+    loss_fn = masked_image_nll(cfg.seed) if policy.family == "masked_image" else None
+    return rejection_sampling_ft(policy, rows, reward, rollouts=cfg.max_steps, prompts_per_rollout=per_rollout // cfg.num_generations,
+                                 group_size=cfg.num_generations, lr=cfg.learning_rate, seed=cfg.seed, loss_fn=loss_fn,
                                  generation={"cfg_scale": cfg.cfg_scale, "temperature": cfg.temperature})
 
 
@@ -212,7 +219,8 @@ def run_shapes_rl(root: str | Path, arms: list[str], *, seeds: int = 5, smoke: b
                   progress: bool = True, n_samples: int | None = None, name: str = "shapes-rl", base: str = "shapes",
                   recipe: dict[str, Any] | None = None, arm_table: dict[str, dict[str, Any]] | None = None,
                   eval_generation: dict[str, Any] | None = None, baselines: bool = False,
-                  split: str = "test", cutoff: str | None = None) -> dict[str, Any]:
+                  split: str = "test", cutoff: str | None = None, clean_reference: str = CLEAN_REFERENCE,
+                  rft_reward: str = RFT_REWARD) -> dict[str, Any]:
     """Train each arm of `arm_table` (default `ARMS`) named in `arms` over `seeds` from the tiny-world base `base`
     with `recipe` (default `SHAPES_RL`) and report into `root` (replaced if it exists).
 
@@ -220,9 +228,10 @@ def run_shapes_rl(root: str | Path, arms: list[str], *, seeds: int = 5, smoke: b
     run at the end (`shapes_eval.geneval_items`: `n_samples` images per prompt, per-prompt scores in results.json),
     paired-bootstrap 95% intervals over prompts and seeds (`mmrl.tiny_world.stats`, prompts grouped by GenEval
     task) for every gain over the base and for the difference between the first two arms. With `baselines`, the
-    table also has the base pre-trained on clean captions at the same compute (`CLEAN_REFERENCE`, and each arm's
-    share of the base-to-clean gap), best-of-n from the base (n = `n_samples`, the GenEval verifier picking) and
-    rejection-sampling fine-tuning at the arms' rollouts (`RFT_ARM`, over the same seeds). `split="validation"`
+    table also has the base pre-trained on clean captions at the same compute (`clean_reference`, default
+    `CLEAN_REFERENCE`, and each arm's share of the base-to-clean gap), best-of-n from the base (n = `n_samples`, the
+    GenEval verifier picking) and rejection-sampling fine-tuning at the arms' rollouts (`RFT_ARM`, over the same
+    seeds, keeping the images `rft_reward` scores 1). `split="validation"`
     scores every validation prompt in place of the test prompts (for a choice: `choose_lr`; the test prompts are
     then never evaluated). `cutoff` ("HH:MM" UTC): the runs go seed by seed (every arm of seed 0, then of seed 1,
     ...), none starts after the cutoff, and the report keeps the seeds every arm finished (`seeds_run` in
@@ -278,8 +287,8 @@ def run_shapes_rl(root: str | Path, arms: list[str], *, seeds: int = 5, smoke: b
     say(f"base model, {split} GenEval: " + "  ".join(f"{k} {v:.3f}" for k, v in before["per_task"].items()))
     reference = None
     if baselines:
-        ensure_built(CLEAN_REFERENCE, progress=progress, steps=base_steps)
-        reference = test_items(load_base_policy(CLEAN_REFERENCE, progress=False, steps=base_steps))
+        ensure_built(clean_reference, progress=progress, steps=base_steps)
+        reference = test_items(load_base_policy(clean_reference, progress=False, steps=base_steps))
         say(f"clean-caption base, {split} GenEval: " + "  ".join(f"{k} {v:.3f}" for k, v in reference["per_task"].items()))
     grid_rows = _grid_rows(test)
     grid_images = {"base": _images(base_policy, grid_rows, eval_gen)}
@@ -300,7 +309,7 @@ def run_shapes_rl(root: str | Path, arms: list[str], *, seeds: int = 5, smoke: b
         t0 = time.perf_counter()
         extra: dict[str, Any] = {}
         if arm == RFT_ARM:
-            extra["rft"] = _rft(policy, cfg, task.train)
+            extra["rft"] = _rft(policy, cfg, task.train, rft_reward)
             records: list[dict] = []
         else:
             Trainer(cfg, policy=policy, dataset=task.train, eval_dataset=val_rows, eval_metric="geneval").train()
@@ -411,7 +420,7 @@ def run_shapes_rl(root: str | Path, arms: list[str], *, seeds: int = 5, smoke: b
                "n_samples": n_samples, "table": table, "eval_generation": eval_gen,
                "test_prompts": before["prompts"], "test_tags": groups,
                "before": before["per_task"], "before_items": before["scores"], "before_samples": before["samples"],
-               "reference": None if reference is None else {"model": CLEAN_REFERENCE, "per_task": reference["per_task"],
+               "reference": None if reference is None else {"model": clean_reference, "per_task": reference["per_task"],
                                                             "items": reference["scores"]},
                "rows": {k: {x: (v.to_dict() if hasattr(v, "to_dict") else v) for x, v in row.items()} for k, row in rows_out.items()},
                "differences": {k: v.to_dict() for k, v in differences.items()},

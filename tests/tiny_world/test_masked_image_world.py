@@ -54,7 +54,12 @@ def test_dmpo_vs_grpo_masked_smoke(tmp_path, monkeypatch, smoke_cache):
     assert main(["replicate", "dmpo-vs-grpo-masked", "--smoke", "--seeds", "1", "--out", str(tmp_path / "rep")]) == 0
     root = tmp_path / "rep" / "dmpo-vs-grpo-masked"
     res = json.loads((root / "results.json").read_text())
-    assert set(res["arms"]) == {"GRPO (per-step)", "DMPO, right images only", "DMPO, group baseline"}
+    assert set(res["arms"]) == {"GRPO (per-step)", "DMPO, right images only", "DMPO, group baseline", "RFT"}
+    # the baselines an RL row must beat: the clean-caption masked base, best-of-n from the base, RFT at the same rollouts
+    assert res["reference"]["model"] == "shapes-masked-clean" and len(res["reference"]["items"]) == len(res["test_prompts"])
+    assert {"best-of-1 (base)", "clean-caption base (same compute)", "RFT"} <= set(res["rows"])
+    assert res["arms"]["RFT"][0]["rft"]["sampled"] == res["configs"]["GRPO (per-step)"]["max_steps"] * 16
+    assert {"DMPO, right images only - RFT", "GRPO (per-step) - RFT"} <= set(res["differences"])
     assert res["seeds_run"] == 1 and len(res["base_weights_sha256"]) == 64
     assert set(res["diagnostics"]["DMPO, right images only"]) >= {"reward_first", "reward_last", "kl_last", "neg_weight_frac"}
     assert "training diagnostics" in res["table"]

@@ -168,3 +168,60 @@ def test_masked_diffusion_rft_fits_only_the_accepted_samples():
     assert [len(c) for c in seen] == [a for a in out["accepted"] if a]  # one fit per batch with accepted answers
     assert all(c and ord(c[0]) % 2 == 0 for batch in seen for c in batch)  # the rejected never reach the loss
     assert len(out["loss"]) == 3
+
+
+def _tiny_masked_image_policy():
+    pytest.importorskip("diffusers")
+    from mmrl.models.masked_image import MaskedImageAdapter, tiny_amused_components
+
+    parts = tiny_amused_components(seed=3, words=["a", "red", "blue", "square", "circle"], grid=4, codebook_size=8,
+                                   init_std=0.3)
+    parts["text_encoder"].requires_grad_(False)  # as after pre-training: RL and RFT fit the transformer only
+    return MaskedImageAdapter(parts["transformer"], parts["vqvae"], parts["text_encoder"], parts["tokenizer"],
+                              mask_token_id=parts["scheduler"].config.mask_token_id, num_steps=4, cfg_scale=1.0)
+
+
+def test_masked_image_nll_is_maskgit_loss_on_the_rollout():
+    """`masked_image_nll` is MaskGIT's pre-training loss of the rollout's images: with no prompt dropout, the masks
+    of `maskgit_masks` from a generator seeded alike, the rollout's own prompt; with dropout near 1, the negative
+    prompt's text in its place (the unconditional branch)."""
+    from mmrl.tiny_world.masked_image_pretrain import maskgit_loss, maskgit_masks
+    from mmrl.tiny_world.rft import masked_image_nll
+
+    pol = _tiny_masked_image_policy()
+    ro = pol.sample(["a red square", "a blue circle"], 2, seeds=[1, 2, 3, 4])
+    target = ro.response_ids  # [4, 16]
+
+    def by_hand(ids, seed):
+        masked = maskgit_masks(4, 16, torch.Generator().manual_seed(seed))
+        states = torch.where(masked, torch.full_like(target, pol.mask_token_id), target)
+        return maskgit_loss(pol.image_logits(pol.model, states, pol.encode_text(ids)), target, masked)
+
+    with torch.no_grad():
+        got = masked_image_nll(7, cfg_dropout=0.0)(pol, ro)
+        assert got == pytest.approx(by_hand(ro.prompt_ids, 7).item(), abs=1e-6)
+        assert got != pytest.approx(by_hand(ro.prompt_ids, 8).item(), abs=1e-6)  # the seed picks the masks
+        null = pol.tokenize([pol.generation_defaults["negative_prompt"]] * 4)
+        uncond = masked_image_nll(7, cfg_dropout=0.999999)(pol, ro)
+        assert uncond == pytest.approx(by_hand(null, 7).item(), abs=1e-6)
+        assert uncond != pytest.approx(got.item(), abs=1e-6)  # the prompt is read
+    with pytest.raises(ValueError, match="cfg_dropout"):
+        masked_image_nll(0, cfg_dropout=1.0)
+
+
+def test_rft_on_masked_images_fits_the_transformer_only():
+    """Fitting rollouts with `masked_image_nll` (RFT's loss for masked image tokens) lowers that loss on them and
+    leaves the frozen text encoder untouched."""
+    from mmrl.tiny_world.rft import fit_batches, masked_image_nll
+
+    pol = _tiny_masked_image_policy()
+    ro = pol.sample(["a red square"], 8, seeds=[5] * 8)  # one image, eight times: a fit can drive its loss near 0
+    text_before = [p.detach().clone() for p in pol.text_encoder.parameters()]
+    with torch.no_grad():
+        before = sum(masked_image_nll(s, cfg_dropout=0.0)(pol, ro).item() for s in range(5))
+    losses = fit_batches(pol, [ro] * 30, masked_image_nll(0), lr=1e-2)
+    assert len(losses) == 30
+    with torch.no_grad():
+        after = sum(masked_image_nll(s, cfg_dropout=0.0)(pol, ro).item() for s in range(5))
+    assert after < 0.3 * before
+    assert all(torch.equal(a, b) for a, b in zip(text_before, pol.text_encoder.parameters()))
