@@ -485,6 +485,9 @@ REFERENCE_BUILDS: dict[tuple[str, str], str] = {
     ("shapes-vqa-cd30d55ccb", "2.14.1"): "90f9b1ec4a00cd8e95227cefb6ef4329e0a28bf4f44eb748a59fd96e4651450a",
     ("countdown4-steps-ar-efe17a9124", "2.14.1"): "3f9d7b9c2b09b514ed2b9724b2fa84bfc0c78fd77286f154017bbc19f81ae19e",
     ("sudoku4-strong-78c727ad8c", "2.14.1"): "ee4219ba2128e86af6d3e8ab3577f4aded83a062a73c34c60612cfdd80935db7",
+    # the masked image-token bases (2026-12-04; shapes-masked's digest equals the 2026-12-03 build behind its first table)
+    ("shapes-masked-92899b88c2", "2.14.1"): "28d2ddcb0ba1a15360e20d5c2a0b55bd52bfd6daf8fe3489a65e40114a332525",
+    ("shapes-masked-clean-9557a242ff", "2.14.1"): "1c5844ddc5222486d39c57186613dc94ca6a8bfb1e42c0ada3ec7333a598c9f2",
 }
 """(cache folder name `<base>-<spec key>`, torch version) -> `weights_digest` of the build behind docs/RESULTS.md's
 figures. A build whose digest differs (another CPU's kernels, another library version) is another model:
