@@ -99,7 +99,14 @@ def annealed_attention(u: torch.Tensor, share: float) -> torch.Tensor:
     return causal | (u < share)
 
 
-LOSS_OPTIONS = ("eps", "time_weight", "normalise", "token_reweight", "suffix_frac")
+def through_first_eos(x_r: torch.Tensor, eos_ids: Sequence[int]) -> torch.Tensor:
+    """Bool [B, T]: the response positions up to and including each row's first EOS (any of `eos_ids`); a row
+    without an EOS keeps every position. The post-EOS padding `pack_pairs` writes is what it leaves out."""
+    is_eos = torch.isin(x_r, torch.as_tensor(list(eos_ids), dtype=x_r.dtype, device=x_r.device))  # [B, T]
+    return (is_eos.long().cumsum(-1) - is_eos.long()) == 0  # [B, T]: no EOS strictly before the position
+
+
+LOSS_OPTIONS = ("eps", "time_weight", "normalise", "token_reweight", "suffix_frac", "pad_loss")
 """The keys of a masked-diffusion pre-training recipe (`TinySpec.recipe`, `masked_diffusion_sft`'s options) that
 choose the loss itself (`masked_sft_loss`); the others (`ar_init_steps`, `diffusion_lr`, `anneal_steps`) choose the
 schedule around it."""
@@ -115,7 +122,7 @@ def loss_options(recipe: dict) -> dict:
 def masked_sft_loss(policy, x_p: torch.Tensor, m_p: torch.Tensor, x_r: torch.Tensor, fixed: torch.Tensor,
                     generator: torch.Generator, *, eps: float = 1e-3, time_weight: str = "inv_t",
                     normalise: str = "length", token_reweight: Sequence[float] | None = None,
-                    suffix_frac: float = 0.0, attend: torch.Tensor | None = None) -> torch.Tensor:
+                    suffix_frac: float = 0.0, attend: torch.Tensor | None = None, pad_loss: bool = True) -> torch.Tensor:
     """The masked-diffusion SFT loss of one batch, a scalar: t ~ U(eps, 1) per row, every free response token masked
     with probability t; by default LLaDA's eq. 5, `sum(CE over masked tokens / t) / (number of free response tokens)`.
 
@@ -124,12 +131,20 @@ def masked_sft_loss(policy, x_p: torch.Tensor, m_p: torch.Tensor, x_r: torch.Ten
     `suffix_frac` of the rows (drawn per row) mask a uniformly drawn suffix instead (`suffix_masks`; their t is the
     masked share of the row). `attend` [B, P + T, P + T] replaces the bidirectional attention with a custom
     pattern (`annealed_attention`).
+    `pad_loss=False` (a deviation from LLaDA's eq. 5, which scores every masked response position, EOS padding
+    included) scores only the masked positions up to and including each row's first EOS (`through_first_eos`):
+    the positions after it are masked with the same draws (as at inference, where the whole response starts masked)
+    but carry no loss, and the normaliser counts only the kept positions (`normalise="masked"`: the masked ones
+    through the first EOS; `"length"`: the free ones through the first EOS). The default (True) is the loss as it
+    was, bit for bit.
 
     Args: prompt ids x_p [B, P] and mask m_p [B, P], response ids x_r [B, T], fixed [B, T] (infilled given positions,
     never masked and not counted), a CPU generator for t and the masks.
     """
     if normalise not in NORMALISATIONS:
         raise ValueError(f"unknown normalise {normalise!r}; valid: {list(NORMALISATIONS)}")
+    if not isinstance(pad_loss, bool):
+        raise ValueError(f"pad_loss must be True or False, got {pad_loss!r}")
     b, t_len = x_r.shape
     t = eps + (1 - eps) * torch.rand(b, 1, generator=generator)  # [B, 1]
     masked = (torch.rand(b, t_len, generator=generator) < t) & ~fixed  # [B, T]
@@ -144,8 +159,13 @@ def masked_sft_loss(policy, x_p: torch.Tensor, m_p: torch.Tensor, x_r: torch.Ten
     ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), x_r.reshape(-1), reduction="none").view(b, t_len)
     if token_reweight is not None:
         ce = mgdm_token_weights(ce, *token_reweight)
-    num = (ce * masked * diffusion_time_weights(t, time_weight)).sum()
-    den = masked.sum() if normalise == "masked" else b * t_len - fixed.sum()
+    if pad_loss:
+        counted, free = masked, b * t_len - fixed.sum()  # [B, T], the free positions of the batch
+    else:
+        kept = through_first_eos(x_r, policy.eos_token_ids)  # [B, T]
+        counted, free = masked & kept, (kept & ~fixed).sum()  # [B, T], the free positions through the first EOS
+    num = (ce * counted * diffusion_time_weights(t, time_weight)).sum()
+    den = counted.sum() if normalise == "masked" else free
     return num / den.clamp(min=1)
 
 
@@ -171,6 +191,7 @@ def masked_diffusion_sft(
     diffusion_lr: float | None = None,
     suffix_frac: float = 0.0,
     anneal_steps: int = 0,
+    pad_loss: bool = True,
     keep_optimizer: Callable[[torch.optim.Optimizer], None] | None = None,
 ) -> list[dict]:
     """Train a `MaskedDiffusionAdapter` in place with LLaDA's SFT loss (or the `masked_sft_loss` variant that
@@ -186,6 +207,7 @@ def masked_diffusion_sft(
     attends to all past positions and to each future one with probability `anneal_share(s - 1, K)` = (s - 1) / K,
     drawn per row, query and key (`annealed_attention`, from its own generator so the masking draws are the
     default recipe's); from step K + 1 on the attention is fully bidirectional.
+    `pad_loss=False` leaves the post-EOS padding out of the loss (`masked_sft_loss`; the draws are unchanged).
     `keep_optimizer(opt)` is called with the diffusion steps' AdamW after the last step (the base build keeps its
     state, `mmrl.tiny_world.optimizer_state`).
     """
@@ -201,6 +223,8 @@ def masked_diffusion_sft(
         raise ValueError(f"diffusion_lr must be > 0, got {diffusion_lr!r}")
     if int(anneal_steps) != anneal_steps or anneal_steps < 0:
         raise ValueError(f"anneal_steps must be an integer >= 0, got {anneal_steps!r}")
+    if not isinstance(pad_loss, bool):
+        raise ValueError(f"pad_loss must be True or False, got {pad_loss!r}")
     model = policy.model
     tok = policy.tokenizer
     texts = [policy._prompt_text(p) for p in prompts]
@@ -232,7 +256,7 @@ def masked_diffusion_sft(
             attend = annealed_attention(u, anneal_share(step - 1, int(anneal_steps))).to(prompt.device)
         loss = masked_sft_loss(policy, prompt[idx], pmask[idx], resp[idx], fixed[idx], g, eps=eps, time_weight=time_weight,
                                normalise=normalise, token_reweight=token_reweight, suffix_frac=float(suffix_frac),
-                               attend=attend)
+                               attend=attend, pad_loss=pad_loss)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

@@ -7,7 +7,10 @@ first 256 validation rows, low-confidence order one token per step) and, at the 
 decodings. Build CPU seconds exclude the evaluations. Every choice is made on validation.
 
     python scripts/studies/md_parity.py OUT.jsonl causal=600 diff=600 token_reweight=[0.25,2] diffusion_lr=5e-4 \
-        suffix_frac=0.5 anneal_steps=150 time_weight=none normalise=masked eval_every=150
+        suffix_frac=0.5 anneal_steps=150 pad_loss=False time_weight=none normalise=masked eval_every=150 seed=0
+
+`pad_loss=False` leaves the post-EOS padding out of the loss (`masked_sft_loss`); `seed` seeds both phases (each
+CAUSAL and seed has its own cached causal phase).
 """
 import ast
 import dataclasses
@@ -31,7 +34,7 @@ out = sys.argv[1]
 o = dict(causal=600, diff=600, lr=2e-3, eval_every=150, time_weight="none", normalise="masked", seed=0)
 for a in sys.argv[2:]:
     k, v = a.split("=", 1)
-    o[k] = ast.literal_eval(v) if v[0].isdigit() or v[0] in "-[." else v
+    o[k] = ast.literal_eval(v) if v[0].isdigit() or v[0] in "-[." or v in ("True", "False") else v
 spec = dataclasses.replace(spec_for("countdown3-md"), seed=o["seed"])
 prompts, targets = _training_pairs(spec)
 task = load_task("countdown3")
@@ -94,7 +97,7 @@ def eval_fn():
     return acc
 
 
-recipe = {k: o[k] for k in ("time_weight", "normalise", "token_reweight", "diffusion_lr", "suffix_frac", "anneal_steps") if k in o}
+recipe = {k: o[k] for k in ("time_weight", "normalise", "token_reweight", "diffusion_lr", "suffix_frac", "anneal_steps", "pad_loss") if k in o}
 c0 = time.process_time()
 hist = pt.masked_diffusion_sft(policy, prompts, targets, gen_length=spec.gen_length, steps=o["diff"], batch_size=spec.batch_size,
                                lr=o["lr"], seed=o["seed"], eval_fn=eval_fn, eval_every=o["eval_every"], progress=False, **recipe)

@@ -17,17 +17,22 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 
 def label(o: dict) -> str:
-    keys = [f"{k}={o[k]}" for k in ("token_reweight", "diffusion_lr", "suffix_frac", "anneal_steps", "seed") if k in o and (k != "seed" or o[k])]
+    keys = [f"{k}={o[k]}" for k in ("token_reweight", "diffusion_lr", "suffix_frac", "anneal_steps", "pad_loss", "seed")
+            if k in o and (k != "seed" or o[k])]
     return f"md {o['causal']} causal + {o['diff']} diffusion" + (", " + ", ".join(keys) if keys else "")
 
 
 base = json.loads(Path(sys.argv[1]).read_text())
 runs = [json.loads(x) for x in Path(sys.argv[2]).read_text().splitlines() if x.strip()]
-# the causal phase each run started from (its accuracy, in the run's final record): runs on a rebuilt causal phase
-# (a fresh cache) are labelled with it, so a control on that phase is told apart from the earlier runs
-phases = sorted({r["causal_phase_val_acc"] for r in runs if "causal_phase_val_acc" in r})
-first_phase = next((r["causal_phase_val_acc"] for r in runs if "causal_phase_val_acc" in r), None)
-run_phase: dict[str, float] = {}
+# the causal phase each run started from: (causal steps, seed) and its accuracy, in the run's final record. A run
+# whose phase accuracy differs from the first one of its (causal steps, seed) started from a rebuilt causal phase (a
+# fresh cache) and is labelled with it, so a control on that phase is told apart from the earlier runs
+first_phase: dict[tuple, float] = {}
+for r in runs:
+    if "causal_phase_val_acc" in r:
+        first_phase.setdefault((r["opts"]["causal"], r["opts"].get("seed", 0)), r["causal_phase_val_acc"])
+phases: dict[tuple, bool] = {}  # (causal steps, seed, accuracy) -> rebuilt
+run_rebuilt: dict[str, bool] = {}
 curves: dict[str, list] = {}
 for r in runs:  # a run's eval records come before its final record
     if "step" in r:
@@ -35,20 +40,23 @@ for r in runs:  # a run's eval records come before its final record
     elif "final" in r:
         key = json.dumps(r["opts"], sort_keys=True)
         pts = curves.pop(key, [])
-        ph = r.get("causal_phase_val_acc", first_phase)
-        name = label(r["opts"]) + ("" if ph == first_phase else f" (causal phase rebuilt: {100 * ph:.1f}%)")
+        which = (r["opts"]["causal"], r["opts"].get("seed", 0))
+        ph = r.get("causal_phase_val_acc", first_phase.get(which))
+        rebuilt = ph != first_phase.get(which, ph)
+        name = label(r["opts"]) + (f" (causal phase rebuilt: {100 * ph:.1f}%)" if rebuilt else "")
         curves[name] = pts
-        run_phase[name] = ph
+        run_rebuilt[name] = rebuilt
+        if ph is not None:
+            phases[(*which, ph)] = rebuilt
 fig, ax = plt.subplots(figsize=(11, 4.5))
 ax.plot(*zip(*base["causal"]), "ko-", lw=2, label="causal LM (countdown3-ar recipe, one 1200-step schedule)")
 ax.plot(*zip(*base["masked_diffusion"]), "s--", color="grey", label="md 600 causal + 600 diffusion (old countdown3-md)")
-colours = iter(plt.cm.tab20.colors)
+colours = iter(plt.cm.tab20.colors * 2)
 for name, pts in curves.items():  # runs on a rebuilt causal phase dotted, with downward markers
-    rebuilt = run_phase.get(name, first_phase) != first_phase
-    ax.plot(*zip(*sorted(pts)), "v:" if rebuilt else "^-", color=next(colours), label=name)
-for i, ph in enumerate(phases):  # the causal phase's own accuracy (causal attention) where the diffusion phase starts
-    ax.plot([600], [ph], "k*" if ph == first_phase else "r*", ms=12,
-            label="the causal phase alone (causal attention, its own schedule)" + ("" if ph == first_phase else ", rebuilt"))
+    ax.plot(*zip(*sorted(pts)), "v:" if run_rebuilt.get(name) else "^-", color=next(colours), label=name)
+for (steps, seed, ph), rebuilt in sorted(phases.items()):  # each causal phase's own accuracy (causal attention)
+    ax.plot([steps], [ph], "r*" if rebuilt else "k*", ms=12,
+            label=f"the causal phase alone, {steps} steps" + (f", seed {seed}" if seed else "") + (", rebuilt" if rebuilt else ""))
 ax.axvline(1200, color="grey", lw=0.5, ls=":")
 ax.set_xlabel("pre-training optimizer steps (batch 64), causal phase included")
 ax.set_ylabel("validation greedy accuracy (256 rows)")

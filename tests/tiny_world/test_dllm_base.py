@@ -5,6 +5,8 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from mmrl.models.masked_diffusion import MaskedDiffusionAdapter
 from mmrl.tiny_world import pretrain as pt
@@ -213,4 +215,103 @@ def test_anneal_steps_trains_and_rejects_bad_values():
         pt.masked_diffusion_sft(policy, ["1=1"], ["1"], gen_length=6, steps=1, anneal_steps=-1, progress=False)
     hist = pt.masked_diffusion_sft(policy, ["1,2=3", "12,34=46"] * 4, ["1+2", "12+34"] * 4, gen_length=6, steps=4,
                                    batch_size=4, lr=1e-2, anneal_steps=2, progress=False)
+    assert len(hist) == 4 and all(math.isfinite(h["loss"]) for h in hist)
+
+
+def test_through_first_eos_by_hand():
+    x_r = torch.tensor([[6, 7, 2, 2, 9], [2, 5, 5, 5, 5], [6, 7, 8, 9, 10]])
+    want = [[True, True, True, False, False], [True, False, False, False, False], [True] * 5]  # no EOS: keep all
+    assert pt.through_first_eos(x_r, [2]).tolist() == want
+    assert pt.through_first_eos(x_r, [9]).tolist()[2] == [True, True, True, True, False]  # any of the EOS ids
+
+
+_PAD_ROWS = torch.tensor([[6, 7, 8, 2, 2, 2], [9, 10, 11, 12, 2, 2], [9, 2, 2, 2, 2, 2]])  # EOS = 2, then padding
+
+
+def _draws(seed, b, t_len, fixed):
+    """The t and masks `masked_sft_loss` draws from a generator seeded `seed` (no suffix masks)."""
+    g = torch.Generator().manual_seed(seed)
+    t = 1e-3 + (1 - 1e-3) * torch.rand(b, 1, generator=g)  # [B, 1]
+    return t, (torch.rand(b, t_len, generator=g) < t) & ~fixed  # [B, T]
+
+
+@pytest.mark.parametrize("time_weight,normalise", [("none", "masked"), ("inv_t", "length")])
+def test_pad_loss_false_is_the_mean_over_masked_positions_through_the_first_eos(time_weight, normalise):
+    """The loss by hand: only masked positions at or before the row's first EOS count, in the sum and in the
+    normaliser (masked: those positions; length: the free positions through the first EOS)."""
+    policy = _policy()
+    x_p, m_p = policy.encode_prompts(["1,2=3", "12,3=4", "1,1=2"])
+    x_r = _PAD_ROWS
+    fixed = torch.zeros_like(x_r, dtype=torch.bool)
+    fixed[1, 0] = True
+    seed = 11
+    loss = pt.masked_sft_loss(policy, x_p, m_p, x_r, fixed, torch.Generator().manual_seed(seed), time_weight=time_weight,
+                              normalise=normalise, pad_loss=False)
+    t, masked = _draws(seed, 3, 6, fixed)
+    assert masked[:, 4:].any()  # the draw masks some post-EOS padding, so leaving it out matters
+    noisy = torch.where(masked, torch.full_like(x_r, policy.mask_token_id), x_r)
+    with torch.no_grad():
+        logits = policy.backbone_logits(m_p, 6, policy.model)(torch.cat([x_p, noisy], 1))[:, -6:]
+    first_eos = [3, 4, 1]
+    total, count = 0.0, 0
+    for i in range(3):
+        w = {"inv_t": 1 / t[i, 0], "none": 1.0}[time_weight]
+        for j in range(first_eos[i] + 1):
+            if masked[i, j]:
+                total += float(w * -torch.log_softmax(logits[i, j], -1)[x_r[i, j]])
+                count += 1
+    den = count if normalise == "masked" else sum(first_eos) + 3 - 1  # free positions through the EOS (one fixed)
+    assert loss.item() == pytest.approx(total / den, rel=1e-5)
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 2**16), tokens=st.lists(st.integers(5, 90), min_size=18, max_size=18))
+def test_pad_loss_false_ignores_what_is_written_after_the_first_eos(seed, tokens):
+    """Property: rewriting the masked positions after each row's first EOS (the input is the same: they are mask
+    tokens) leaves the `pad_loss=False` loss exactly unchanged, whatever is written there."""
+    policy = _policy()
+    x_p, m_p = policy.encode_prompts(["1,2=3", "12,3=4", "1,1=2"])
+    fixed = torch.zeros_like(_PAD_ROWS, dtype=torch.bool)
+    _, masked = _draws(seed, 3, 6, fixed)
+    after = ~pt.through_first_eos(_PAD_ROWS, [2])  # [B, T]
+    other = torch.where(masked & after, torch.tensor(tokens).view(3, 6), _PAD_ROWS)
+    kw = dict(time_weight="none", normalise="masked", pad_loss=False)
+    a = pt.masked_sft_loss(policy, x_p, m_p, _PAD_ROWS, fixed, torch.Generator().manual_seed(seed), **kw)
+    b = pt.masked_sft_loss(policy, x_p, m_p, other, fixed, torch.Generator().manual_seed(seed), **kw)
+    assert a.item() == b.item()
+
+
+def test_pad_loss_true_is_the_old_loss_bit_for_bit_and_false_differs():
+    """`pad_loss=True` (the default) is the loss before the option existed: the sum over every masked position
+    divided by the masked count, recomputed here with the old code's operations, compared exactly."""
+    policy = _policy()
+    x_p, m_p = policy.encode_prompts(["1,2=3", "12,3=4", "1,1=2"])
+    fixed = torch.zeros_like(_PAD_ROWS, dtype=torch.bool)
+    seed = 11
+    kw = dict(time_weight="none", normalise="masked")
+    default = pt.masked_sft_loss(policy, x_p, m_p, _PAD_ROWS, fixed, torch.Generator().manual_seed(seed), **kw)
+    true = pt.masked_sft_loss(policy, x_p, m_p, _PAD_ROWS, fixed, torch.Generator().manual_seed(seed), pad_loss=True, **kw)
+    false = pt.masked_sft_loss(policy, x_p, m_p, _PAD_ROWS, fixed, torch.Generator().manual_seed(seed), pad_loss=False, **kw)
+    t, masked = _draws(seed, 3, 6, fixed)
+    noisy = torch.where(masked, torch.full_like(_PAD_ROWS, policy.mask_token_id), _PAD_ROWS)
+    with torch.no_grad():
+        logits = policy.backbone_logits(m_p, 6, policy.model)(torch.cat([x_p, noisy], 1))[:, -6:]  # [B, T, V]
+    ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), _PAD_ROWS.reshape(-1), reduction="none").view(3, 6)
+    old = (ce * masked * pt.diffusion_time_weights(t, "none")).sum() / masked.sum().clamp(min=1)
+    assert default.item() == true.item() == old.item()
+    assert false.item() != true.item()  # the draw masks post-EOS padding (see the hand test), so the option matters
+
+
+def test_pad_loss_is_a_loss_option_and_rejects_non_bools():
+    assert "pad_loss" in pt.LOSS_OPTIONS
+    assert pt.loss_options({"ar_init_steps": 600, "normalise": "masked", "pad_loss": False}) == {"normalise": "masked", "pad_loss": False}
+    policy = _policy(shift_logits=True)
+    x_p, m_p = policy.encode_prompts(["1,2=3"])
+    fixed = torch.zeros_like(_PAD_ROWS[:1], dtype=torch.bool)
+    with pytest.raises(ValueError, match="pad_loss must be True or False"):
+        pt.masked_sft_loss(policy, x_p, m_p, _PAD_ROWS[:1], fixed, torch.Generator().manual_seed(0), pad_loss="False")
+    with pytest.raises(ValueError, match="pad_loss must be True or False"):
+        pt.masked_diffusion_sft(policy, ["1=1"], ["1"], gen_length=6, steps=1, pad_loss=0, progress=False)
+    hist = pt.masked_diffusion_sft(policy, ["1,2=3", "12,34=46"] * 4, ["1+2", "12+34"] * 4, gen_length=6, steps=4,
+                                   batch_size=4, lr=1e-2, pad_loss=False, progress=False)
     assert len(hist) == 4 and all(math.isfinite(h["loss"]) for h in hist)
