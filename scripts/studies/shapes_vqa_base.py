@@ -40,7 +40,13 @@ rows = task.validation
 
 
 def curve(policy):
-    return lambda: vqa_accuracy(policy, rows)
+    """The evaluation the build runs every CURVE_EVERY steps, echoed as it lands (a long build can be watched)."""
+    def evaluate_now():
+        acc = vqa_accuracy(policy, rows)
+        print(f"curve {time.strftime('%H:%M:%S', time.gmtime())} UTC: " + "  ".join(f"{k} {v:.3f}" for k, v in acc.items()),
+              flush=True)
+        return acc
+    return evaluate_now
 
 
 path = ensure_built(name, progress=False, curve=curve, curve_every=CURVE_EVERY)
