@@ -99,6 +99,14 @@ SHAPES_VQA_ARCH = dict(min_pixels=48 * 48, max_pixels=48 * 48,
 """The tiny Qwen2.5-VL of the shapes_vqa bases: text 2 layers x 64, vision 2 blocks x 64 on 4-pixel patches of 48 px
 scenes (one patch per cell, 36 image tokens after the 2 x 2 merge)."""
 
+SHAPES_VQA_WIDE_ARCH = dict(min_pixels=48 * 48, max_pixels=48 * 48,
+                            text_config=dict(SHAPES_VQA_ARCH["text_config"], hidden_size=128, intermediate_size=256,
+                                             num_attention_heads=8, num_key_value_heads=4),
+                            vision_config=dict(SHAPES_VQA_ARCH["vision_config"], hidden_size=128, intermediate_size=256,
+                                               out_hidden_size=128))
+"""`SHAPES_VQA_ARCH` twice as wide (text and vision 128, 8 text heads so that the head size and its 3-D RoPE
+sections stay those of the narrow model), 0.99M parameters instead of 0.26M."""
+
 SHAPES_VQA_PHASES = [[["colour"], 200], [["shape"], 200], [["count"], 200], [["position"], 200]]
 """The per-type curriculum of `shapes-vqa-reads`: 200 steps on each question type alone, in order, before the mix."""
 
@@ -226,6 +234,15 @@ TINY_MODELS: dict[str, TinySpec] = {
                     "type alone (colour, shape, count, position) on true labels, then 800 on the mix with 30% wrong "
                     "labels (1600 steps of 32); the base chosen on validation to read every question type "
                     "(docs/RESULTS.md, \"Issue 25, item 5\")",
+    ),
+    "shapes-vqa-reads-wide": TinySpec(
+        name="shapes-vqa-reads-wide", family="vlm", task="shapes_vqa",
+        arch=SHAPES_VQA_WIDE_ARCH,
+        steps=1600, lr=2e-3, batch_size=32, gen_length=10,
+        data={"label_noise": 0.3, "phases": SHAPES_VQA_PHASES, "clean_steps": 800},
+        description="`shapes-vqa-reads` (the per-type curriculum on true labels, then the mix with 30% wrong labels, "
+                    "1600 steps of 32) on a model twice as wide (text and vision 128, 0.99M parameters): issue 25 "
+                    "item 5's second base variant (docs/RESULTS.md, \"Issue 25, item 5\")",
     ),
 }
 """name -> spec of the tiny base models."""
