@@ -107,6 +107,11 @@ SHAPES_VQA_WIDE_ARCH = dict(min_pixels=48 * 48, max_pixels=48 * 48,
 """`SHAPES_VQA_ARCH` twice as wide (text and vision 128, 8 text heads so that the head size and its 3-D RoPE
 sections stay those of the narrow model), 0.99M parameters instead of 0.26M."""
 
+SHAPES_VQA_DEEP_ARCH = dict(min_pixels=48 * 48, max_pixels=48 * 48, text_config=SHAPES_VQA_ARCH["text_config"],
+                            vision_config=dict(SHAPES_VQA_ARCH["vision_config"], depth=4, fullatt_block_indexes=[0, 1, 2, 3]))
+"""`SHAPES_VQA_ARCH` with a vision tower twice as deep (4 full-attention blocks of 64): a shape is a 3 x 3 cell pattern
+spread over four merged image tokens, which the vision blocks must relate."""
+
 SHAPES_VQA_PHASES = [[["colour"], 200], [["shape"], 200], [["count"], 200], [["position"], 200]]
 """The per-type curriculum of `shapes-vqa-reads`: 200 steps on each question type alone, in order, before the mix."""
 
@@ -243,6 +248,15 @@ TINY_MODELS: dict[str, TinySpec] = {
         description="`shapes-vqa-reads` (the per-type curriculum on true labels, then the mix with 30% wrong labels, "
                     "1600 steps of 32) on a model twice as wide (text and vision 128, 0.99M parameters): issue 25 "
                     "item 5's second base variant (docs/RESULTS.md, \"Issue 25, item 5\")",
+    ),
+    "shapes-vqa-reads-deep": TinySpec(
+        name="shapes-vqa-reads-deep", family="vlm", task="shapes_vqa",
+        arch=SHAPES_VQA_DEEP_ARCH,
+        steps=1600, lr=2e-3, batch_size=32, gen_length=10,
+        data={"label_noise": 0.3, "phases": SHAPES_VQA_PHASES, "clean_steps": 800},
+        description="`shapes-vqa-reads` (the per-type curriculum on true labels, then the mix with 30% wrong labels, "
+                    "1600 steps of 32) with a vision tower of 4 blocks instead of 2: issue 25 item 5's third base "
+                    "variant (docs/RESULTS.md, \"Issue 25, item 5\")",
     ),
 }
 """name -> spec of the tiny base models."""
