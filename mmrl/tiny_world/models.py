@@ -554,6 +554,10 @@ REFERENCE_BUILDS: dict[tuple[str, str], str] = {
     # the masked image-token bases (2026-12-04; shapes-masked's digest equals the 2026-12-03 build behind its first table)
     ("shapes-masked-92899b88c2", "2.14.1"): "28d2ddcb0ba1a15360e20d5c2a0b55bd52bfd6daf8fe3489a65e40114a332525",
     ("shapes-masked-clean-9557a242ff", "2.14.1"): "1c5844ddc5222486d39c57186613dc94ca6a8bfb1e42c0ada3ec7333a598c9f2",
+    # issue 25 item 5's base variants (2026-12-04; one core, niced): the search's figures and the comparison's base (deep)
+    ("shapes-vqa-reads-16798b6ad1", "2.14.1"): "4791d909f7701ba8e2fa7589e1325ae1ef0a2a105951ebb9d7fd054bdd5a339a",
+    ("shapes-vqa-reads-wide-40ea9de68a", "2.14.1"): "2bfcd9992c050c77dd180d5129924afe4b383a7098cd97c60dfdd699aa8af686",
+    ("shapes-vqa-reads-deep-3a5a2b67f2", "2.14.1"): "86c1eb32b5fc81d87eba1c3db399ea5372d2c7881186d4a8e4ce324594d867c4",
 }
 """(cache folder name `<base>-<spec key>`, torch version) -> `weights_digest` of the build behind docs/RESULTS.md's
 figures. A build whose digest differs (another CPU's kernels, another library version) is another model:
