@@ -90,6 +90,31 @@ SHAPES_MASKED_ARCH = dict(hidden_size=128, num_hidden_layers=3, num_attention_he
 SUDOKU4_ARCH = dict(hidden_size=128, intermediate_size=256, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=4)
 """The bidirectional Llama of the Sudoku bases (`sudoku4`, `sudoku4-strong`): 4 layers, 128 wide, 0.6M parameters."""
 
+SHAPES_VQA_ARCH = dict(min_pixels=48 * 48, max_pixels=48 * 48,
+                       text_config=dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                                        num_key_value_heads=2, rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                                                                "mrope_section": [2, 3, 3]}),
+                       vision_config=dict(depth=2, hidden_size=64, intermediate_size=128, num_heads=4, out_hidden_size=64,
+                                          fullatt_block_indexes=[0, 1]))
+"""The tiny Qwen2.5-VL of the shapes_vqa bases: text 2 layers x 64, vision 2 blocks x 64 on 4-pixel patches of 48 px
+scenes (one patch per cell, 36 image tokens after the 2 x 2 merge)."""
+
+SHAPES_VQA_WIDE_ARCH = dict(min_pixels=48 * 48, max_pixels=48 * 48,
+                            text_config=dict(SHAPES_VQA_ARCH["text_config"], hidden_size=128, intermediate_size=256,
+                                             num_attention_heads=8, num_key_value_heads=4),
+                            vision_config=dict(SHAPES_VQA_ARCH["vision_config"], hidden_size=128, intermediate_size=256,
+                                               out_hidden_size=128))
+"""`SHAPES_VQA_ARCH` twice as wide (text and vision 128, 8 text heads so that the head size and its 3-D RoPE
+sections stay those of the narrow model), 0.99M parameters instead of 0.26M."""
+
+SHAPES_VQA_DEEP_ARCH = dict(min_pixels=48 * 48, max_pixels=48 * 48, text_config=SHAPES_VQA_ARCH["text_config"],
+                            vision_config=dict(SHAPES_VQA_ARCH["vision_config"], depth=4, fullatt_block_indexes=[0, 1, 2, 3]))
+"""`SHAPES_VQA_ARCH` with a vision tower twice as deep (4 full-attention blocks of 64): a shape is a 3 x 3 cell pattern
+spread over four merged image tokens, which the vision blocks must relate."""
+
+SHAPES_VQA_PHASES = [[["colour"], 200], [["shape"], 200], [["count"], 200], [["position"], 200]]
+"""The per-type curriculum of `shapes-vqa-reads`: 200 steps on each question type alone, in order, before the mix."""
+
 TINY_MODELS: dict[str, TinySpec] = {
     "sudoku4": TinySpec(
         name="sudoku4", family="masked_diffusion", task="sudoku4",
@@ -196,12 +221,7 @@ TINY_MODELS: dict[str, TinySpec] = {
     ),
     "shapes-vqa": TinySpec(
         name="shapes-vqa", family="vlm", task="shapes_vqa",
-        arch=dict(min_pixels=48 * 48, max_pixels=48 * 48,
-                  text_config=dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                                   num_key_value_heads=2, rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
-                                                                           "mrope_section": [2, 3, 3]}),
-                  vision_config=dict(depth=2, hidden_size=64, intermediate_size=128, num_heads=4, out_hidden_size=64,
-                                     fullatt_block_indexes=[0, 1])),
+        arch=SHAPES_VQA_ARCH,
         steps=800, lr=2e-3, batch_size=32, gen_length=10,
         data={"label_noise": 0.3, "first_types": ["colour"], "first_steps": 200},
         description="Qwen2_5_VLForConditionalGeneration (text 2 layers x 64, vision 2 blocks x 64 on 4-pixel patches "
@@ -209,6 +229,38 @@ TINY_MODELS: dict[str, TinySpec] = {
                     "shapes_vqa with 30% wrong labels, the first 200 on colour questions only (a curriculum: on the "
                     "uniform mix alone the model answers each question type's prior and never reads the image); "
                     "reads colour well above chance (docs/RESULTS.md, \"Tiny VLM\")",
+    ),
+    "shapes-vqa-reads": TinySpec(
+        name="shapes-vqa-reads", family="vlm", task="shapes_vqa",
+        arch=SHAPES_VQA_ARCH,
+        steps=1600, lr=2e-3, batch_size=32, gen_length=10,
+        data={"label_noise": 0.3, "phases": SHAPES_VQA_PHASES, "clean_steps": 800},
+        description="the `shapes-vqa` model with a per-type curriculum (issue 25 item 5): 200 steps on each question "
+                    "type alone (colour, shape, count, position) on true labels, then 800 on the mix with 30% wrong "
+                    "labels (1600 steps of 32), 317 CPU s; issue 25 item 5's first base variant: on validation it "
+                    "reads colour (+27.7 points over the majority answer) but answers shape and position with the "
+                    "majority answer and count below it (docs/RESULTS.md, \"Issue 25, item 5\")",
+    ),
+    "shapes-vqa-reads-wide": TinySpec(
+        name="shapes-vqa-reads-wide", family="vlm", task="shapes_vqa",
+        arch=SHAPES_VQA_WIDE_ARCH,
+        steps=1600, lr=2e-3, batch_size=32, gen_length=10,
+        data={"label_noise": 0.3, "phases": SHAPES_VQA_PHASES, "clean_steps": 800},
+        description="`shapes-vqa-reads` (the per-type curriculum on true labels, then the mix with 30% wrong labels, "
+                    "1600 steps of 32) on a model twice as wide (text and vision 128, 0.99M parameters): issue 25 "
+                    "item 5's second base variant, 689 CPU s; on validation every type at its majority answer, colour "
+                    "included (docs/RESULTS.md, \"Issue 25, item 5\")",
+    ),
+    "shapes-vqa-reads-deep": TinySpec(
+        name="shapes-vqa-reads-deep", family="vlm", task="shapes_vqa",
+        arch=SHAPES_VQA_DEEP_ARCH,
+        steps=1600, lr=2e-3, batch_size=32, gen_length=10,
+        data={"label_noise": 0.3, "phases": SHAPES_VQA_PHASES, "clean_steps": 800},
+        description="`shapes-vqa-reads` (the per-type curriculum on true labels, then the mix with 30% wrong labels, "
+                    "1600 steps of 32) with a vision tower of 4 blocks instead of 2: issue 25 item 5's third base "
+                    "variant, 449 CPU s; on validation colour +13.3 points over the majority answer, count -2.0, shape "
+                    "+1.1, position the majority answer; the base of gcpo-vs-grpo-vqa-reads (docs/RESULTS.md, "
+                    "\"Issue 25, item 5\")",
     ),
 }
 """name -> spec of the tiny base models."""
@@ -254,6 +306,15 @@ def smoke_spec(name: str, steps: int) -> TinySpec:
     data = dict(spec.data)
     if data.get("first_steps"):  # so does the curriculum's first phase
         data["first_steps"] = min(int(data["first_steps"]), int(steps))
+    if data.get("phases"):  # and its phases: each cut to the steps left, those left with none dropped
+        left, phases = int(steps), []
+        for types, k in data["phases"]:
+            if min(int(k), left) >= 1:
+                phases.append([list(types), min(int(k), left)])
+                left -= phases[-1][1]
+        data["phases"] = phases
+    if data.get("clean_steps"):
+        data["clean_steps"] = min(int(data["clean_steps"]), int(steps))
     return replace(spec, steps=int(steps), recipe=recipe, data=data, description=f"{name} pre-trained for {steps} steps (smoke)")
 
 
@@ -417,20 +478,29 @@ def _shapes_data(spec: TinySpec, policy) -> dict:
 
 def _vqa_data(spec: TinySpec) -> dict:
     """vlm_sft's data options for a shapes_vqa spec: noisy labels (`label_noise`: a wrong answer of the row's question
-    type) and the question-type curriculum (`first_types`, `first_steps`: the first steps on those types only)."""
+    type; `clean_steps`: the first steps on true labels), and the question-type curriculum, either `first_types`,
+    `first_steps` (the first steps on those types only) or `phases`, a list of `[types, steps]` run in order before
+    the mix (e.g. `[[["colour"], 150], [["shape"], 150], [["count"], 200], [["position"], 200]]`)."""
     from mmrl.data.tasks import load_task
     from mmrl.tiny_world.shapes_vqa import QUESTION_TYPES, wrong_answer
 
     rows = load_task(spec.task).train
     out: dict = {}
     first = list(spec.data.get("first_types", []))
-    if bad := [t for t in first if t not in QUESTION_TYPES]:
-        raise ValueError(f"shapes_vqa's first_types must be among {QUESTION_TYPES}, got {bad}")
+    phases = [(list(types), int(k)) for types, k in spec.data.get("phases", [])]
+    if first and phases:
+        raise ValueError(f"spec {spec.name!r}: give shapes_vqa's curriculum as first_types / first_steps or as phases, not both")
+    if bad := [t for t in first + [t for types, _ in phases for t in types] if t not in QUESTION_TYPES]:
+        raise ValueError(f"shapes_vqa's curriculum types (first_types, phases) must be among {QUESTION_TYPES}, got {bad}")
     if first:
         out.update(groups=[r["qtype"] for r in rows], first_groups=first, first_steps=int(spec.data.get("first_steps", 0)))
+    if phases:
+        out.update(groups=[r["qtype"] for r in rows], phases=phases)
     noise = float(spec.data.get("label_noise", 0.0))
     if noise:
         out.update(label_noise=noise, corrupt=lambda i, rng: wrong_answer(rows[i]["answer"], rows[i]["qtype"], rng))
+    if spec.data.get("clean_steps"):
+        out["clean_steps"] = int(spec.data["clean_steps"])
     return out
 
 
@@ -488,6 +558,10 @@ REFERENCE_BUILDS: dict[tuple[str, str], str] = {
     # the masked image-token bases (2026-12-04; shapes-masked's digest equals the 2026-12-03 build behind its first table)
     ("shapes-masked-92899b88c2", "2.14.1"): "28d2ddcb0ba1a15360e20d5c2a0b55bd52bfd6daf8fe3489a65e40114a332525",
     ("shapes-masked-clean-9557a242ff", "2.14.1"): "1c5844ddc5222486d39c57186613dc94ca6a8bfb1e42c0ada3ec7333a598c9f2",
+    # issue 25 item 5's base variants (2026-12-04; one core, niced): the search's figures and the comparison's base (deep)
+    ("shapes-vqa-reads-16798b6ad1", "2.14.1"): "4791d909f7701ba8e2fa7589e1325ae1ef0a2a105951ebb9d7fd054bdd5a339a",
+    ("shapes-vqa-reads-wide-40ea9de68a", "2.14.1"): "2bfcd9992c050c77dd180d5129924afe4b383a7098cd97c60dfdd699aa8af686",
+    ("shapes-vqa-reads-deep-3a5a2b67f2", "2.14.1"): "86c1eb32b5fc81d87eba1c3db399ea5372d2c7881186d4a8e4ce324594d867c4",
 }
 """(cache folder name `<base>-<spec key>`, torch version) -> `weights_digest` of the build behind docs/RESULTS.md's
 figures. A build whose digest differs (another CPU's kernels, another library version) is another model:

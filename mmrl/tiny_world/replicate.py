@@ -522,7 +522,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", type=int, default=None, help="optimizer steps per run (the shapes comparisons; default: the recipe's)")
     parser.add_argument("--base", default=None, help="the Countdown comparisons: another tiny causal Countdown base "
                         "(default: the recipe's; e.g. countdown3-ar, the base trained on right answers only); "
-                        "gcpo-vs-grpo: shapes (default, noisy captions) or shapes-clean")
+                        "gcpo-vs-grpo: shapes (default, noisy captions) or shapes-clean; gcpo-vs-grpo-vqa: a shapes_vqa "
+                        "base (default shapes-vqa; e.g. shapes-vqa-reads)")
     parser.add_argument("--lr", type=float, default=None, help="gcpo-vs-grpo: the learning rate (default: the recipe's "
                         "5e-4; pass the one `gcpo-vs-grpo-lr` chose on validation)")
     parser.add_argument("--arm", action="append", default=None, help="the Countdown and Sudoku comparisons, dmpo-vs-grpo-masked and gcpo-vs-grpo-vqa: "
@@ -546,8 +547,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from mmrl.tiny_world.reasoning_rl import COMPARISONS as REASONING, run_reasoning_comparison
 
-    if args.base is not None and args.name not in REASONING and args.name not in ("gcpo-vs-grpo", "gcpo-vs-grpo-lr"):
-        raise SystemExit(f"--base applies to gcpo-vs-grpo and the Countdown comparisons {sorted(REASONING)}, not {args.name!r}")
+    if args.base is not None and args.name not in REASONING and args.name not in ("gcpo-vs-grpo", "gcpo-vs-grpo-lr",
+                                                                                    "gcpo-vs-grpo-vqa"):
+        raise SystemExit(f"--base applies to gcpo-vs-grpo, gcpo-vs-grpo-vqa and the Countdown comparisons "
+                         f"{sorted(REASONING)}, not {args.name!r}")
     if args.seeds < 1:
         raise SystemExit(f"--seeds must be >= 1, got {args.seeds}")
     if args.import_results is not None and args.name not in REASONING:
@@ -572,12 +575,12 @@ def run(args: argparse.Namespace) -> int:
                          base=args.base or "shapes", baselines=not args.no_baselines, lr=args.lr)
         return 0
     if args.name == "gcpo-vs-grpo-vqa":
-        from mmrl.tiny_world.vqa_rl import run_gcpo_vs_grpo_vqa
+        from mmrl.tiny_world.vqa_rl import BASE, run_gcpo_vs_grpo_vqa
 
         try:
             run_gcpo_vs_grpo_vqa(args.out, seeds=args.seeds, smoke=args.smoke, steps=args.steps,
                                  baselines=not args.no_baselines, only=args.arm, resume=args.resume,
-                                 report_only=args.report_only, cutoff=args.cutoff)
+                                 report_only=args.report_only, cutoff=args.cutoff, base=args.base or BASE)
         except ValueError as e:
             raise SystemExit(str(e)) from None
         return 0

@@ -2,7 +2,8 @@
 gcpo-vs-grpo-vqa`).
 
 Both arms start from the cached `shapes-vqa` base (`mmrl pretrain-tiny shapes-vqa`, pre-trained on 30% wrong
-answers, so it is partly right and its samples spread over answers), train on the `shapes_vqa` training rows with
+answers, so it is partly right and its samples spread over answers; `--base` picks another shapes_vqa base, e.g.
+`shapes-vqa-reads`, the one that beats the majority answer on every question type), train on the `shapes_vqa` training rows with
 the same rollouts per step, seeds, learning rate, KL and loss aggregation, and are scored on every held-out row by
 exact match of the greedy answer, per question type (`vqa_accuracy`). The only difference is GCPO's token credit
 (Gao et al., "GCPO", eq. 5-7: k3 contrast of the log-probs under the prompt vs under its negative condition, rank-
@@ -30,7 +31,7 @@ logger = logging.getLogger(__name__)
 NAME = "gcpo-vs-grpo-vqa"
 """The comparison's name (`mmrl replicate NAME`, the output folder)."""
 BASE = "shapes-vqa"
-"""The tiny-world base model both arms start from."""
+"""The tiny-world base model both arms start from by default (`base=` / `--base`: another of `vqa_bases()`)."""
 
 VQA_RL: dict[str, Any] = {
     # the values of configs/tiny_grpo_shapes_vqa.yaml and configs/tiny_gcpo_shapes_vqa.yaml (a test checks both)
@@ -80,8 +81,25 @@ EVAL_GENERATION = {"temperature": 1.0, "top_k": 1}
 """Held-out answers are greedy (d1's evaluation decoding for autoregressive models)."""
 
 
-def arm_config(arm: str, *, seed: int, out: Path, smoke: bool = False, steps: int | None = None) -> dict[str, Any]:
-    cfg = {**VQA_RL, **ARMS[arm], "seed": seed, "output_dir": str(out), "progress_bar": False}
+def vqa_bases() -> list[str]:
+    """The tiny-world bases pre-trained on shapes_vqa (the ones this comparison can start from)."""
+    from mmrl.tiny_world.models import TINY_MODELS
+
+    return sorted(name for name, spec in TINY_MODELS.items() if spec.task == "shapes_vqa")
+
+
+def check_vqa_base(name: str) -> str:
+    """`name` if it is one of `vqa_bases()`, else a one-line ValueError naming it and the bases allowed."""
+    if name not in vqa_bases():
+        raise ValueError(f"base must be a shapes_vqa base, one of {vqa_bases()}, got {name!r}")
+    return name
+
+
+def arm_config(arm: str, *, seed: int, out: Path, smoke: bool = False, steps: int | None = None,
+               base: str = BASE) -> dict[str, Any]:
+    """The training config of one RL arm at one seed (the presets `VQA_RL`, the arm's overrides, the base)."""
+    cfg = {**VQA_RL, **ARMS[arm], "seed": seed, "output_dir": str(out), "progress_bar": False,
+           "model_name_or_path": f"tiny-world:{base}"}
     if smoke:
         cfg.update(SMOKE)
     if steps is not None:
@@ -199,9 +217,10 @@ def _parse_cutoff(cutoff: str) -> tuple[int, int]:
 
 def run_gcpo_vs_grpo_vqa(out: str | Path = "runs/replicate", seeds: int = 5, smoke: bool = False, steps: int | None = None,
                          progress: bool = True, baselines: bool = True, only: Sequence[str] | None = None,
-                         resume: bool = False, report_only: bool = False, cutoff: str | None = None) -> dict[str, Any]:
-    """GRPO vs GCPO on the `shapes-vqa` base under the evaluation protocol; returns the results dict also written to
-    `<out>/gcpo-vs-grpo-vqa/results.json`.
+                         resume: bool = False, report_only: bool = False, cutoff: str | None = None,
+                         base: str = BASE) -> dict[str, Any]:
+    """GRPO vs GCPO on the shapes_vqa base `base` (default `shapes-vqa`; one of `vqa_bases()`) under the evaluation
+    protocol; returns the results dict also written to `<out>/gcpo-vs-grpo-vqa/results.json`.
 
     The base is measured on the validation split (per-type accuracy against chance and the majority answer,
     `base_reading`; sampled pass@1 / pass@8) and once on the test split. Every run (`ROWS`: GRPO, GCPO, and with
@@ -232,14 +251,21 @@ def run_gcpo_vs_grpo_vqa(out: str | Path = "runs/replicate", seeds: int = 5, smo
         rows_run = [r for r in rows_run if r in only]
     if cutoff is not None:
         _parse_cutoff(cutoff)
+    base_name = check_vqa_base(base)
     say = logger.info if progress else (lambda *a, **k: None)
     root = Path(out) / NAME
     if root.exists() and not (resume or report_only):
         shutil.rmtree(root)
     root.mkdir(parents=True, exist_ok=True)
+    base_file = root / "base.json"
+    saved_base = json.loads(base_file.read_text()) if base_file.is_file() else None
+    if saved_base is not None and saved_base.get("model", BASE) != base_name:  # before a build of the wrong base
+        raise ValueError(f"{base_file} was scored on base {saved_base.get('model', BASE)}, not on {base_name}: "
+                         f"another --out, or no --resume / --report-only")
     t_all = time.perf_counter()
-    ensure_built(BASE, progress=progress)
+    ensure_built(base_name, progress=progress)
     from mmrl.tiny_world import register
+    from mmrl.tiny_world.reasoning_rl import build_digest
 
     register()  # the tiny world's tasks and rewards
     task = load_task("shapes_vqa")
@@ -247,14 +273,18 @@ def run_gcpo_vs_grpo_vqa(out: str | Path = "runs/replicate", seeds: int = 5, smo
     val = balanced_rows(task.validation, 2) if smoke else task.validation
     curve_rows = balanced_rows(task.validation, 1 if smoke else CURVE_PER_TYPE)  # curves on validation; test once per run
     majority = majority_answers(task.train)
-    base_file = root / "base.json"
-    if base_file.is_file():
-        base = json.loads(base_file.read_text())
+    digest = build_digest(base_name)
+    if saved_base is not None:
+        base = saved_base  # a base.json from before the "model" and "weights_sha256" fields: shapes-vqa, unchecked
+        if base.get("weights_sha256") and digest and base["weights_sha256"] != digest:
+            raise ValueError(f"{base_file} was scored on build {base['weights_sha256'][:12]} of {base_name}, the cached "
+                             f"build is {digest[:12]}: another --out, or no --resume / --report-only")
     else:
-        base_policy = load_base_policy(BASE, progress=False)
+        base_policy = load_base_policy(base_name, progress=False)
         val_acc, val_items = vqa_items(base_policy, val)
         test_acc, test_items = vqa_items(base_policy, test)
-        base = {"validation": base_reading(val, val_items, majority), "validation_items": val_items,
+        base = {"model": base_name, "weights_sha256": digest,
+                "validation": base_reading(val, val_items, majority), "validation_items": val_items,
                 "validation_pass_at_k": pass_at_k(base_policy, val), "test": test_acc, "test_items": test_items,
                 "curve_level": vqa_accuracy(base_policy, curve_rows)["overall"]}
         base_file.write_text(json.dumps(base, indent=1))
@@ -262,14 +292,14 @@ def run_gcpo_vs_grpo_vqa(out: str | Path = "runs/replicate", seeds: int = 5, smo
         a = r["accuracy"]
         say(f"[{NAME}] base, validation {t}: {a['estimate']:.3f} [{a['low']:.3f}, {a['high']:.3f}], majority {r['majority']:.3f}")
     rl_steps = steps if steps is not None else (SMOKE["max_steps"] if smoke else VQA_RL["max_steps"])
-    shape = load_config(None, arm_config("GRPO", seed=0, out=root, smoke=smoke, steps=steps))
+    shape = load_config(None, arm_config("GRPO", seed=0, out=root, smoke=smoke, steps=steps, base=base_name))
     q_per_step, group = shape.prompts_per_rollout, shape.num_generations
 
     def one_run(row: str, seed: int, run_dir: Path) -> dict[str, Any]:
         """Train one row at one seed from the base, score every test row once; the saved result."""
         if run_dir.exists():
             shutil.rmtree(run_dir)  # an unfinished run of an earlier, stopped call
-        policy = load_base_policy(BASE, progress=False)
+        policy = load_base_policy(base_name, progress=False)
         t0 = time.perf_counter()
         extra: dict[str, Any] = {}
         if row == RFT_ARM:
@@ -282,7 +312,7 @@ def run_gcpo_vs_grpo_vqa(out: str | Path = "runs/replicate", seeds: int = 5, smo
                            batch_size=q_per_step * group, lr=shape.learning_rate, seed=seed, progress=False)
             extra = {"loss_first_last": [hist[0]["loss"], hist[-1]["loss"]]}
         else:
-            cfg = load_config(None, arm_config(row, seed=seed, out=run_dir, smoke=smoke, steps=steps))
+            cfg = load_config(None, arm_config(row, seed=seed, out=run_dir, smoke=smoke, steps=steps, base=base_name))
             Trainer(cfg, policy=policy, dataset=task.train, eval_dataset=curve_rows, eval_metric="shapes_vqa").train()
         secs = time.perf_counter() - t0
         after, items = vqa_items(policy, test)
@@ -364,16 +394,17 @@ def run_gcpo_vs_grpo_vqa(out: str | Path = "runs/replicate", seeds: int = 5, smo
         plot_curves({a: [curve(r["records"], "reward", smooth=5) for r in runs] for a, runs in rl_done.items()}, root / "reward.png",
                     title="training reward (exact match, sampled at T=1)", ylabel="reward")
     total = time.perf_counter() - t_all
-    results = {"name": NAME, "base": BASE, "protocol": "base read on validation; curves on validation; test once per run; "
+    results = {"name": NAME, "base": base_name, "base_weights_sha256": base.get("weights_sha256"), "protocol": "base read on validation; curves on validation; test once per run; "
                "paired bootstrap 95% CI over test questions and seeds", "base_measures": base, "majority": majority,
                "majority_items": maj_items, "test_qtypes": [r["qtype"] for r in test], "test_answers": [r["answer"] for r in test],
                "gains": {a: iv.to_dict() for a, iv in gains.items()}, "differences": {k: v.to_dict() for k, v in diffs.items()},
                "seeds": seeds, "seeds_done": {row: len(runs) for row, runs in done.items()}, "stopped": stopped,
                "seconds": total, "seconds_per_run": secs, "smoke": smoke, "test_rows": len(test), "task_info": task.info,
                "table": table, "arms": {a: [{k: v for k, v in r.items() if k != "records"} for r in runs] for a, runs in done.items()},
-               "configs": {a: arm_config(a, seed=0, out=Path("."), smoke=smoke, steps=steps) for a in ARMS}}
+               "configs": {a: arm_config(a, seed=0, out=Path("."), smoke=smoke, steps=steps, base=base_name) for a in ARMS}}
     (root / "results.json").write_text(json.dumps(results, indent=2, default=str))
-    (root / "table.md").write_text(table + f"\n\nSeeds finished per row: {results['seeds_done']} (of {seeds}); "
+    (root / "table.md").write_text(table + f"\n\nBase `{base_name}` (weights {str(base.get('weights_sha256'))[:12]}). "
+                                   f"Seeds finished per row: {results['seeds_done']} (of {seeds}); "
                                    f"{len(test)} test questions (greedy answers, exact match), {total:.0f} s in this call."
                                    + (f" {stopped}." if stopped else "") + "\n")
     say("\n" + table + f"\n\n{root}  ({total:.0f} s)")

@@ -1,13 +1,14 @@
-"""Study (docs/RESULTS.md "Tiny VLM", issue 25 item 5): build the `shapes-vqa` base (cached; a learning curve of
-greedy per-type accuracy on the VALIDATION split every CURVE_EVERY steps when it is built here) and measure whether it
-reads its image, on the validation split only: greedy accuracy per question type with its 95% bootstrap interval,
-against chance and against always answering the type's majority training answer (paired interval of the
-difference), and the sampled pass@1 / pass@8. Per-question scores go to OUT/results.json.
+"""Study (docs/RESULTS.md "Tiny VLM", issue 25 item 5): build a shapes_vqa base (`--base`, default `shapes-vqa`;
+cached; a learning curve of greedy per-type accuracy on the VALIDATION split every CURVE_EVERY steps when it is built
+here) and measure whether it reads its image, on the validation split only: greedy accuracy per question type with
+its 95% bootstrap interval, against chance and against always answering the type's majority training answer (paired
+interval of the difference), and the sampled pass@1 / pass@8. Per-question scores go to OUT/results.json; `reads`
+there says whether every type's accuracy - majority interval lies above 0, `margin` the smallest lower bound.
 
-    OMP_NUM_THREADS=1 python scripts/studies/shapes_vqa_base.py [OUT=runs/shapes-vqa-base]
+    OMP_NUM_THREADS=1 python scripts/studies/shapes_vqa_base.py [OUT=runs/shapes-vqa-base] [--base shapes-vqa-reads]
 """
+import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -17,33 +18,49 @@ from mmrl.data.tasks import load_task
 from mmrl.models import adapter_class
 from mmrl.tiny_world import register
 from mmrl.tiny_world.models import ensure_built, spec_for
-from mmrl.tiny_world.vqa_rl import BASE, base_reading, majority_answers, pass_at_k, vqa_accuracy, vqa_items
+from mmrl.tiny_world.vqa_rl import BASE, base_reading, check_vqa_base, majority_answers, pass_at_k, vqa_accuracy, vqa_items
 
 CURVE_EVERY = 200
 
+parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+parser.add_argument("out", nargs="?", default="runs/shapes-vqa-base", help="report folder (results.json)")
+parser.add_argument("--base", default=BASE, help=f"the shapes_vqa base to build and read (default {BASE})")
+args = parser.parse_args()
+try:
+    name = check_vqa_base(args.base)
+except ValueError as e:
+    raise SystemExit(str(e)) from None
 torch.set_num_threads(1)
 register()
-out = Path(sys.argv[1] if len(sys.argv) > 1 else "runs/shapes-vqa-base")
+out = Path(args.out)
 out.mkdir(parents=True, exist_ok=True)
-spec = spec_for(BASE)
+spec = spec_for(name)
 task = load_task(spec.task)
 rows = task.validation
 
 
 def curve(policy):
-    return lambda: vqa_accuracy(policy, rows)
+    """The evaluation the build runs every CURVE_EVERY steps, echoed as it lands (a long build can be watched)."""
+    def evaluate_now():
+        acc = vqa_accuracy(policy, rows)
+        print(f"curve {time.strftime('%H:%M:%S', time.gmtime())} UTC: " + "  ".join(f"{k} {v:.3f}" for k, v in acc.items()),
+              flush=True)
+        return acc
+    return evaluate_now
 
 
-path = ensure_built(BASE, progress=False, curve=curve, curve_every=CURVE_EVERY)
+path = ensure_built(name, progress=False, curve=curve, curve_every=CURVE_EVERY)
 built = json.loads((path / "tiny_spec.json").read_text())
 pol = adapter_class(spec.family).from_pretrained(path)
 t0 = time.process_time()
 acc, scores = vqa_items(pol, rows)
 reading = base_reading(rows, scores, majority_answers(task.train))
 sampled = pass_at_k(pol, rows)
-report = {"model": BASE, "folder": path.name, "split": "validation", "rows": len(rows),
+lows = {t: r["minus_majority"]["low"] for t, r in reading.items() if t != "overall"}
+report = {"model": name, "folder": path.name, "split": "validation", "rows": len(rows), "spec": built.get("spec"),
           "build": {x: built.get(x) for x in ("seconds", "cpu_seconds", "final_loss", "curve", "weights_sha256")},
-          "eval_cpu_seconds": time.process_time() - t0, "reading": reading, "sampled": sampled, "items": scores}
+          "eval_cpu_seconds": time.process_time() - t0, "reading": reading, "sampled": sampled,
+          "reads": all(v > 0 for v in lows.values()), "margin": min(lows.values()), "items": scores}
 (out / "results.json").write_text(json.dumps(report, indent=1))
 for h in built.get("curve") or []:
     print(f"curve step {h['step']}: " + "  ".join(f"{k} {v:.3f}" for k, v in h["eval"].items()))
@@ -57,3 +74,4 @@ for t, r in reading.items():
           f"[{100 * d['low']:+.1f}, {100 * d['high']:+.1f}] points")
 print("sampled pass@1 " + "  ".join(f"{k} {v:.3f}" for k, v in sampled["pass@1"].items()))
 print("sampled pass@8 " + "  ".join(f"{k} {v:.3f}" for k, v in sampled["pass@8"].items()))
+print(f"every type above its majority answer: {report['reads']} (smallest lower bound {100 * report['margin']:+.1f} points)")

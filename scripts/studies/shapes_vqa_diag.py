@@ -1,4 +1,5 @@
-"""Diagnostic (docs/RESULTS.md "Tiny VLM", issue 25 item 5): what RL did to the `shapes-vqa` base's answers, on the
+"""Diagnostic (docs/RESULTS.md "Tiny VLM", issue 25 item 5): what RL did to the base's answers (the base the runs
+started from, ROOT/base.json "model"; `shapes-vqa` for a report from before that field), on the
 VALIDATION split only: for the base and every saved RL run under ROOT/runs (`<arm>-seed<k>/model.safetensors`,
 written by `mmrl replicate gcpo-vs-grpo-vqa`), greedy accuracy per question type and the share of that type's
 questions given its single most common answer (1.0: one constant answer, the prior; the base's own share is the
@@ -38,7 +39,9 @@ def describe(policy) -> dict:
     return out
 
 
-report = {"base": describe(load_base_policy(BASE, progress=False))}
+base_file = root / "base.json"
+base_name = json.loads(base_file.read_text()).get("model", BASE) if base_file.is_file() else BASE
+report = {"base": {"model": base_name, **describe(load_base_policy(base_name, progress=False))}}
 for run in sorted(p for p in (root / "runs").glob("*-seed*") if (p / "model.safetensors").is_file()):
     recs = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     reward = [r["reward"] for r in recs if "reward" in r]

@@ -138,6 +138,128 @@ def test_vlm_sft_curriculum_draws_only_the_first_groups_for_the_first_steps(task
         vlm_sft(policy, ["q"], ["a"], steps=2, first_steps=1, groups=["x"], first_groups=["colour"])
 
 
+def _drawn_rows(policy, prompts):
+    """Spy on `policy.encode_prompts`: the list it fills with each step's row indices (prompt objects are the caller's)."""
+    where = {id(p): i for i, p in enumerate(prompts)}
+    seen: list[list[int]] = []
+    encode = policy.encode_prompts
+
+    def spy(batch):
+        seen.append([where[id(p)] for p in batch])
+        return encode(batch)
+
+    policy.encode_prompts = spy
+    return seen
+
+
+def _tiny_vlm():
+    from mmrl.models.vlm import VLMAdapter
+
+    return VLMAdapter.tiny(seed=0, min_pixels=sv.IMAGE_PX ** 2, max_pixels=sv.IMAGE_PX ** 2, max_new_tokens=10)
+
+
+def _old_first_phase_order(n, first_idx, first_steps, steps, batch_size, seed):
+    """The row indices per step of `vlm_sft` before phases existed (its first_groups / first_steps draw, verbatim)."""
+    g = torch.Generator().manual_seed(seed)
+    first_idx = torch.tensor(first_idx, dtype=torch.long)
+    pool = first_idx
+    order, cursor = pool[torch.randperm(len(pool), generator=g)], 0
+    out = []
+    for step in range(1, steps + 1):
+        if first_steps and step == first_steps + 1:
+            pool = torch.arange(n)
+            order, cursor = pool[torch.randperm(n, generator=g)], 0
+        if cursor + batch_size > len(pool):
+            order, cursor = pool[torch.randperm(len(pool), generator=g)], 0
+        out.append(order[cursor : cursor + batch_size].tolist())
+        cursor += batch_size
+    return out
+
+
+def test_vlm_sft_phases_draw_only_each_phase_s_types_then_the_mix(task):
+    """A curriculum of phases: every row drawn in a phase's steps is of that phase's types; after the phases every
+    type comes back; and the label noise starts only after `clean_steps`."""
+    from mmrl.tiny_world.vlm_pretrain import vlm_sft
+
+    rows = task.train[:40]
+    prompts = [r["prompt"] for r in rows]
+    qtypes = [r["qtype"] for r in rows]
+    policy = _tiny_vlm()
+    seen = _drawn_rows(policy, prompts)
+    corrupted_at: list[int] = []
+
+    def corrupt(i, rng):
+        corrupted_at.append(len(seen) + 1)  # called before the step's encode_prompts: this is that step's number
+        return sv.wrong_answer(rows[i]["answer"], rows[i]["qtype"], rng)
+
+    phases = [(["colour"], 2), (["shape", "count"], 2), (["position"], 1)]
+    vlm_sft(policy, prompts, [r["answer"] for r in rows], steps=8, batch_size=4, groups=qtypes, phases=phases,
+            label_noise=0.9, corrupt=corrupt, clean_steps=5, progress=False)
+    assert len(seen) == 8
+    assert {qtypes[i] for step in seen[:2] for i in step} == {"colour"}
+    assert {qtypes[i] for step in seen[2:4] for i in step} <= {"shape", "count"}
+    assert {qtypes[i] for i in seen[4]} == {"position"}
+    assert len({qtypes[i] for step in seen[5:] for i in step}) > 1  # the mix
+    assert corrupted_at and min(corrupted_at) == 6  # clean labels through step 5, noise (0.9) from step 6 on
+
+
+def test_vlm_sft_first_groups_and_its_one_phase_form_draw_the_old_batches_bit_for_bit(task):
+    """`first_groups` / `first_steps` draws exactly the rows the code before phases drew (a verbatim copy of its
+    loop), and `phases=[(first_groups, first_steps)]` the same rows with the same losses."""
+    from mmrl.tiny_world.vlm_pretrain import vlm_sft
+
+    rows = task.train[:30]
+    prompts, answers, qtypes = [r["prompt"] for r in rows], [r["answer"] for r in rows], [r["qtype"] for r in rows]
+    kw = dict(steps=6, batch_size=4, seed=3, groups=qtypes, progress=False, label_noise=0.3,
+              corrupt=lambda i, rng: sv.wrong_answer(rows[i]["answer"], rows[i]["qtype"], rng))
+    a = _tiny_vlm()
+    seen_a = _drawn_rows(a, prompts)
+    hist_a = vlm_sft(a, prompts, answers, first_groups=["colour"], first_steps=3, **kw)
+    colour = [i for i, t in enumerate(qtypes) if t == "colour"]
+    assert seen_a == _old_first_phase_order(len(rows), colour, 3, 6, 4, 3)
+    b = _tiny_vlm()
+    seen_b = _drawn_rows(b, prompts)
+    hist_b = vlm_sft(b, prompts, answers, phases=[(["colour"], 3)], **kw)
+    assert seen_b == seen_a and [h["loss"] for h in hist_b] == [h["loss"] for h in hist_a]
+    plain = _tiny_vlm()
+    seen_plain = _drawn_rows(plain, prompts)
+    vlm_sft(plain, prompts, answers, steps=3, batch_size=4, seed=3, progress=False)
+    assert seen_plain == _old_first_phase_order(len(rows), list(range(len(rows))), 0, 3, 4, 3)  # no curriculum
+
+
+def test_vlm_sft_rejects_bad_phases():
+    from mmrl.tiny_world.vlm_pretrain import vlm_sft
+
+    with pytest.raises(ValueError, match="more than steps=2"):
+        vlm_sft(None, ["q", "r"], ["a", "b"], steps=2, groups=["x", "y"], phases=[(["x"], 2), (["y"], 1)])
+    with pytest.raises(ValueError, match="curriculum phase 1 needs groups and steps >= 1"):
+        vlm_sft(None, ["q", "r"], ["a", "b"], steps=2, groups=["x", "y"], phases=[(["x"], 1), (["y"], 0)])
+    with pytest.raises(ValueError, match="not both"):
+        vlm_sft(None, ["q"], ["a"], steps=2, groups=["x"], phases=[(["x"], 1)], first_groups=["x"], first_steps=1)
+    with pytest.raises(ValueError, match="clean_steps must lie in"):
+        vlm_sft(None, ["q"], ["a"], steps=2, clean_steps=3)
+
+
+def test_vqa_data_keeps_the_old_keys_and_reads_phases(monkeypatch):
+    from mmrl.tiny_world import models
+
+    old = models._vqa_data(models.TINY_MODELS["shapes-vqa"])
+    assert old["first_groups"] == ["colour"] and old["first_steps"] == 200 and "phases" not in old
+    assert "clean_steps" not in old and old["label_noise"] == 0.3
+    reads = models.TINY_MODELS["shapes-vqa-reads"]
+    new = models._vqa_data(reads)
+    assert new["phases"] == [(types, k) for types, k in models.SHAPES_VQA_PHASES] and new["clean_steps"] == 800
+    assert sum(k for _, k in new["phases"]) <= reads.steps
+    with pytest.raises(ValueError, match=r"must be among .*got \['size'\]"):
+        models._vqa_data(dataclasses.replace(reads, data={"phases": [[["size"], 5]]}))
+    with pytest.raises(ValueError, match="not both"):
+        models._vqa_data(dataclasses.replace(reads, data={"phases": [[["colour"], 5]], "first_types": ["colour"],
+                                                          "first_steps": 5}))
+    smoke = models.smoke_spec("shapes-vqa-reads", 20)  # the phases shrink into the smoke base's steps
+    assert smoke.data["phases"] == [[["colour"], 20]] and smoke.data["clean_steps"] == 20
+    assert models.spec_for("shapes-vqa").key() == "cd30d55ccb"  # the committed base (REFERENCE_BUILDS) keeps its key
+
+
 def test_majority_answers_and_base_reading_by_hand():
     from mmrl.tiny_world.vqa_rl import base_reading, majority_answers
 
@@ -249,6 +371,9 @@ def test_run_gcpo_vs_grpo_vqa_smoke(tmp_path, monkeypatch, smoke_cache):
         assert (root / png).read_bytes()[:4] == b"\x89PNG"
     again = run_gcpo_vs_grpo_vqa(tmp_path / "out", seeds=1, smoke=True, progress=False, report_only=True)
     assert again["differences"] == saved["differences"]  # the report rebuilt from the saved runs
+    assert saved["base"] == base["model"] == "shapes-vqa" and saved["base_weights_sha256"] == base["weights_sha256"]
+    with pytest.raises(ValueError, match="was scored on base shapes-vqa, not on shapes-vqa-reads"):
+        run_gcpo_vs_grpo_vqa(tmp_path / "out", seeds=1, smoke=True, progress=False, report_only=True, base="shapes-vqa-reads")
     with pytest.raises(ValueError, match="seeds"):
         run_gcpo_vs_grpo_vqa(tmp_path / "bad", seeds=0)
     with pytest.raises(ValueError, match="cutoff"):
@@ -268,3 +393,22 @@ def test_replicate_cli_cutoff_is_checked_and_only_for_the_comparisons_that_take_
         replicate.run(parser.parse_args(["gcpo-vs-grpo-vqa", "--cutoff", "15h05"]))
     with pytest.raises(SystemExit, match="only= must name rows"):
         replicate.run(parser.parse_args(["gcpo-vs-grpo-vqa", "--arm", "DAPO"]))
+
+
+def test_replicate_cli_base_for_the_vqa_comparison_is_a_shapes_vqa_base(tmp_path):
+    import argparse
+
+    from mmrl.tiny_world import replicate
+    from mmrl.tiny_world.vqa_rl import arm_config, check_vqa_base, vqa_bases
+
+    assert {"shapes-vqa", "shapes-vqa-reads"} <= set(vqa_bases()) and "shapes" not in vqa_bases()
+    parser = argparse.ArgumentParser()
+    replicate.configure(parser)
+    with pytest.raises(SystemExit, match=r"^base must be a shapes_vqa base, one of \[.*'shapes-vqa-reads'.*\], got 'shapes'$"):
+        replicate.run(parser.parse_args(["gcpo-vs-grpo-vqa", "--base", "shapes", "--out", str(tmp_path)]))
+    assert not (tmp_path / "gcpo-vs-grpo-vqa").exists()  # refused before anything was written
+    with pytest.raises(SystemExit, match="--base applies to gcpo-vs-grpo, gcpo-vs-grpo-vqa and the Countdown"):
+        replicate.run(parser.parse_args(["overfit-pool", "--base", "shapes-vqa-reads"]))
+    assert check_vqa_base("shapes-vqa-reads") == "shapes-vqa-reads"
+    cfg = arm_config("GCPO", seed=1, out=tmp_path, base="shapes-vqa-reads")
+    assert cfg["model_name_or_path"] == "tiny-world:shapes-vqa-reads" and cfg["method"] == "gcpo"
