@@ -115,6 +115,15 @@ spread over four merged image tokens, which the vision blocks must relate."""
 SHAPES_VQA_PHASES = [[["colour"], 200], [["shape"], 200], [["count"], 200], [["position"], 200]]
 """The per-type curriculum of `shapes-vqa-reads`: 200 steps on each question type alone, in order, before the mix."""
 
+
+def _vqa_reads_spec(name: str, arch: dict, description: str) -> TinySpec:
+    """A `shapes-vqa-reads` variant (issue 25 item 5): the per-type curriculum `SHAPES_VQA_PHASES` on true labels,
+    then the mix with 30% wrong labels, 1600 steps of 32 in all; the variants differ only in `arch`."""
+    return TinySpec(name=name, family="vlm", task="shapes_vqa", arch=arch, steps=1600, lr=2e-3, batch_size=32,
+                    gen_length=10, data={"label_noise": 0.3, "phases": SHAPES_VQA_PHASES, "clean_steps": 800},
+                    description=description)
+
+
 TINY_MODELS: dict[str, TinySpec] = {
     "sudoku4": TinySpec(
         name="sudoku4", family="masked_diffusion", task="sudoku4",
@@ -230,38 +239,26 @@ TINY_MODELS: dict[str, TinySpec] = {
                     "uniform mix alone the model answers each question type's prior and never reads the image); "
                     "reads colour well above chance (docs/RESULTS.md, \"Tiny VLM\")",
     ),
-    "shapes-vqa-reads": TinySpec(
-        name="shapes-vqa-reads", family="vlm", task="shapes_vqa",
-        arch=SHAPES_VQA_ARCH,
-        steps=1600, lr=2e-3, batch_size=32, gen_length=10,
-        data={"label_noise": 0.3, "phases": SHAPES_VQA_PHASES, "clean_steps": 800},
-        description="the `shapes-vqa` model with a per-type curriculum (issue 25 item 5): 200 steps on each question "
+    "shapes-vqa-reads": _vqa_reads_spec(
+        "shapes-vqa-reads", SHAPES_VQA_ARCH,
+        "the `shapes-vqa` model with a per-type curriculum (issue 25 item 5): 200 steps on each question "
                     "type alone (colour, shape, count, position) on true labels, then 800 on the mix with 30% wrong "
                     "labels (1600 steps of 32), 317 CPU s; issue 25 item 5's first base variant: on validation it "
                     "reads colour (+27.7 points over the majority answer) but answers shape and position with the "
-                    "majority answer and count below it (docs/RESULTS.md, \"Issue 25, item 5\")",
-    ),
-    "shapes-vqa-reads-wide": TinySpec(
-        name="shapes-vqa-reads-wide", family="vlm", task="shapes_vqa",
-        arch=SHAPES_VQA_WIDE_ARCH,
-        steps=1600, lr=2e-3, batch_size=32, gen_length=10,
-        data={"label_noise": 0.3, "phases": SHAPES_VQA_PHASES, "clean_steps": 800},
-        description="`shapes-vqa-reads` (the per-type curriculum on true labels, then the mix with 30% wrong labels, "
+                    "majority answer and count below it (docs/RESULTS.md, \"Issue 25, item 5\")",),
+    "shapes-vqa-reads-wide": _vqa_reads_spec(
+        "shapes-vqa-reads-wide", SHAPES_VQA_WIDE_ARCH,
+        "`shapes-vqa-reads` (the per-type curriculum on true labels, then the mix with 30% wrong labels, "
                     "1600 steps of 32) on a model twice as wide (text and vision 128, 0.99M parameters): issue 25 "
                     "item 5's second base variant, 689 CPU s; on validation every type at its majority answer, colour "
-                    "included (docs/RESULTS.md, \"Issue 25, item 5\")",
-    ),
-    "shapes-vqa-reads-deep": TinySpec(
-        name="shapes-vqa-reads-deep", family="vlm", task="shapes_vqa",
-        arch=SHAPES_VQA_DEEP_ARCH,
-        steps=1600, lr=2e-3, batch_size=32, gen_length=10,
-        data={"label_noise": 0.3, "phases": SHAPES_VQA_PHASES, "clean_steps": 800},
-        description="`shapes-vqa-reads` (the per-type curriculum on true labels, then the mix with 30% wrong labels, "
+                    "included (docs/RESULTS.md, \"Issue 25, item 5\")",),
+    "shapes-vqa-reads-deep": _vqa_reads_spec(
+        "shapes-vqa-reads-deep", SHAPES_VQA_DEEP_ARCH,
+        "`shapes-vqa-reads` (the per-type curriculum on true labels, then the mix with 30% wrong labels, "
                     "1600 steps of 32) with a vision tower of 4 blocks instead of 2: issue 25 item 5's third base "
                     "variant, 449 CPU s; on validation colour +13.3 points over the majority answer, count -2.0, shape "
                     "+1.1, position the majority answer; the base of gcpo-vs-grpo-vqa-reads (docs/RESULTS.md, "
-                    "\"Issue 25, item 5\")",
-    ),
+                    "\"Issue 25, item 5\")",),
 }
 """name -> spec of the tiny base models."""
 
