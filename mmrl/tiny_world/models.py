@@ -242,23 +242,23 @@ TINY_MODELS: dict[str, TinySpec] = {
     "shapes-vqa-reads": _vqa_reads_spec(
         "shapes-vqa-reads", SHAPES_VQA_ARCH,
         "the `shapes-vqa` model with a per-type curriculum (issue 25 item 5): 200 steps on each question "
-                    "type alone (colour, shape, count, position) on true labels, then 800 on the mix with 30% wrong "
-                    "labels (1600 steps of 32), 317 CPU s; issue 25 item 5's first base variant: on validation it "
-                    "reads colour (+27.7 points over the majority answer) but answers shape and position with the "
-                    "majority answer and count below it (docs/RESULTS.md, \"Issue 25, item 5\")",),
+        "type alone (colour, shape, count, position) on true labels, then 800 on the mix with 30% wrong "
+        "labels (1600 steps of 32), 317 CPU s; issue 25 item 5's first base variant: on validation it "
+        "reads colour (+27.7 points over the majority answer) but answers shape and position with the "
+        "majority answer and count below it (docs/RESULTS.md, \"Issue 25, item 5\")"),
     "shapes-vqa-reads-wide": _vqa_reads_spec(
         "shapes-vqa-reads-wide", SHAPES_VQA_WIDE_ARCH,
         "`shapes-vqa-reads` (the per-type curriculum on true labels, then the mix with 30% wrong labels, "
-                    "1600 steps of 32) on a model twice as wide (text and vision 128, 0.99M parameters): issue 25 "
-                    "item 5's second base variant, 689 CPU s; on validation every type at its majority answer, colour "
-                    "included (docs/RESULTS.md, \"Issue 25, item 5\")",),
+        "1600 steps of 32) on a model twice as wide (text and vision 128, 0.99M parameters): issue 25 "
+        "item 5's second base variant, 689 CPU s; on validation every type at its majority answer, colour "
+        "included (docs/RESULTS.md, \"Issue 25, item 5\")"),
     "shapes-vqa-reads-deep": _vqa_reads_spec(
         "shapes-vqa-reads-deep", SHAPES_VQA_DEEP_ARCH,
         "`shapes-vqa-reads` (the per-type curriculum on true labels, then the mix with 30% wrong labels, "
-                    "1600 steps of 32) with a vision tower of 4 blocks instead of 2: issue 25 item 5's third base "
-                    "variant, 449 CPU s; on validation colour +13.3 points over the majority answer, count -2.0, shape "
-                    "+1.1, position the majority answer; the base of gcpo-vs-grpo-vqa-reads (docs/RESULTS.md, "
-                    "\"Issue 25, item 5\")",),
+        "1600 steps of 32) with a vision tower of 4 blocks instead of 2: issue 25 item 5's third base "
+        "variant, 449 CPU s; on validation colour +13.3 points over the majority answer, count -2.0, shape "
+        "+1.1, position the majority answer; the base of gcpo-vs-grpo-vqa-reads (docs/RESULTS.md, "
+        "\"Issue 25, item 5\")"),
 }
 """name -> spec of the tiny base models."""
 
