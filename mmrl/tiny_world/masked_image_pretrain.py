@@ -46,7 +46,7 @@ def masked_image_sft(policy, prompts: Sequence[str], metadata: Sequence[dict], *
     seconds). `draw_tokens(record, rng) -> [T]` draws a scene's image tokens."""
     import numpy as np
 
-    from mmrl.tiny_world.pretrain import _bar, sft_optimizer
+    from mmrl.tiny_world.pretrain import _bar, record_step, sft_optimizer, sft_update
 
     if not 0.0 <= caption_noise < 1.0:
         raise ValueError(f"caption_noise must lie in [0, 1), got {caption_noise}")
@@ -85,15 +85,7 @@ def masked_image_sft(policy, prompts: Sequence[str], metadata: Sequence[dict], *
         out = policy.text_encoder(ids, return_dict=True, output_hidden_states=True)
         logits = policy.image_logits(policy.model, states, (out.text_embeds, out.hidden_states[-2]))  # [B, T, V]
         loss = maskgit_loss(logits, target, masked)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(trained.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        history.append({"step": step, "loss": loss.item(), "seconds": time.perf_counter() - t0})
-        if bar is not None:
-            bar.update(1)
-            bar.set_postfix(loss=f"{history[-1]['loss']:.3f}")
+        record_step(history, bar, step, sft_update(loss, trained.parameters(), opt, sched), t0)
     if bar is not None:
         bar.close()
     trained.eval()

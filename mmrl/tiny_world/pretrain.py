@@ -257,20 +257,8 @@ def masked_diffusion_sft(
         loss = masked_sft_loss(policy, prompt[idx], pmask[idx], resp[idx], fixed[idx], g, eps=eps, time_weight=time_weight,
                                normalise=normalise, token_reweight=token_reweight, suffix_frac=float(suffix_frac),
                                attend=attend, pad_loss=pad_loss)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        rec = {"step": step, "loss": loss.item(), "seconds": time.perf_counter() - t0}
-        if eval_fn is not None and eval_every and (step % eval_every == 0 or step == steps):
-            model.eval()
-            rec["eval"] = float(eval_fn())
-            model.train()
-        history.append(rec)
-        if bar is not None:
-            bar.update(1)
-            bar.set_postfix(loss=f"{rec['loss']:.3f}", **({"eval": f"{rec['eval']:.3f}"} if "eval" in rec else {}))
+        loss_value = sft_update(loss, model.parameters(), opt, sched)
+        record_step(history, bar, step, loss_value, t0, model=model, eval_fn=eval_fn, eval_every=eval_every, steps=steps)
     if bar is not None:
         bar.close()
     model.eval()
@@ -338,20 +326,8 @@ def causal_sft(policy, prompts: Sequence[str], targets: Sequence[str], *, steps:
         b_ids, b_mask, b_labels = ids[idx, :width], mask[idx, :width], labels[idx, :width]  # [B, W]
         logits = model(input_ids=b_ids, attention_mask=b_mask).logits[:, :-1]  # [B, W-1, V]
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), b_labels[:, 1:].reshape(-1), ignore_index=-100)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        rec = {"step": step, "loss": loss.item(), "seconds": time.perf_counter() - t0}
-        if eval_fn is not None and eval_every and (step % eval_every == 0 or step == steps):
-            model.eval()
-            rec["eval"] = float(eval_fn())
-            model.train()
-        history.append(rec)
-        if bar is not None:
-            bar.update(1)
-            bar.set_postfix(loss=f"{rec['loss']:.3f}", **({"eval": f"{rec['eval']:.3f}"} if "eval" in rec else {}))
+        loss_value = sft_update(loss, model.parameters(), opt, sched)
+        record_step(history, bar, step, loss_value, t0, model=model, eval_fn=eval_fn, eval_every=eval_every, steps=steps)
     if bar is not None:
         bar.close()
     model.eval()
@@ -366,6 +342,34 @@ def sft_optimizer(model, lr: float, steps: int):
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr, betas=(0.9, 0.98), weight_decay=0.01)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / max(1, steps // 20)) * max(0.05, 1 - s / steps))
     return opt, sched
+
+
+def sft_update(loss: torch.Tensor, params, opt: torch.optim.Optimizer, sched=None, max_grad_norm: float = 1.0) -> float:
+    """One supervised optimizer step of the tiny-world training loops: backward of `loss`, the gradient of `params`
+    clipped to norm `max_grad_norm`, the optimizer (and scheduler) step; returns the loss value."""
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
+    opt.step()
+    if sched is not None:
+        sched.step()
+    return loss.item()
+
+
+def record_step(history: list[dict], bar, step: int, loss_value: float, t0: float, *, model=None,
+                eval_fn: Callable[[], float] | None = None, eval_every: int = 0, steps: int = 0) -> dict:
+    """Append step `step`'s record {"step", "loss", "seconds" since `t0`} to `history`, with "eval" (`eval_fn()`,
+    the model in eval mode) every `eval_every` steps and at the last step `steps`; advance the progress `bar`."""
+    rec = {"step": step, "loss": loss_value, "seconds": time.perf_counter() - t0}
+    if eval_fn is not None and eval_every and (step % eval_every == 0 or step == steps):
+        model.eval()
+        rec["eval"] = float(eval_fn())
+        model.train()
+    history.append(rec)
+    if bar is not None:
+        bar.update(1)
+        bar.set_postfix(loss=f"{rec['loss']:.3f}", **({"eval": f"{rec['eval']:.3f}"} if "eval" in rec else {}))
+    return rec
 
 
 def _bar(total: int, desc: str, enabled: bool):
@@ -435,20 +439,8 @@ def janus_sft(policy, prompts: Sequence[str], metadata: Sequence[dict], *, steps
         prompt = torch.where(drop[:, None], null, prompt)
         logits = policy.image_logits(model, prompt, pmask, target)  # [B, T, V]
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), target.reshape(-1))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        rec = {"step": step, "loss": loss.item(), "seconds": time.perf_counter() - t0}
-        if eval_fn is not None and eval_every and (step % eval_every == 0 or step == steps):
-            model.eval()
-            rec["eval"] = float(eval_fn())
-            model.train()
-        history.append(rec)
-        if bar is not None:
-            bar.update(1)
-            bar.set_postfix(loss=f"{rec['loss']:.3f}", **({"eval": f"{rec['eval']:.3f}"} if "eval" in rec else {}))
+        loss_value = sft_update(loss, model.parameters(), opt, sched)
+        record_step(history, bar, step, loss_value, t0, model=model, eval_fn=eval_fn, eval_every=eval_every, steps=steps)
     if bar is not None:
         bar.close()
     model.eval()

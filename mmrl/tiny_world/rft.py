@@ -132,6 +132,8 @@ def fit_batches(policy, batches: Sequence[Any], loss_fn: Callable[[Any, Any], to
                 max_grad_norm: float = 1.0, weight_decay: float = 0.0) -> list[float]:
     """Fine-tune `policy` in place, one AdamW step (constant `lr`, gradient clipping) per batch on
     `loss_fn(policy, batch)`; a `None` batch makes no update (its loss is nan). Returns the per-step losses."""
+    from mmrl.tiny_world.pretrain import sft_update
+
     params = [p for p in policy.model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
     losses = []
@@ -141,11 +143,7 @@ def fit_batches(policy, batches: Sequence[Any], loss_fn: Callable[[Any, Any], to
             losses.append(float("nan"))
             continue
         loss = loss_fn(policy, batch)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
-        opt.step()
-        losses.append(float(loss.detach()))
+        losses.append(sft_update(loss, params, opt, max_grad_norm=max_grad_norm))
     policy.model.eval()
     return losses
 

@@ -73,7 +73,7 @@ def vlm_sft(policy, prompts: Sequence[Any], targets: Sequence[str], *, steps: in
     steps)` per phase, in order, the rest of the steps on every row; `first_groups` / `first_steps`: its one-phase
     form (not both); `clean_steps`: steps on the true labels before `label_noise` applies (the module docstring)."""
     from mmrl.models.base import left_pad
-    from mmrl.tiny_world.pretrain import _bar, sft_optimizer
+    from mmrl.tiny_world.pretrain import _bar, sft_optimizer, sft_update
 
     if not 0.0 <= label_noise < 1.0:
         raise ValueError(f"label_noise must lie in [0, 1), got {label_noise}")
@@ -125,12 +125,7 @@ def vlm_sft(policy, prompts: Sequence[Any], targets: Sequence[str], *, steps: in
         logits = policy._response_logits(model, p_ids, p_mask, r_ids, r_mask, extras)  # [B, T, V]
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), r_ids.masked_fill(~r_mask, -100).reshape(-1),
                                ignore_index=-100)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        history.append({"step": step, "loss": loss.item(), "seconds": time.perf_counter() - t0})
+        history.append({"step": step, "loss": sft_update(loss, model.parameters(), opt, sched), "seconds": time.perf_counter() - t0})
         if eval_fn is not None and eval_every and (step % eval_every == 0 or step == steps):
             model.eval()
             history[-1]["eval"] = eval_fn()
