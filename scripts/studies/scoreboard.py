@@ -39,6 +39,8 @@ REFERENCE_LABEL = "clean SFT"
 SCORE_NAMES = {"countdown": "sampled acc.", "geneval": "GenEval overall (task-weighted)",
                "sudoku": "test cell accuracy", "vqa": "test accuracy, overall (greedy)"}
 BEATS, LEVEL, BELOW, NO_RFT = "beats RFT", "level with RFT", "below RFT", "no RFT row"
+ABOVE_RFT_NO_GAIN = "above RFT, no gain over the base"
+"""Above RFT only because RFT loses: the arm itself is not claimed above its base."""
 
 
 @dataclass
@@ -76,7 +78,11 @@ class Row:
         iv = self.intervals.get(RFT)
         if iv is None:
             return NO_RFT
-        return LEVEL if not iv.excludes_zero else BEATS if self.above(RFT) else BELOW
+        if not iv.excludes_zero:
+            return LEVEL
+        if not self.above(RFT):
+            return BELOW
+        return BEATS if self.above(GAIN) else ABOVE_RFT_NO_GAIN
 
 
 def family_of(res: dict) -> str | None:
@@ -256,7 +262,7 @@ def stored_checks(rows: list[Row]) -> list[tuple[str, str, str, str, str]]:
 
 def render(rows: list[Row], left_out: list[tuple[str, str]], checks: list[tuple]) -> str:
     count = lambda pred: sum(1 for r in rows if pred(r))  # noqa: E731
-    both = [r for r in rows if r.above(RFT) and r.above(SFT)]
+    both = [r for r in rows if r.verdict == BEATS and r.above(SFT)]
     lines = [
         "# Scoreboard: RL arms against the baselines an RL claim must beat", "",
         "One row per RL arm of every comparison report run under the evaluation protocol (docs/results/**/results.json "
@@ -269,12 +275,14 @@ def render(rows: list[Row], left_out: list[tuple[str, str]], checks: list[tuple]
         "intervals, seeds resampled per arm, as the runners do; GenEval prompts grouped by task). With one seed an "
         f"interval covers the test-set sampling error only. Build: the first {DIGEST_CHARS} hex digits of the base's "
         "weights digest, \"-\" where the report predates that field.", "",
-        "Claim rule: a difference is claimed only where its 95% interval excludes 0. Verdict: \"beats RFT\" / "
-        "\"below RFT\" where the interval of arm - RFT lies above / below 0, \"level with RFT\" where it covers 0, "
-        "\"no RFT row\" where the report has none.", "",
+        "Claim rule: a difference is claimed only where its 95% interval excludes 0. Verdict: \"beats RFT\" where "
+        "the intervals of arm - RFT and of the arm's gain over the base both lie above 0; \"above RFT, no gain over "
+        "the base\" where arm - RFT lies above 0 but the gain does not (RFT loses to the base); \"below RFT\" where "
+        "arm - RFT lies below 0; \"level with RFT\" where it covers 0; \"no RFT row\" where the report has none.", "",
         f"Regenerate: `{COMMAND}` (reads docs/results/**/results.json, writes this file).", "",
         f"Summary: {len(rows)} rows; {count(lambda r: r.verdict == BEATS)} beat RFT, "
         f"{count(lambda r: r.verdict == LEVEL)} level with RFT, {count(lambda r: r.verdict == BELOW)} below RFT, "
+        f"{count(lambda r: r.verdict == ABOVE_RFT_NO_GAIN)} above RFT without a gain over the base (RFT loses), "
         f"{count(lambda r: r.verdict == NO_RFT)} without an RFT row; {len(both)} beat both RFT and clean SFT"
         + "".join(f"{'; ' if i else ': '}{r.report.folder} / {r.arm}" for i, r in enumerate(both)) + ".", "",
         "| report | RL arm | base (build) | seeds | score | gain over base [95% CI] | arm - RFT [95% CI] "

@@ -70,6 +70,19 @@ def test_verdict_is_claimed_only_where_the_interval_excludes_zero(tmp_path):
     assert rows["no-rft", "GRPO"].verdict == sb.NO_RFT and sb.RFT not in rows["no-rft", "GRPO"].intervals
 
 
+def test_above_rft_without_a_gain_is_not_called_beating_rft(tmp_path):
+    # RFT loses to the base (0 everywhere vs 0.25); the arm equals the base: +0.25 over RFT on every row, gain 0
+    res = countdown_report()
+    run = lambda items: [{"seed": 0, "items": {"sampled": items, "greedy": items}}]  # noqa: E731
+    res["before_items"] = {"sampled": [0.25] * 4, "greedy": [0.25] * 4}
+    res["arms"] = {"Flat": run([0.25] * 4), "RFT": run([0.0] * 4)}
+    write(tmp_path, "rft-loses", res)
+    rows, _ = rows_of(tmp_path)
+    flat = rows["rft-loses", "Flat"]
+    assert flat.above(sb.RFT) and not flat.above(sb.GAIN)
+    assert flat.verdict == sb.ABOVE_RFT_NO_GAIN
+
+
 def test_geneval_scores_are_weighted_by_task(tmp_path):
     # tasks a, a, b: the overall is the mean of the task means, (1 + 0) / 2 = 0.5, not the row mean 2/3
     res = {"name": "toy-shapes", "base": "toy", "protocol": "test once", "split": "test", "smoke": False,
