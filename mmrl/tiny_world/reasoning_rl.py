@@ -478,6 +478,10 @@ COMPARISONS["dgpo-countdown4-steps"] = {
         # punishment, no KL), so DGPO - DAPO is its token credit alone
         "DGPO": {**DAPO_RECIPE_LONG, "method": "dgpo"},
         DAPO_RECIPE: DAPO_RECIPE_LONG,
+        # issue 25 item 4: GCPO's VLM branch on a text model (the prompt plus `negative_instruction` as its negative
+        # condition) on DAPO's recipe, as DGPO: GCPO - DAPO is its token weighting alone (with one update per rollout
+        # its dual clip, a GCPO default, never acts)
+        "GCPO": {**DAPO_RECIPE_LONG, "method": "gcpo"},
     }}
 COMPARISONS["grpo-regime-countdown4-steps"] = {
     # issue 25 item 2's regime: the GRPO arm alone (its run is `dgpo-countdown4-steps`' GRPO run: same recipe, 80
