@@ -493,8 +493,8 @@ def test_held_out_items_pass_at_j_and_stacked():
 
 
 def test_long_answer_comparison_wiring(tmp_path):
-    """dgpo-countdown4-steps: the three arms on one recipe and rollout count; DGPO is DAPO's recipe with DGPO's
-    method (its token credit the only difference); DAPO's overlong buffer is L / 5; four curve points a run; the
+    """dgpo-countdown4-steps: the arms on one recipe and rollout count; DGPO and GCPO are DAPO's recipe with their
+    methods (their token credit the only difference); DAPO's overlong buffer is L / 5; four curve points a run; the
     regime comparison's GRPO run is this comparison's GRPO run."""
     name = "dgpo-countdown4-steps"
     comp = reasoning_rl.COMPARISONS[name]
@@ -507,6 +507,12 @@ def test_long_answer_comparison_wiring(tmp_path):
     assert dapo.overlong_penalty and dapo.overlong_buffer_len == 34 and dapo.max_completion_length == 170
     diff = {k for k, v in dgpo.to_dict().items() if dapo.to_dict()[k] != v}
     assert diff <= {"method"}, diff  # every option the same but the method
+    # GCPO (issue 25 item 4) on the same recipe: its method and its dual clip, which with one update per rollout
+    # (ratio 1 at the update) never acts, so GCPO - DAPO is its token weighting alone
+    gcpo = cfgs["GCPO"]
+    diff = {k for k, v in gcpo.to_dict().items() if dapo.to_dict()[k] != v}
+    assert gcpo.method == "gcpo" and diff <= {"method", "dual_clip"}, diff
+    assert gcpo.num_iterations == 1 and gcpo.negative_instruction
     assert grpo.prompts_per_rollout * grpo.num_generations == 64 and grpo.model_name_or_path.endswith("countdown4-steps-ar")
     regime = reasoning_rl.arm_config("grpo-regime-countdown4-steps", "GRPO", seed=1, out=tmp_path)
     assert regime == reasoning_rl.arm_config(name, "GRPO", seed=1, out=tmp_path)
