@@ -116,11 +116,17 @@ SHAPES_VQA_PHASES = [[["colour"], 200], [["shape"], 200], [["count"], 200], [["p
 """The per-type curriculum of `shapes-vqa-reads`: 200 steps on each question type alone, in order, before the mix."""
 
 
-def _vqa_reads_spec(name: str, arch: dict, description: str) -> TinySpec:
-    """A `shapes-vqa-reads` variant (issue 25 item 5): the per-type curriculum `SHAPES_VQA_PHASES` on true labels,
-    then the mix with 30% wrong labels, 1600 steps of 32 in all; the variants differ only in `arch`."""
-    return TinySpec(name=name, family="vlm", task="shapes_vqa", arch=arch, steps=1600, lr=2e-3, batch_size=32,
-                    gen_length=10, data={"label_noise": 0.3, "phases": SHAPES_VQA_PHASES, "clean_steps": 800},
+SHAPES_VQA_SHAPE_PHASES = [[["colour"], 200], [["shape"], 1000], [["count"], 400], [["position"], 400]]
+"""`SHAPES_VQA_PHASES` with five times the shape steps and twice the count and position steps: in every earlier
+variant shape stayed at chance after its 200 clean steps, and count and position need the shape first."""
+
+
+def _vqa_reads_spec(name: str, arch: dict, description: str, phases: list = SHAPES_VQA_PHASES) -> TinySpec:
+    """A `shapes-vqa-reads` variant (issue 25 item 5): the per-type curriculum `phases` on true labels, then 800
+    steps of the mix with 30% wrong labels, batches of 32; the variants differ in `arch` and `phases`."""
+    clean = sum(steps for _, steps in phases)
+    return TinySpec(name=name, family="vlm", task="shapes_vqa", arch=arch, steps=clean + 800, lr=2e-3, batch_size=32,
+                    gen_length=10, data={"label_noise": 0.3, "phases": phases, "clean_steps": clean},
                     description=description)
 
 
@@ -259,6 +265,11 @@ TINY_MODELS: dict[str, TinySpec] = {
         "variant, 449 CPU s; on validation colour +13.3 points over the majority answer, count -2.0, shape "
         "+1.1, position the majority answer; the base of gcpo-vs-grpo-vqa-reads (docs/RESULTS.md, "
         "\"Issue 25, item 5\")"),
+    "shapes-vqa-reads-shape": _vqa_reads_spec(
+        "shapes-vqa-reads-shape", SHAPES_VQA_DEEP_ARCH,
+        "`shapes-vqa-reads-deep` with a longer curriculum on true labels (`SHAPES_VQA_SHAPE_PHASES`: colour 200, "
+        "shape 1000, count 400, position 400 steps), then 800 steps of the mix with 30% wrong labels (2800 steps of "
+        "32): issue 25 item 5's fourth base variant (docs/RESULTS.md, \"Issue 25, item 5\")", SHAPES_VQA_SHAPE_PHASES),
 }
 """name -> spec of the tiny base models."""
 
