@@ -58,6 +58,7 @@ class Report:
     groups: list[str] | None = None
     best_of_n: tuple[int, float, float] | None = None  # n, score, score - base
     stored: dict[tuple[str, str], dict] = field(default_factory=dict)  # (arm, column) -> the report's interval
+    answers: dict[str, float] = field(default_factory=dict)  # row -> answers sampled per run (mean), where stored
     notes: list[str] = field(default_factory=list)
 
 
@@ -165,6 +166,8 @@ def read_countdown(res: dict, rep: Report) -> None:
     rep.score = (re.search(r"sampled acc\. \(T=1, \d+ per row\)", res.get("table", "")) or [rep.score])[0]
     rep.base_items = res["before_items"]["sampled"]
     rep.rl, rep.baselines = split_arms(res, lambda r: r["items"]["sampled"])
+    rep.answers = {a: sum(r["rollouts"] for r in runs) / len(runs) for a, runs in res["arms"].items()
+                   if runs and all("rollouts" in r for r in runs)}  # dynamic sampling draws more than its batches
     ref = res.get("reference")
     if ref:  # the base's clean twin pre-trained at the same compute (one model: one row)
         rep.baselines[SFT] = (REFERENCE_LABEL, [ref["items"]["sampled"]])
@@ -278,7 +281,9 @@ def render(rows: list[Row], left_out: list[tuple[str, str]], checks: list[tuple]
         "Claim rule: a difference is claimed only where its 95% interval excludes 0. Verdict: \"beats RFT\" where "
         "the intervals of arm - RFT and of the arm's gain over the base both lie above 0; \"above RFT, no gain over "
         "the base\" where arm - RFT lies above 0 but the gain does not (RFT loses to the base); \"below RFT\" where "
-        "arm - RFT lies below 0; \"level with RFT\" where it covers 0; \"no RFT row\" where the report has none.", "",
+        "arm - RFT lies below 0; \"level with RFT\" where it covers 0; \"no RFT row\" where the report has none. "
+        "RFT samples as many answers as the report's first arm; an arm with dynamic sampling draws more (the "
+        "answers column, where the report stores them), so its verdict against RFT is not at equal samples.", "",
         f"Regenerate: `{COMMAND}` (reads docs/results/**/results.json, writes this file).", "",
         f"Summary: {len(rows)} rows; {count(lambda r: r.verdict == BEATS)} beat RFT, "
         f"{count(lambda r: r.verdict == LEVEL)} level with RFT, {count(lambda r: r.verdict == BELOW)} below RFT, "
@@ -286,13 +291,17 @@ def render(rows: list[Row], left_out: list[tuple[str, str]], checks: list[tuple]
         f"{count(lambda r: r.verdict == NO_RFT)} without an RFT row; {len(both)} beat both RFT and clean SFT"
         + "".join(f"{'; ' if i else ': '}{r.report.folder} / {r.arm}" for i, r in enumerate(both)) + ".", "",
         "| report | RL arm | base (build) | seeds | score | gain over base [95% CI] | arm - RFT [95% CI] "
-        "| arm - clean SFT [95% CI] | best-of-n from the base | verdict |",
-        "|---|---|---|---|---|---|---|---|---|---|"]
+        "| arm - clean SFT [95% CI] | best-of-n from the base | answers sampled per run, arm / RFT | verdict |",
+        "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         rep = r.report
         best = f"{100 * rep.best_of_n[1]:.1f} ({100 * rep.best_of_n[2]:+.1f}), n={rep.best_of_n[0]}" if rep.best_of_n else "-"
         ivs = [r.intervals[c].fmt(signed=True) if c in r.intervals else "-" for c in (GAIN, RFT, SFT)]
-        cells = [rep.folder, r.arm, f"{rep.base} ({rep.digest})", str(len(rep.rl[r.arm])), rep.score, *ivs, best, r.verdict]
+        rft_label = rep.baselines.get(RFT, (None,))[0]
+        answers = (f"{rep.answers[r.arm]:,.0f} / {rep.answers[rft_label]:,.0f}"
+                   if r.arm in rep.answers and rft_label in rep.answers else "-")
+        cells = [rep.folder, r.arm, f"{rep.base} ({rep.digest})", str(len(rep.rl[r.arm])), rep.score, *ivs, best,
+                 answers, r.verdict]
         lines.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
     notes = sorted({f"{r.report.folder}: {n}" for r in rows for n in r.report.notes})
     if notes:
