@@ -570,6 +570,7 @@ REFERENCE_BUILDS: dict[tuple[str, str], str] = {
     ("shapes-vqa-reads-16798b6ad1", "2.14.1"): "4791d909f7701ba8e2fa7589e1325ae1ef0a2a105951ebb9d7fd054bdd5a339a",
     ("shapes-vqa-reads-wide-40ea9de68a", "2.14.1"): "2bfcd9992c050c77dd180d5129924afe4b383a7098cd97c60dfdd699aa8af686",
     ("shapes-vqa-reads-deep-3a5a2b67f2", "2.14.1"): "86c1eb32b5fc81d87eba1c3db399ea5372d2c7881186d4a8e4ce324594d867c4",
+    ("shapes-vqa-reads-shape-e9aa9a7f27", "2.14.1"): "4d808d7d65fb6a5a81cf3edc8a1d59f4b73c3282e7a67f49d943244af6a9537b",
 }
 """(cache folder name `<base>-<spec key>`, torch version) -> `weights_digest` of the build behind docs/RESULTS.md's
 figures. A build whose digest differs (another CPU's kernels, another library version) is another model:
