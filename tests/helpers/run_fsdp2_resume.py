@@ -18,6 +18,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ.setdefault("MKL_CBWR", "AUTO,STRICT")
 
 import numpy as np  # noqa: E402
+from clean_exit import leave  # noqa: E402
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
@@ -86,8 +87,8 @@ def main() -> None:
                           float(torch.rand((), device=device))], dtype=torch.float64)
     optimizer = {"state": {i: {k: v.cpu() for k, v in s.items()} for i, s in local_optimizer_state(opt)["state"].items()}}
     torch.save({"params": params, "optimizer": optimizer, "draws": draws}, out / f"final-{rank}.pt")
-    dist.destroy_process_group()
 
 
 if __name__ == "__main__":
     main()
+    leave()

@@ -18,6 +18,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # tests/helpers/
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+from clean_exit import leave  # noqa: E402
 
 from mmrl.config.train_config import load_config  # noqa: E402
 from mmrl.models import adapter_class  # noqa: E402
@@ -49,3 +50,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    leave()
