@@ -1,0 +1,82 @@
+"""Study (docs/RESULTS.md, "Issue 25, item 5": the probes): which question types can the tiny VLM learn at all?
+Trains a fresh `shapes-vqa-reads-deep`-shaped model (or the narrow one) on chosen question types with TRUE labels
+(no label noise), optionally with a curriculum and config overrides, and prints the greedy accuracy per type on the
+VALIDATION split (and on 300 training rows, to tell under- from over-fitting) every `--every` steps. The test split
+is never read. Writes OUT (json): the eval points and the loss every 50 steps.
+
+    OMP_NUM_THREADS=1 python scripts/studies/shapes_vqa_probe.py OUT.json --arch deep --steps 2000 --types shape
+    ... --types count,colour,shape,position --rope-theta 10 --phases '[[["shape", "colour"], 2500]]'
+"""
+import argparse
+import copy
+import dataclasses
+import json
+import time
+
+import torch
+
+from mmrl.data.tasks import load_task
+from mmrl.tiny_world import register
+from mmrl.tiny_world.models import SHAPES_VQA_ARCH, SHAPES_VQA_DEEP_ARCH, build_untrained, spec_for
+from mmrl.tiny_world.shapes_vqa import QUESTION_TYPES
+from mmrl.tiny_world.vlm_pretrain import vlm_sft
+from mmrl.tiny_world.vqa_rl import vqa_accuracy
+
+ARCHS = {"narrow": SHAPES_VQA_ARCH, "deep": SHAPES_VQA_DEEP_ARCH}
+parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+parser.add_argument("out", help="results file (json)")
+parser.add_argument("--arch", choices=sorted(ARCHS), default="deep")
+parser.add_argument("--steps", type=int, default=2000)
+parser.add_argument("--lr", type=float, default=2e-3)
+parser.add_argument("--types", default="shape", help=f"comma-separated question types among {QUESTION_TYPES}")
+parser.add_argument("--every", type=int, default=250, help="evaluation every this many steps")
+parser.add_argument("--rope-theta", type=float, default=None, help="the text model's RoPE base (default the arch's, 1e4)")
+parser.add_argument("--text-layers", type=int, default=None, help="text decoder layers (default the arch's, 2)")
+parser.add_argument("--text-first", action="store_true", help="put the question before the image in the user turn")
+parser.add_argument("--phases", default="[]", help='curriculum, json: [[["shape", "colour"], 2500], ...]')
+args = parser.parse_args()
+types = args.types.split(",")
+if bad := [t for t in types if t not in QUESTION_TYPES]:
+    raise SystemExit(f"--types must be among {QUESTION_TYPES}, got {bad}")
+torch.set_num_threads(1)
+register()
+arch = copy.deepcopy(ARCHS[args.arch])
+if args.rope_theta is not None:
+    arch["text_config"]["rope_parameters"] = {**arch["text_config"]["rope_parameters"], "rope_theta": args.rope_theta}
+if args.text_layers is not None:
+    arch["text_config"]["num_hidden_layers"] = args.text_layers
+policy = build_untrained(dataclasses.replace(spec_for("shapes-vqa-reads-deep"), arch=arch))
+task = load_task("shapes_vqa")
+rows = [r for r in task.train if r["qtype"] in types]
+val = [r for r in task.validation if r["qtype"] in types]
+
+
+def text_first(row: dict) -> dict:
+    """The row with its question before the image (one user turn: text block, then image block)."""
+    p = row["prompt"]
+    content = [{"type": "text", "text": p["prompt"]}, {"type": "image"}]
+    return {**row, "prompt": {"prompt": [{"role": "user", "content": content}], "images": p["images"]}}
+
+
+if args.text_first:
+    rows, val = [text_first(r) for r in rows], [text_first(r) for r in val]
+train_probe = rows[:300]
+
+
+def evaluate() -> dict:
+    v, t = vqa_accuracy(policy, val), vqa_accuracy(policy, train_probe)
+    print(time.strftime("%H:%M:%S"), "validation", {k: round(x, 3) for k, x in v.items()},
+          "train", {k: round(x, 3) for k, x in t.items()}, flush=True)
+    return {"validation": v, "train": t}
+
+
+phases = [(t, k) for t, k in json.loads(args.phases)]
+history = vlm_sft(policy, [r["prompt"] for r in rows], [r["answer"] for r in rows], steps=args.steps, batch_size=32,
+                  lr=args.lr, seed=0, groups=[r["qtype"] for r in rows] if phases else None, phases=phases,
+                  eval_fn=evaluate, eval_every=args.every, progress=False)
+report = {"args": vars(args), "parameters": sum(p.numel() for p in policy.model.parameters()),
+          "evals": [{"step": h["step"], **h["eval"]} for h in history if "eval" in h],
+          "loss_every_50": [round(sum(h["loss"] for h in history[i:i + 50]) / len(history[i:i + 50]), 4)
+                            for i in range(0, len(history), 50)]}
+with open(args.out, "w") as f:
+    json.dump(report, f, indent=1)
