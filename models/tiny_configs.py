@@ -71,19 +71,24 @@ def _seeded_model(model_cls, config, tok, seed: int) -> torch.nn.Module:
 
 
 @_family("vlm")
-def tiny_vlm(cls=None, *, seed: int = 0, **overrides: Any) -> "vlm.VLMAdapter":
+def tiny_vlm(cls=None, *, seed: int = 0, model_type: str = "qwen2_5_vl", **overrides: Any) -> "vlm.VLMAdapter":
     """A tiny randomly initialised `Qwen2_5_VLForConditionalGeneration` (text: hidden 32, 2 layers; vision: 1
     block of width 32 on 4-pixel patches; ~50k parameters) with `tiny_processor()`, seeded without touching
-    the global RNG.
+    the global RNG. `model_type="qwen3_vl"`: the same sizes as a `Qwen3VLForConditionalGeneration` (learned
+    absolute position embeddings for an 8 x 8 patch grid, resampled to other grids by the model; no DeepStack
+    layers unless `vision_config={"deepstack_visual_indexes": [...]}`).
 
     `overrides`: generation options (`max_new_tokens` defaults to 16 here), `ref_model=True` for an identical
     frozen reference copy, `min_pixels` / `max_pixels` for `tiny_processor`, `text_config={...}` /
     `vision_config={...}` field overrides, other top-level config fields.
     """
     cls = cls or vlm.VLMAdapter
-    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+    import transformers
 
-    processor = cls.tiny_processor(**{k: overrides.pop(k) for k in ("min_pixels", "max_pixels") if k in overrides})
+    if model_type not in ("qwen2_5_vl", "qwen3_vl"):
+        raise ValueError(f"tiny_vlm: model_type must be 'qwen2_5_vl' or 'qwen3_vl', got {model_type!r}")
+    qwen3 = model_type == "qwen3_vl"
+    processor = cls.tiny_processor(model_type=model_type, **{k: overrides.pop(k) for k in ("min_pixels", "max_pixels") if k in overrides})
     tok = processor.tokenizer
     gen = {k: overrides.pop(k) for k in list(overrides) if k in causal_lm.GENERATION_DEFAULTS}
     gen.setdefault("max_new_tokens", 16)
@@ -95,17 +100,23 @@ def tiny_vlm(cls=None, *, seed: int = 0, **overrides: Any) -> "vlm.VLMAdapter":
         pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
     )
     text.update(overrides.pop("text_config", {}))
+    if qwen3:  # Qwen3VLTextConfig's head_dim defaults to 128 rather than hidden / heads
+        text.setdefault("head_dim", text["hidden_size"] // text["num_attention_heads"])
+        text.pop("bos_token_id", None), text.pop("eos_token_id", None)  # not fields of Qwen3VLTextConfig
     vision = dict(
         depth=1, hidden_size=32, intermediate_size=64, num_heads=2, in_channels=3, patch_size=4, spatial_merge_size=2,
-        temporal_patch_size=2, window_size=16, out_hidden_size=text["hidden_size"], fullatt_block_indexes=[0],
+        temporal_patch_size=2, out_hidden_size=text["hidden_size"],
+        **(dict(num_position_embeddings=64, deepstack_visual_indexes=[]) if qwen3 else dict(window_size=16, fullatt_block_indexes=[0])),
     )
     vision.update(overrides.pop("vision_config", {}))
     ids = {name: tok.convert_tokens_to_ids(t) for name, t in zip(
         ("vision_start_token_id", "vision_end_token_id", "image_token_id", "video_token_id"), vlm.VISION_TOKENS)}
-    config = Qwen2_5_VLConfig(text_config=text, vision_config=vision, **{**ids, **overrides})
+    config_cls, model_cls = ((transformers.Qwen3VLConfig, transformers.Qwen3VLForConditionalGeneration) if qwen3
+                             else (transformers.Qwen2_5_VLConfig, transformers.Qwen2_5_VLForConditionalGeneration))
+    config = config_cls(text_config=text, vision_config=vision, **{**ids, **overrides})
 
     def build() -> torch.nn.Module:
-        return _seeded_model(Qwen2_5_VLForConditionalGeneration, config, tok, seed)
+        return _seeded_model(model_cls, config, tok, seed)
 
     return cls(build(), processor, ref_model=build() if with_ref else None, **gen)
 

@@ -1,5 +1,8 @@
-"""Adapter for the Qwen2-VL / Qwen2.5-VL vision-language models (native transformers classes
-`Qwen2VLForConditionalGeneration`, `Qwen2_5_VLForConditionalGeneration`) with images in the prompt.
+"""Adapter for the Qwen2-VL / Qwen2.5-VL / Qwen3-VL vision-language models (native transformers classes
+`Qwen2VLForConditionalGeneration`, `Qwen2_5_VLForConditionalGeneration`, `Qwen3VLForConditionalGeneration`) with
+images in the prompt. The three share the processor interface (`pixel_values` [patches, D], `image_grid_thw`) and
+`get_rope_index`; Qwen3-VL adds learned absolute position embeddings in its vision tower, interleaved 3-D RoPE
+sections in its text model and DeepStack visual features (all inside the model class, nothing here depends on them).
 
 Everything but the inputs is the causal-LM adapter (`models.causal_lm`): the same sampler, scoring, options and
 checkpoints. What differs:
@@ -51,15 +54,16 @@ for each image block."""
 SUPPORTED_MODEL_TYPES = {
     "qwen2_vl": "Qwen2VLForConditionalGeneration",
     "qwen2_5_vl": "Qwen2_5_VLForConditionalGeneration",
+    "qwen3_vl": "Qwen3VLForConditionalGeneration",
 }
 """config.model_type -> transformers class."""
 
 
 def is_qwen_vl_config(config) -> bool:
-    """A Qwen2-VL / Qwen2.5-VL config, or a (remote-code) subclass of one."""
-    from transformers import Qwen2_5_VLConfig, Qwen2VLConfig
+    """A Qwen2-VL / Qwen2.5-VL / Qwen3-VL config, or a (remote-code) subclass of one."""
+    from transformers import Qwen2_5_VLConfig, Qwen2VLConfig, Qwen3VLConfig
 
-    return config.model_type in SUPPORTED_MODEL_TYPES or isinstance(config, (Qwen2VLConfig, Qwen2_5_VLConfig))
+    return config.model_type in SUPPORTED_MODEL_TYPES or isinstance(config, (Qwen2VLConfig, Qwen2_5_VLConfig, Qwen3VLConfig))
 
 
 def split_vlm_prompt(prompt: Any) -> tuple[Any, list]:
@@ -118,10 +122,11 @@ def multimodal_messages(prompt: Any, num_images: int) -> list[dict]:
 
 
 class VLMAdapter(CausalLMAdapter):
-    """Policy adapter for Qwen2-VL / Qwen2.5-VL (see the module docstring).
+    """Policy adapter for Qwen2-VL / Qwen2.5-VL / Qwen3-VL (see the module docstring).
 
     Args:
-        model: a `Qwen2VLForConditionalGeneration` / `Qwen2_5_VLForConditionalGeneration` (possibly peft-wrapped).
+        model: a `Qwen2VLForConditionalGeneration` / `Qwen2_5_VLForConditionalGeneration` /
+            `Qwen3VLForConditionalGeneration` (possibly peft-wrapped).
         processor: its processor (tokenizer + image processor + chat template).
         ref_model, generation_defaults: as for `CausalLMAdapter`.
     """
@@ -192,7 +197,7 @@ class VLMAdapter(CausalLMAdapter):
         return ids, {"pixel_values": pixel_values, "image_grid_thw": grids}
 
     def _rope_index(self):
-        """The model's multimodal RoPE function (`Qwen2*VLModel.get_rope_index`)."""
+        """The model's multimodal RoPE function (`Qwen2*VLModel.get_rope_index` / `Qwen3VLModel.get_rope_index`)."""
         base = transformers_model(self.model)
         inner = getattr(base, "model", base)
         return inner.get_rope_index
@@ -236,7 +241,7 @@ class VLMAdapter(CausalLMAdapter):
 
     @classmethod
     def _load_model(cls, path: Path, **kwargs: Any) -> torch.nn.Module:
-        """The native class for a qwen2_vl / qwen2_5_vl checkpoint; with `trust_remote_code`, the checkpoint's own
+        """The native class for a qwen2_vl / qwen2_5_vl / qwen3_vl checkpoint; with `trust_remote_code`, the checkpoint's own
         class (through `AutoModelForImageTextToText`) when its config subclasses a Qwen-VL config."""
         import transformers
         from transformers import AutoConfig, AutoModelForImageTextToText
@@ -256,21 +261,26 @@ class VLMAdapter(CausalLMAdapter):
         return AutoProcessor.from_pretrained(path, tokenizer=load_tokenizer(path, **kwargs), **kwargs)
 
     @staticmethod
-    def tiny_processor(*, min_pixels: int = 8 * 8, max_pixels: int = 32 * 32):
-        """An offline Qwen2.5-VL processor: the char tokenizer plus Qwen's vision tokens, a `Qwen2VLImageProcessor`
-        with 4-pixel patches (an image of h x w pixels, rounded to multiples of 8 within [min_pixels, max_pixels],
-        gives h*w/64 image tokens) and a chat template that places the image tokens."""
-        from transformers import Qwen2_5_VLProcessor, Qwen2VLImageProcessor, Qwen2VLVideoProcessor
+    def tiny_processor(*, min_pixels: int = 8 * 8, max_pixels: int = 32 * 32, model_type: str = "qwen2_5_vl"):
+        """An offline Qwen2.5-VL (or, with `model_type="qwen3_vl"`, Qwen3-VL) processor: the char tokenizer plus
+        Qwen's vision tokens, a `Qwen2VLImageProcessor` with 4-pixel patches (an image of h x w pixels, rounded to
+        multiples of 8 within [min_pixels, max_pixels], gives h*w/64 image tokens) and a chat template that places
+        the image tokens."""
+        from transformers import Qwen2_5_VLProcessor, Qwen2VLImageProcessor, Qwen2VLVideoProcessor, Qwen3VLProcessor, Qwen3VLVideoProcessor
 
         from mmrl.models.tokenizers import char_tokenizer
 
+        processors = {"qwen2_5_vl": (Qwen2_5_VLProcessor, Qwen2VLVideoProcessor), "qwen3_vl": (Qwen3VLProcessor, Qwen3VLVideoProcessor)}
+        if model_type not in processors:
+            raise ValueError(f"tiny_processor: model_type must be one of {sorted(processors)}, got {model_type!r}")
+        processor_cls, video_cls = processors[model_type]
         tok = char_tokenizer(VISION_TOKENS)
         tok.chat_template = TINY_CHAT_TEMPLATE
         sizes = dict(patch_size=4, temporal_patch_size=2, merge_size=2, size={"shortest_edge": min_pixels, "longest_edge": max_pixels})
-        return Qwen2_5_VLProcessor(
+        return processor_cls(
             image_processor=Qwen2VLImageProcessor(**sizes),
             tokenizer=tok,
-            video_processor=Qwen2VLVideoProcessor(**sizes),
+            video_processor=video_cls(**sizes),
             chat_template=TINY_CHAT_TEMPLATE,
         )
 

@@ -112,6 +112,16 @@ SHAPES_VQA_DEEP_ARCH = dict(min_pixels=48 * 48, max_pixels=48 * 48, text_config=
 """`SHAPES_VQA_ARCH` with a vision tower twice as deep (4 full-attention blocks of 64): a shape is a 3 x 3 cell pattern
 spread over four merged image tokens, which the vision blocks must relate."""
 
+SHAPES_VQA_QWEN3_ARCH = dict(model_type="qwen3_vl", min_pixels=48 * 48, max_pixels=48 * 48,
+                             text_config=dict(SHAPES_VQA_ARCH["text_config"], head_dim=16),
+                             vision_config=dict(depth=4, hidden_size=64, intermediate_size=128, num_heads=4, out_hidden_size=64,
+                                                num_position_embeddings=144, deepstack_visual_indexes=[1, 2]))
+"""`SHAPES_VQA_DEEP_ARCH`'s sizes as a `Qwen3VLForConditionalGeneration`: learned absolute position embeddings for
+the 12 x 12 patch grid (Qwen2.5-VL's vision positions are relative only, so its image features carry no column
+and a left/right question cannot be read off them), the text model's 3-D RoPE sections interleaved (the width
+positions get the 3rd and 6th of the 8 frequencies rather than the lowest three) and DeepStack features from
+vision blocks 1 and 2 added to the text model's two layers, as Qwen3-VL does with three of its blocks."""
+
 SHAPES_VQA_PHASES = [[["colour"], 200], [["shape"], 200], [["count"], 200], [["position"], 200]]
 """The per-type curriculum of `shapes-vqa-reads`: 200 steps on each question type alone, in order, before the mix."""
 

@@ -17,12 +17,12 @@ import torch
 
 from mmrl.data.tasks import load_task
 from mmrl.tiny_world import register
-from mmrl.tiny_world.models import SHAPES_VQA_ARCH, SHAPES_VQA_DEEP_ARCH, build_untrained, spec_for
+from mmrl.tiny_world.models import SHAPES_VQA_ARCH, SHAPES_VQA_DEEP_ARCH, SHAPES_VQA_QWEN3_ARCH, build_untrained, spec_for
 from mmrl.tiny_world.shapes_vqa import QUESTION_TYPES
 from mmrl.tiny_world.vlm_pretrain import vlm_sft
 from mmrl.tiny_world.vqa_rl import vqa_accuracy
 
-ARCHS = {"narrow": SHAPES_VQA_ARCH, "deep": SHAPES_VQA_DEEP_ARCH}
+ARCHS = {"narrow": SHAPES_VQA_ARCH, "deep": SHAPES_VQA_DEEP_ARCH, "qwen3": SHAPES_VQA_QWEN3_ARCH}
 parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
 parser.add_argument("out", help="results file (json)")
 parser.add_argument("--arch", choices=sorted(ARCHS), default="deep")

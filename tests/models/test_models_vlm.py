@@ -258,6 +258,36 @@ def test_qwen2_vl_model_class():
     torch.testing.assert_close(a.logprob(r).logp, reference_logp(model, a, r, 0.9), atol=1e-5, rtol=0)
 
 
+def test_qwen3_vl_model_class(tmp_path):
+    """Qwen3-VL (learned absolute vision positions, interleaved 3-D RoPE, a DeepStack layer): sampling and scoring
+    agree with the model's own unpadded forward, and a checkpoint loads back as the same class and scores."""
+    a = VLMAdapter.tiny(seed=0, max_new_tokens=6, model_type="qwen3_vl",
+                        vision_config={"depth": 2, "deepstack_visual_indexes": [0]})
+    assert type(a.model).__name__ == "Qwen3VLForConditionalGeneration"
+    r = a.sample(PROMPTS, 2, generator=torch.Generator().manual_seed(0), temperature=0.9, eos_token_id=EOS_SET)
+    torch.testing.assert_close(a.logprob(r).logp, r.old_logp, atol=1e-5, rtol=0)
+    torch.testing.assert_close(a.logprob(r).logp, reference_logp(a.model, a, r, 0.9), atol=1e-5, rtol=0)
+    a.save_pretrained(tmp_path)
+    loaded = VLMAdapter.from_pretrained(tmp_path)
+    assert type(loaded.model).__name__ == "Qwen3VLForConditionalGeneration"
+    assert torch.equal(loaded.logprob(r).logp, a.logprob(r).logp)
+
+
+def test_qwen3_vl_image_features_depend_on_the_column():
+    """What Qwen3-VL adds for the tiny shapes_vqa world: absolute positions in the image features. A uniform image
+    through a vision tower without blocks (patch embedding, positions, 2 x 2 merge): every image token of
+    Qwen2.5-VL is the same vector (its vision positions are relative, RoPE inside the blocks), Qwen3-VL's differ
+    from token to token (learned absolute position embeddings)."""
+    uniform = Image.fromarray(np.full((16, 16, 3), 200, dtype=np.uint8))
+    for model_type, extra in (("qwen2_5_vl", {"fullatt_block_indexes": []}), ("qwen3_vl", {})):
+        a = VLMAdapter.tiny(seed=0, model_type=model_type, vision_config={"depth": 0, **extra})
+        out = a.processor.image_processor(images=[uniform], return_tensors="pt")
+        feats = a.model.model.visual(out["pixel_values"], grid_thw=out["image_grid_thw"])
+        tokens = feats.pooler_output if hasattr(feats, "pooler_output") else feats  # [4, D]: 16 px -> 2 x 2 tokens
+        spread = (tokens - tokens[0]).abs().amax().item()
+        assert (spread > 1e-3) == (model_type == "qwen3_vl"), (model_type, spread)
+
+
 # ---------------------------------------------------------------------------------------------- checkpoints
 
 
@@ -328,7 +358,7 @@ def test_other_model_types_are_rejected():
     from mmrl.models.causal_lm import CausalLMAdapter
 
     lm = CausalLMAdapter.tiny()
-    with pytest.raises(ValueError, match=r"supports model types \['qwen2_5_vl', 'qwen2_vl'\].*'qwen2'"):
+    with pytest.raises(ValueError, match=r"supports model types \['qwen2_5_vl', 'qwen2_vl', 'qwen3_vl'\].*'qwen2'"):
         VLMAdapter(lm.model, VLMAdapter.tiny_processor())
     with pytest.raises(TypeError, match="needs a processor"):
         VLMAdapter(lm.model, lm.tokenizer)
