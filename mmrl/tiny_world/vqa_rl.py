@@ -100,8 +100,10 @@ def arm_config(arm: str, *, seed: int, out: Path, smoke: bool = False, steps: in
     """The training config of one RL arm at one seed (the presets `VQA_RL`, the arm's overrides, the base)."""
     cfg = {**VQA_RL, **ARMS[arm], "seed": seed, "output_dir": str(out), "progress_bar": False,
            "model_name_or_path": f"tiny-world:{base}"}
-    if smoke:
-        cfg.update(SMOKE)
+    if smoke:  # the smoke base (`SMOKE_BASE_STEPS` steps, its own cache folder): --smoke checks the pipeline
+        from mmrl.tiny_world.models import SMOKE_BASE_STEPS, model_dir
+
+        cfg.update(SMOKE, model_name_or_path=str(model_dir(base, SMOKE_BASE_STEPS)))
     if steps is not None:
         cfg.update(max_steps=steps, eval_steps=max(1, steps // 6), save_steps=steps)
     return cfg
@@ -232,7 +234,7 @@ def run_gcpo_vs_grpo_vqa(out: str | Path = "runs/replicate", seeds: int = 5, smo
     from mmrl.config.train_config import load_config
     from mmrl.data.tasks import load_task
     from mmrl.reporting.metrics_log import read_metrics
-    from mmrl.tiny_world.models import ensure_built, load_base_policy
+    from mmrl.tiny_world.models import SMOKE_BASE_STEPS, ensure_built, load_base_policy
     from mmrl.tiny_world.report import curve, fmt, markdown_table, mean_std, plot_curves
     from mmrl.tiny_world.rft import rejection_sampling_ft
     from mmrl.tiny_world.shapes_vqa import QUESTION_TYPES
@@ -263,7 +265,8 @@ def run_gcpo_vs_grpo_vqa(out: str | Path = "runs/replicate", seeds: int = 5, smo
         raise ValueError(f"{base_file} was scored on base {saved_base.get('model', BASE)}, not on {base_name}: "
                          f"another --out, or no --resume / --report-only")
     t_all = time.perf_counter()
-    ensure_built(base_name, progress=progress)
+    base_steps = SMOKE_BASE_STEPS if smoke else None  # --smoke never builds the full base
+    ensure_built(base_name, progress=progress, steps=base_steps)
     from mmrl.tiny_world import register
     from mmrl.tiny_world.reasoning_rl import build_digest
 
@@ -273,14 +276,14 @@ def run_gcpo_vs_grpo_vqa(out: str | Path = "runs/replicate", seeds: int = 5, smo
     val = balanced_rows(task.validation, 2) if smoke else task.validation
     curve_rows = balanced_rows(task.validation, 1 if smoke else CURVE_PER_TYPE)  # curves on validation; test once per run
     majority = majority_answers(task.train)
-    digest = build_digest(base_name)
+    digest = build_digest(base_name, base_steps)
     if saved_base is not None:
         base = saved_base  # a base.json from before the "model" and "weights_sha256" fields: shapes-vqa, unchecked
         if base.get("weights_sha256") and digest and base["weights_sha256"] != digest:
             raise ValueError(f"{base_file} was scored on build {base['weights_sha256'][:12]} of {base_name}, the cached "
                              f"build is {digest[:12]}: another --out, or no --resume / --report-only")
     else:
-        base_policy = load_base_policy(base_name, progress=False)
+        base_policy = load_base_policy(base_name, progress=False, steps=base_steps)
         val_acc, val_items = vqa_items(base_policy, val)
         test_acc, test_items = vqa_items(base_policy, test)
         base = {"model": base_name, "weights_sha256": digest,
@@ -299,7 +302,7 @@ def run_gcpo_vs_grpo_vqa(out: str | Path = "runs/replicate", seeds: int = 5, smo
         """Train one row at one seed from the base, score every test row once; the saved result."""
         if run_dir.exists():
             shutil.rmtree(run_dir)  # an unfinished run of an earlier, stopped call
-        policy = load_base_policy(base_name, progress=False)
+        policy = load_base_policy(base_name, progress=False, steps=base_steps)
         t0 = time.perf_counter()
         extra: dict[str, Any] = {}
         if row == RFT_ARM:
