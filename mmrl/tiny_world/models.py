@@ -122,6 +122,11 @@ and a left/right question cannot be read off them), the text model's 3-D RoPE se
 positions get the 3rd and 6th of the 8 frequencies rather than the lowest three) and DeepStack features from
 vision blocks 1 and 2 added to the text model's two layers, as Qwen3-VL does with three of its blocks."""
 
+SHAPES_VQA_QWEN3_DEEP_ARCH = dict(SHAPES_VQA_QWEN3_ARCH, text_config=dict(SHAPES_VQA_QWEN3_ARCH["text_config"], num_hidden_layers=4))
+"""`SHAPES_VQA_QWEN3_ARCH` with 4 text layers instead of 2: a position question ("red circle left or right of blue
+square?") has the text model find two objects by colour and shape and compare their columns, one more hop than a
+colour or shape question (docs/RESULTS.md, "Issue 25, item 5": probe m)."""
+
 SHAPES_VQA_PHASES = [[["colour"], 200], [["shape"], 200], [["count"], 200], [["position"], 200]]
 """The per-type curriculum of `shapes-vqa-reads`: 200 steps on each question type alone, in order, before the mix."""
 
@@ -280,6 +285,14 @@ TINY_MODELS: dict[str, TinySpec] = {
         "`shapes-vqa-reads-deep` with a longer curriculum on true labels (`SHAPES_VQA_SHAPE_PHASES`: colour 200, "
         "shape 1000, count 400, position 400 steps), then 800 steps of the mix with 30% wrong labels (2800 steps of "
         "32): issue 25 item 5's fourth base variant (docs/RESULTS.md, \"Issue 25, item 5\")", SHAPES_VQA_SHAPE_PHASES),
+    "shapes-vqa-qwen3": TinySpec(
+        name="shapes-vqa-qwen3", family="vlm", task="shapes_vqa", arch=SHAPES_VQA_QWEN3_DEEP_ARCH,
+        steps=10000, lr=2e-3, batch_size=32, gen_length=10,
+        description="a tiny Qwen3-VL (`SHAPES_VQA_QWEN3_DEEP_ARCH`: vision 4 blocks x 64 with learned absolute "
+                    "positions and DeepStack, text 4 layers x 64), 10,000 steps of answer cross-entropy on the "
+                    "uniform mix of shapes_vqa's four question types with true labels (no curriculum, no label "
+                    "noise): issue 25 item 5's base that reads its image, chosen on validation (docs/RESULTS.md, "
+                    "\"Issue 25, item 5\": the Qwen3-VL probes and the base)"),
 }
 """name -> spec of the tiny base models."""
 

@@ -1,5 +1,5 @@
 """Study (docs/RESULTS.md "Tiny VLM", issue 25 item 5): build a shapes_vqa base (`--base`, default `shapes-vqa`;
-cached; a learning curve of greedy per-type accuracy on the VALIDATION split every CURVE_EVERY steps when it is built
+cached; a learning curve of greedy per-type accuracy on the VALIDATION split every `--curve-every` steps (default CURVE_EVERY) when it is built
 here) and measure whether it reads its image, on the validation split only: greedy accuracy per question type with
 its 95% bootstrap interval, against chance and against always answering the type's majority training answer (paired
 interval of the difference), and the sampled pass@1 / pass@8. Per-question scores go to OUT/results.json; `reads`
@@ -24,6 +24,7 @@ CURVE_EVERY = 200
 
 parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
 parser.add_argument("out", nargs="?", default="runs/shapes-vqa-base", help="report folder (results.json)")
+parser.add_argument("--curve-every", type=int, default=CURVE_EVERY, help="steps between two curve points")
 parser.add_argument("--base", default=BASE, help=f"the shapes_vqa base to build and read (default {BASE})")
 args = parser.parse_args()
 try:
@@ -40,7 +41,7 @@ rows = task.validation
 
 
 def curve(policy):
-    """The evaluation the build runs every CURVE_EVERY steps, echoed as it lands (a long build can be watched)."""
+    """The evaluation the build runs every `--curve-every` steps, echoed as it lands (a long build can be watched)."""
     def evaluate_now():
         acc = vqa_accuracy(policy, rows)
         print(f"curve {time.strftime('%H:%M:%S', time.gmtime())} UTC: " + "  ".join(f"{k} {v:.3f}" for k, v in acc.items()),
@@ -49,7 +50,7 @@ def curve(policy):
     return evaluate_now
 
 
-path = ensure_built(name, progress=False, curve=curve, curve_every=CURVE_EVERY)
+path = ensure_built(name, progress=False, curve=curve, curve_every=args.curve_every)
 built = json.loads((path / "tiny_spec.json").read_text())
 pol = adapter_class(spec.family).from_pretrained(path)
 t0 = time.process_time()

@@ -33,6 +33,8 @@ parser.add_argument("--every", type=int, default=250, help="evaluation every thi
 parser.add_argument("--rope-theta", type=float, default=None, help="the text model's RoPE base (default the arch's, 1e4)")
 parser.add_argument("--text-layers", type=int, default=None, help="text decoder layers (default the arch's, 2)")
 parser.add_argument("--text-first", action="store_true", help="put the question before the image in the user turn")
+parser.add_argument("--all-position-pairs", action="store_true",
+                    help="train on every position question each training scene supports, not the task's one per scene")
 parser.add_argument("--phases", default="[]", help='curriculum, json: [[["shape", "colour"], 2500], ...]')
 args = parser.parse_args()
 types = args.types.split(",")
@@ -58,6 +60,23 @@ def text_first(row: dict) -> dict:
     return {**row, "prompt": {"prompt": [{"role": "user", "content": content}], "images": p["images"]}}
 
 
+def all_position_rows() -> list[dict]:
+    """Every (ordered pair) position question of every training scene: the task draws one per scene (1,946 rows);
+    the same training scenes support about three times as many. Validation and test are untouched."""
+    from mmrl.tiny_world import shapes_vqa as sv
+
+    held = {sv.cells_key(s) for s in sv._scenes(sv.TEST_SCENES, sv.TEST_SEED)}
+    held |= {sv.cells_key(s) for s in sv._scenes(sv.VALIDATION_SCENES, sv.VALIDATION_SEED)}
+    scenes = [s for s in sv._scenes(sv.TRAIN_SCENES, sv.TRAIN_SEED) if sv.cells_key(s) not in held]
+    assert len(scenes) == task.info["train_scenes"]  # the task's own training scenes, in its order
+    return [{"prompt": {"prompt": q, "images": [s.render(sv.CELL_PX)]}, "answer": a, "qtype": "position", "scene": f"train-{i}"}
+            for i, s in enumerate(scenes) for q, a in sv.scene_questions(s)["position"]]
+
+
+if args.all_position_pairs:
+    rows = [r for r in rows if r["qtype"] != "position"] + (all_position_rows() if "position" in types else [])
+    random_order = torch.randperm(len(rows), generator=torch.Generator().manual_seed(0)).tolist()
+    rows = [rows[i] for i in random_order]  # the training probe below draws from every type
 if args.text_first:
     rows, val = [text_first(r) for r in rows], [text_first(r) for r in val]
 train_probe = rows[:300]
