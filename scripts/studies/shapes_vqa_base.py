@@ -63,6 +63,28 @@ report = {"model": name, "folder": path.name, "split": "validation", "rows": len
           "eval_cpu_seconds": time.process_time() - t0, "reading": reading, "sampled": sampled,
           "reads": all(v > 0 for v in lows.values()), "margin": min(lows.values()), "items": scores}
 (out / "results.json").write_text(json.dumps(report, indent=1))
+
+
+def answers_grid(per_type: int = 4) -> Path:
+    """OUT/answers.png: the first `per_type` validation questions of each type, image, question, the base's greedy
+    answer and the true one (a tick where they agree): what "reads its image" looks like."""
+    from mmrl.rewards.completions import completion_text
+    from mmrl.tiny_world.report import image_grid
+    from mmrl.tiny_world.shapes_vqa import QUESTION_TYPES, normalise_answer
+    from mmrl.tiny_world.vqa_rl import EVAL_GENERATION, balanced_rows
+    from mmrl.training.evaluate import evaluate
+
+    shown = balanced_rows(rows, per_type)
+    res = evaluate(pol, shown, "shapes_vqa", progress=False, **EVAL_GENERATION)
+    titles = []
+    for r, c, ok in zip(shown, res.completions, res.scores):
+        said = normalise_answer(completion_text(c))[:12]
+        titles.append(f"{r['prompt']['prompt']}\n{'OK' if ok else 'X'} said {said!r}, truth {r['answer']!r}")
+    images = [r["prompt"]["images"][0].resize((144, 144), 0) for r in shown]  # 0: nearest, the cells stay sharp
+    return image_grid(images, titles, out / "answers.png", cols=len(QUESTION_TYPES) * per_type // 2)
+
+
+answers_grid()
 for h in built.get("curve") or []:
     print(f"curve step {h['step']}: " + "  ".join(f"{k} {v:.3f}" for k, v in h["eval"].items()))
 print(f"{path.name}: built in {built['cpu_seconds']:.0f} CPU s (final loss {built['final_loss']:.3f}, weights "
