@@ -9,6 +9,7 @@ there says whether every type's accuracy - majority interval lies above 0, `marg
 """
 import argparse
 import json
+import textwrap
 import time
 from pathlib import Path
 
@@ -79,7 +80,8 @@ def answers_grid(per_type: int = 4) -> Path:
     titles = []
     for r, c, ok in zip(shown, res.completions, res.scores):
         said = normalise_answer(completion_text(c))[:12]
-        titles.append(f"{r['prompt']['prompt']}\n{'OK' if ok else 'X'} said {said!r}, truth {r['answer']!r}")
+        question = "\n".join(textwrap.wrap(r["prompt"]["prompt"], 24))  # the position questions are long
+        titles.append(f"{question}\n{'OK' if ok else 'X'}: said {said!r}, truth {r['answer']!r}")
     images = [r["prompt"]["images"][0].resize((144, 144), 0) for r in shown]  # 0: nearest, the cells stay sharp
     return image_grid(images, titles, out / "answers.png", cols=len(QUESTION_TYPES) * per_type // 2)
 
