@@ -35,6 +35,9 @@ parser.add_argument("--text-layers", type=int, default=None, help="text decoder 
 parser.add_argument("--text-first", action="store_true", help="put the question before the image in the user turn")
 parser.add_argument("--all-position-pairs", action="store_true",
                     help="train on every position question each training scene supports, not the task's one per scene")
+parser.add_argument("--position-by-colour", action="store_true",
+                    help="position questions name each object by its colour alone ('red one left or right of blue one?', "
+                         "both colours unique in the scene), in training and validation: the shape questions' form")
 parser.add_argument("--phases", default="[]", help='curriculum, json: [[["shape", "colour"], 2500], ...]')
 args = parser.parse_args()
 types = args.types.split(",")
@@ -77,6 +80,40 @@ if args.all_position_pairs:
     rows = [r for r in rows if r["qtype"] != "position"] + (all_position_rows() if "position" in types else [])
     random_order = torch.randperm(len(rows), generator=torch.Generator().manual_seed(0)).tolist()
     rows = [rows[i] for i in random_order]  # the training probe below draws from every type
+def colour_position_rows(split: str) -> list[dict]:
+    """One colour-named position question per scene of `split` ("train" or "validation") that supports one (two
+    objects of colours unique in the scene, pattern columns at least MIN_DX apart), drawn with a fixed seed; the
+    scenes are the task's own, in its order (the other question types are unchanged)."""
+    import random
+
+    from mmrl.tiny_world import shapes_vqa as sv
+
+    held = {sv.cells_key(s) for s in sv._scenes(sv.TEST_SCENES, sv.TEST_SEED)}
+    val = [s for s in sv._scenes(sv.VALIDATION_SCENES, sv.VALIDATION_SEED) if sv.cells_key(s) not in held]
+    if split == "validation":
+        scenes = val
+    else:
+        held |= {sv.cells_key(s) for s in val}
+        scenes = [s for s in sv._scenes(sv.TRAIN_SCENES, sv.TRAIN_SEED) if sv.cells_key(s) not in held]
+    rng, out = random.Random(11), []
+    for i, scene in enumerate(scenes):
+        unique = [o for o in scene.objects if sum(p.color == o.color for p in scene.objects) == 1]
+        qa = [(f"{a.color} one left or right of {b.color} one?", "left" if a.col < b.col else "right")
+              for a in unique for b in unique if a is not b and abs(a.col - b.col) >= sv.MIN_DX]
+        if qa:
+            q, ans = rng.choice(qa)
+            out.append({"prompt": {"prompt": q, "images": [scene.render(sv.CELL_PX)]}, "answer": ans, "qtype": "position",
+                        "scene": f"{split}-{i}"})
+    return out
+
+
+if args.position_by_colour and "position" in types:
+    rows = [r for r in rows if r["qtype"] != "position"] + colour_position_rows("train")
+    val = [r for r in val if r["qtype"] != "position"] + colour_position_rows("validation")
+    random_order = torch.randperm(len(rows), generator=torch.Generator().manual_seed(0)).tolist()
+    rows = [rows[i] for i in random_order]  # the training probe below draws from every type
+    print(f"colour-named position questions: {sum(r['qtype'] == 'position' for r in rows)} training, "
+          f"{sum(r['qtype'] == 'position' for r in val)} validation", flush=True)
 if args.text_first:
     rows, val = [text_first(r) for r in rows], [text_first(r) for r in val]
 train_probe = rows[:300]

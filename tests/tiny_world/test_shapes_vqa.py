@@ -349,6 +349,10 @@ def test_run_gcpo_vs_grpo_vqa_smoke(tmp_path, monkeypatch, smoke_cache):
                         dataclasses.replace(spec, steps=2, batch_size=8, data={**spec.data, "first_steps": 1}))
     res = run_gcpo_vs_grpo_vqa(tmp_path / "out", seeds=1, smoke=True, progress=False)
     root = tmp_path / "out" / NAME
+    # --smoke runs on the smoke build of the base and never builds the full base (a real base takes up to 45 min)
+    assert models.model_dir("shapes-vqa", models.SMOKE_BASE_STEPS).is_dir() and not models.model_dir("shapes-vqa").exists()
+    assert json.loads((root / "base.json").read_text())["weights_sha256"] == json.loads(
+        (models.model_dir("shapes-vqa", models.SMOKE_BASE_STEPS) / "tiny_spec.json").read_text())["weights_sha256"]
     saved = json.loads((root / "results.json").read_text())
     assert saved["smoke"] and saved["seeds"] == 1 and set(saved["arms"]) == {"GRPO", "GCPO", "RFT", "clean SFT"}
     assert res["base_measures"]["test"] == saved["base_measures"]["test"]
