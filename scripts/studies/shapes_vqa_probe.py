@@ -20,7 +20,7 @@ from mmrl.tiny_world import register
 from mmrl.tiny_world.models import SHAPES_VQA_ARCH, SHAPES_VQA_DEEP_ARCH, SHAPES_VQA_QWEN3_ARCH, build_untrained, spec_for
 from mmrl.tiny_world.shapes_vqa import QUESTION_TYPES
 from mmrl.tiny_world.vlm_pretrain import vlm_sft
-from mmrl.tiny_world.vqa_rl import vqa_accuracy
+from mmrl.tiny_world.vqa_rl import vqa_accuracy, vqa_items
 
 ARCHS = {"narrow": SHAPES_VQA_ARCH, "deep": SHAPES_VQA_DEEP_ARCH, "qwen3": SHAPES_VQA_QWEN3_ARCH}
 parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -38,6 +38,10 @@ parser.add_argument("--all-position-pairs", action="store_true",
 parser.add_argument("--position-by-colour", action="store_true",
                     help="position questions name each object by its colour alone ('red one left or right of blue one?', "
                          "both colours unique in the scene), in training and validation: the shape questions' form")
+parser.add_argument("--aux-side", action="store_true",
+                    help="add to the TRAINING rows one auxiliary question per training scene, 'side of the red one?' -> "
+                         "'left' / 'right' (the object's half of the image; colours unique in the scene, objects "
+                         "clear of the middle): a one-hop column read, like the shape questions' colour lookup")
 parser.add_argument("--phases", default="[]", help='curriculum, json: [[["shape", "colour"], 2500], ...]')
 args = parser.parse_args()
 types = args.types.split(",")
@@ -114,13 +118,46 @@ if args.position_by_colour and "position" in types:
     rows = [rows[i] for i in random_order]  # the training probe below draws from every type
     print(f"colour-named position questions: {sum(r['qtype'] == 'position' for r in rows)} training, "
           f"{sum(r['qtype'] == 'position' for r in val)} validation", flush=True)
+def side_rows() -> list[dict]:
+    """The `--aux-side` training questions (qtype "side"; never in validation or test)."""
+    import random
+
+    from mmrl.tiny_world import shapes_vqa as sv
+    from mmrl.tiny_world.shapes import GRID, PATTERN
+
+    held = {sv.cells_key(s) for s in sv._scenes(sv.TEST_SCENES, sv.TEST_SEED)}
+    held |= {sv.cells_key(s) for s in sv._scenes(sv.VALIDATION_SCENES, sv.VALIDATION_SEED)}
+    scenes = [s for s in sv._scenes(sv.TRAIN_SCENES, sv.TRAIN_SEED) if sv.cells_key(s) not in held]
+    rng, out = random.Random(12), []
+    for i, scene in enumerate(scenes):
+        qa = [(f"side of the {o.color} one?", "left" if 2 * o.col + PATTERN < GRID else "right")
+              for o in scene.objects if sum(p.color == o.color for p in scene.objects) == 1
+              and 2 * o.col + PATTERN != GRID]  # an object centred on the middle column has no side
+        if qa:
+            q, ans = rng.choice(qa)
+            out.append({"prompt": {"prompt": q, "images": [scene.render(sv.CELL_PX)]}, "answer": ans, "qtype": "side",
+                        "scene": f"train-{i}"})
+    return out
+
+
+if args.aux_side:
+    rows = rows + side_rows()
+    random_order = torch.randperm(len(rows), generator=torch.Generator().manual_seed(0)).tolist()
+    rows = [rows[i] for i in random_order]
+    print(f"auxiliary side questions: {sum(r['qtype'] == 'side' for r in rows)} training rows", flush=True)
 if args.text_first:
     rows, val = [text_first(r) for r in rows], [text_first(r) for r in val]
 train_probe = rows[:300]
 
 
+side_probe = [r for r in rows if r["qtype"] == "side"][:200]  # --aux-side: is the one-hop column read learnt?
+
+
 def evaluate() -> dict:
     v, t = vqa_accuracy(policy, val), vqa_accuracy(policy, train_probe)
+    if side_probe:
+        scores = vqa_items(policy, side_probe)[1]
+        t["side"] = sum(scores) / len(scores)
     print(time.strftime("%H:%M:%S"), "validation", {k: round(x, 3) for k, x in v.items()},
           "train", {k: round(x, 3) for k, x in t.items()}, flush=True)
     return {"validation": v, "train": t}
