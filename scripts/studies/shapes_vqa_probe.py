@@ -42,6 +42,9 @@ parser.add_argument("--aux-side", action="store_true",
                     help="add to the TRAINING rows one auxiliary question per training scene, 'side of the red one?' -> "
                          "'left' / 'right' (the object's half of the image; colours unique in the scene, objects "
                          "clear of the middle): a one-hop column read, like the shape questions' colour lookup")
+parser.add_argument("--pos-scale", type=float, default=None,
+                    help="Qwen3-VL: multiply the vision tower's initial absolute position table by this (its init std is "
+                         "0.02 against about 3.3 for the patch embeddings; scripts/studies/shapes_vqa_columns.py)")
 parser.add_argument("--phases", default="[]", help='curriculum, json: [[["shape", "colour"], 2500], ...]')
 args = parser.parse_args()
 types = args.types.split(",")
@@ -55,6 +58,12 @@ if args.rope_theta is not None:
 if args.text_layers is not None:
     arch["text_config"]["num_hidden_layers"] = args.text_layers
 policy = build_untrained(dataclasses.replace(spec_for("shapes-vqa-reads-deep"), arch=arch))
+if args.pos_scale is not None:
+    visual = policy.model.model.visual
+    if not hasattr(visual, "pos_embed"):
+        raise SystemExit(f"--pos-scale needs a vision tower with an absolute position table (--arch qwen3), not {args.arch}")
+    with torch.no_grad():
+        visual.pos_embed.weight.mul_(args.pos_scale)
 task = load_task("shapes_vqa")
 rows = [r for r in task.train if r["qtype"] in types]
 val = [r for r in task.validation if r["qtype"] in types]
