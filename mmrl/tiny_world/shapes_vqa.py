@@ -122,19 +122,27 @@ def cells_key(scene: Scene) -> bytes:
 
 
 @lru_cache(maxsize=1)
-def _shapes_vqa_task() -> Task:
+def split_scenes() -> dict[str, list[Scene]]:
+    """The scenes of each split ("train", "validation", "test"), in the task's order (a row's "scene" id `split-i`
+    indexes them): validation scenes equal to a test scene and training scenes equal to either are dropped."""
     test_scenes = _scenes(TEST_SCENES, TEST_SEED)
     held = {cells_key(s) for s in test_scenes}
     val_scenes = [s for s in _scenes(VALIDATION_SCENES, VALIDATION_SEED) if cells_key(s) not in held]
     held |= {cells_key(s) for s in val_scenes}
-    train_all = _scenes(TRAIN_SCENES, TRAIN_SEED)
-    train_scenes = [s for s in train_all if cells_key(s) not in held]
+    train_scenes = [s for s in _scenes(TRAIN_SCENES, TRAIN_SEED) if cells_key(s) not in held]
+    return {"train": train_scenes, "validation": val_scenes, "test": test_scenes}
+
+
+@lru_cache(maxsize=1)
+def _shapes_vqa_task() -> Task:
+    scenes = split_scenes()
+    test_scenes, val_scenes, train_scenes = scenes["test"], scenes["validation"], scenes["train"]
     rng = random.Random(7)
     train = [r for i, s in enumerate(train_scenes) for r in scene_rows(s, rng, f"train-{i}")]
     test = [r for i, s in enumerate(test_scenes) for r in scene_rows(s, rng, f"test-{i}")]
     validation = [r for i, s in enumerate(val_scenes) for r in scene_rows(s, random.Random(8 + i), f"validation-{i}")]
     info = {"train_scenes": len(train_scenes), "validation_scenes": len(val_scenes), "test_scenes": len(test_scenes),
-            "dropped_duplicates": len(train_all) - len(train_scenes), "train_rows": len(train), "test_rows": len(test),
+            "dropped_duplicates": TRAIN_SCENES - len(train_scenes), "train_rows": len(train), "test_rows": len(test),
             "validation_rows": len(validation), "image_px": IMAGE_PX}
     return Task("shapes_vqa", train, test, ["shapes_vqa"], "shapes_vqa", family="vlm", info=info, validation=validation)
 

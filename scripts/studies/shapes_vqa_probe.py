@@ -76,23 +76,24 @@ def text_first(row: dict) -> dict:
     return {**row, "prompt": {"prompt": [{"role": "user", "content": content}], "images": p["images"]}}
 
 
+def shuffled(rows: list[dict]) -> list[dict]:
+    """`rows` in a fixed random order, so that the training probe (the first 300 rows) draws from every type."""
+    order = torch.randperm(len(rows), generator=torch.Generator().manual_seed(0)).tolist()
+    return [rows[i] for i in order]
+
+
 def all_position_rows() -> list[dict]:
     """Every (ordered pair) position question of every training scene: the task draws one per scene (1,946 rows);
     the same training scenes support about three times as many. Validation and test are untouched."""
     from mmrl.tiny_world import shapes_vqa as sv
 
-    held = {sv.cells_key(s) for s in sv._scenes(sv.TEST_SCENES, sv.TEST_SEED)}
-    held |= {sv.cells_key(s) for s in sv._scenes(sv.VALIDATION_SCENES, sv.VALIDATION_SEED)}
-    scenes = [s for s in sv._scenes(sv.TRAIN_SCENES, sv.TRAIN_SEED) if sv.cells_key(s) not in held]
-    assert len(scenes) == task.info["train_scenes"]  # the task's own training scenes, in its order
+    scenes = sv.split_scenes()["train"]
     return [{"prompt": {"prompt": q, "images": [s.render(sv.CELL_PX)]}, "answer": a, "qtype": "position", "scene": f"train-{i}"}
             for i, s in enumerate(scenes) for q, a in sv.scene_questions(s)["position"]]
 
 
 if args.all_position_pairs:
-    rows = [r for r in rows if r["qtype"] != "position"] + (all_position_rows() if "position" in types else [])
-    random_order = torch.randperm(len(rows), generator=torch.Generator().manual_seed(0)).tolist()
-    rows = [rows[i] for i in random_order]  # the training probe below draws from every type
+    rows = shuffled([r for r in rows if r["qtype"] != "position"] + (all_position_rows() if "position" in types else []))
 def colour_position_rows(split: str) -> list[dict]:
     """One colour-named position question per scene of `split` ("train" or "validation") that supports one (two
     objects of colours unique in the scene, pattern columns at least MIN_DX apart), drawn with a fixed seed; the
@@ -101,13 +102,7 @@ def colour_position_rows(split: str) -> list[dict]:
 
     from mmrl.tiny_world import shapes_vqa as sv
 
-    held = {sv.cells_key(s) for s in sv._scenes(sv.TEST_SCENES, sv.TEST_SEED)}
-    val = [s for s in sv._scenes(sv.VALIDATION_SCENES, sv.VALIDATION_SEED) if sv.cells_key(s) not in held]
-    if split == "validation":
-        scenes = val
-    else:
-        held |= {sv.cells_key(s) for s in val}
-        scenes = [s for s in sv._scenes(sv.TRAIN_SCENES, sv.TRAIN_SEED) if sv.cells_key(s) not in held]
+    scenes = sv.split_scenes()[split]
     rng, out = random.Random(11), []
     for i, scene in enumerate(scenes):
         unique = [o for o in scene.objects if sum(p.color == o.color for p in scene.objects) == 1]
@@ -121,10 +116,8 @@ def colour_position_rows(split: str) -> list[dict]:
 
 
 if args.position_by_colour and "position" in types:
-    rows = [r for r in rows if r["qtype"] != "position"] + colour_position_rows("train")
+    rows = shuffled([r for r in rows if r["qtype"] != "position"] + colour_position_rows("train"))
     val = [r for r in val if r["qtype"] != "position"] + colour_position_rows("validation")
-    random_order = torch.randperm(len(rows), generator=torch.Generator().manual_seed(0)).tolist()
-    rows = [rows[i] for i in random_order]  # the training probe below draws from every type
     print(f"colour-named position questions: {sum(r['qtype'] == 'position' for r in rows)} training, "
           f"{sum(r['qtype'] == 'position' for r in val)} validation", flush=True)
 def side_rows() -> list[dict]:
@@ -134,9 +127,7 @@ def side_rows() -> list[dict]:
     from mmrl.tiny_world import shapes_vqa as sv
     from mmrl.tiny_world.shapes import GRID, PATTERN
 
-    held = {sv.cells_key(s) for s in sv._scenes(sv.TEST_SCENES, sv.TEST_SEED)}
-    held |= {sv.cells_key(s) for s in sv._scenes(sv.VALIDATION_SCENES, sv.VALIDATION_SEED)}
-    scenes = [s for s in sv._scenes(sv.TRAIN_SCENES, sv.TRAIN_SEED) if sv.cells_key(s) not in held]
+    scenes = sv.split_scenes()["train"]
     rng, out = random.Random(12), []
     for i, scene in enumerate(scenes):
         qa = [(f"side of the {o.color} one?", "left" if 2 * o.col + PATTERN < GRID else "right")
@@ -150,9 +141,7 @@ def side_rows() -> list[dict]:
 
 
 if args.aux_side:
-    rows = rows + side_rows()
-    random_order = torch.randperm(len(rows), generator=torch.Generator().manual_seed(0)).tolist()
-    rows = [rows[i] for i in random_order]
+    rows = shuffled(rows + side_rows())
     print(f"auxiliary side questions: {sum(r['qtype'] == 'side' for r in rows)} training rows", flush=True)
 if args.text_first:
     rows, val = [text_first(r) for r in rows], [text_first(r) for r in val]
