@@ -156,6 +156,10 @@ SIZES: dict[str, dict[str, Any]] = {
 }
 """comparison -> rollout budget and batch shape shared by its arms."""
 
+SUDOKU_BASES = ("sudoku4", "sudoku4-mid", "sudoku4-strong")
+"""The masked-diffusion Sudoku bases the Sudoku comparisons can start from (`mmrl.tiny_world.models.TINY_MODELS`):
+the shipped 150-step base, and the same recipe at 300 and 1,200 steps."""
+
 ONE_OPTIMIZER = ("dmpo-vs-d1", "dmpo-reuse-sudoku4", "sudoku-rewards", "sudoku-authors")
 """Comparisons whose arms run on one optimizer setting (`mmrl.tiny_world.reasoning_rl.SHARED_OPTIMIZER`: AdamW
 (0.9, 0.999), clip 1.0, no weight decay), so that DMPO's method defaults (clip 0.2, beta2 0.99, weight decay 0.1)
@@ -176,9 +180,11 @@ NO_BEST_OF_N = ("sudoku-authors",)
 ~3 CPU-minutes to the seeds: docs/RESULTS.md, its budget)."""
 
 
-def arm_config(name: str, arm: str, *, seed: int, rollouts: int, out: Path, smoke: bool = False) -> dict[str, Any]:
-    """The full override dict of one arm: the quickstart recipe with `STABLE`, the comparison's batch (and its one
-    optimizer setting, `ONE_OPTIMIZER`), the arm's settings; the number of optimizer steps is rollouts x
+def arm_config(name: str, arm: str, *, seed: int, rollouts: int, out: Path, smoke: bool = False,
+               lr: float | None = None) -> dict[str, Any]:
+    """The full override dict of one arm: the quickstart recipe with `STABLE` (its lr replaced by `lr` if given),
+    the comparison's batch (and its one optimizer setting, `ONE_OPTIMIZER`), the arm's settings (an arm that sets
+    its own lr, e.g. an authors'-settings arm, keeps it); the number of optimizer steps is rollouts x
     num_iterations, so every arm samples the same number of rollouts."""
     size = dict(SIZES[name])
     size.pop("rollouts")
@@ -188,7 +194,8 @@ def arm_config(name: str, arm: str, *, seed: int, rollouts: int, out: Path, smok
         size.update(SHARED_OPTIMIZER)
     over = dict(COMPARISONS[name][arm])
     f = int(over.get("num_iterations", 1))
-    cfg = {**QUICKSTART_RECIPE, **STABLE, **size, **over, "seed": seed, "num_iterations": f, "max_steps": rollouts * f,
+    shared_lr = {"learning_rate": lr} if lr is not None else {}
+    cfg = {**QUICKSTART_RECIPE, **STABLE, **shared_lr, **size, **over, "seed": seed, "num_iterations": f, "max_steps": rollouts * f,
            "eval_steps": max(1, rollouts * f // 3), "save_steps": 0, "credit_steps": 0, "output_dir": str(out),
            "progress_bar": False}
     if smoke:
@@ -199,9 +206,11 @@ def arm_config(name: str, arm: str, *, seed: int, rollouts: int, out: Path, smok
 def run_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int = 5, rollouts: int | None = None,
                    smoke: bool = False, progress: bool = True, baselines: bool = True,
                    cutoff: str | None = None, arms: list[str] | None = None, resume: bool = False,
-                   report_only: bool = False) -> dict[str, Any]:
+                   report_only: bool = False, base: str = "sudoku4", lr: float | None = None) -> dict[str, Any]:
     """Run every arm of the Sudoku comparison `name` (or those named in `arms`) over `seeds` from the cached
-    `sudoku4` base; report into `<out>/<name>` (results.json with every run's per-puzzle test scores, table.md,
+    masked-diffusion Sudoku base `base` (`SUDOKU_BASES`; default `sudoku4`), at the shared learning rate `lr`
+    (default `STABLE`'s; the clean-SFT and RFT rows take the first arm's); report into `<out>/<name>`
+    (results.json with every run's per-puzzle test scores, table.md,
     the validation curves).
 
     The protocol (issue 23): curves on `task.validation`, the test puzzles scored once per run at the end (greedy,
@@ -244,6 +253,11 @@ def run_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int 
         raise ValueError(f"unknown comparison {name!r}; implemented: {sorted(COMPARISONS)}")
     if seeds < 1:
         raise ValueError(f"seeds must be >= 1, got {seeds}")
+    if base not in SUDOKU_BASES:
+        raise ValueError(f"unknown Sudoku base {base!r}; the masked-diffusion sudoku4 bases are {list(SUDOKU_BASES)}")
+    if lr is not None and not lr > 0:
+        raise ValueError(f"lr must be > 0, got {lr}")
+    base_model = base  # `base` is the base's test accuracy below, as in the other runners' tables
     bad = sorted(set(arms or []) - set(COMPARISONS[name]))
     if bad:
         raise ValueError(f"unknown arms {bad} of {name}; valid: {list(COMPARISONS[name])}")
@@ -263,27 +277,34 @@ def run_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int 
     val = task.validation[: len(test)]  # the curves
     base_steps = SMOKE_BASE_STEPS if smoke else None
     selected = [a for a in COMPARISONS[name] if not arms or a in arms]
-    shape = load_config(None, arm_config(name, selected[0], seed=0, rollouts=rollouts, out=root, smoke=smoke))
+    shape = load_config(None, arm_config(name, selected[0], seed=0, rollouts=rollouts, out=root, smoke=smoke, lr=lr))
     n_best = shape.num_generations  # best-of-n: the arms' answers per puzzle
     t_all = time.perf_counter()
-    digest = build_digest("sudoku4", base_steps)  # the cached build's weights (tiny_spec.json), None if not built yet
+    digest = build_digest(base_model, base_steps)  # the cached build's weights (tiny_spec.json), None if not built yet
     if base_file.exists() and (resume or report_only):
         saved_base = json.loads(base_file.read_text())
+        if saved_base.get("base_model", "sudoku4") != base_model:  # a base.json of before `base` was saved: sudoku4's
+            raise ValueError(f"{base_file} was scored on the base {saved_base.get('base_model', 'sudoku4')!r}, not "
+                             f"{base_model!r}: pass --base {saved_base.get('base_model', 'sudoku4')} or another --out")
+        if saved_base.get("lr", STABLE["learning_rate"]) != shape.learning_rate:  # saved runs at another lr
+            raise ValueError(f"{root} holds runs at lr {saved_base.get('lr', STABLE['learning_rate'])}, not "
+                             f"{shape.learning_rate}: pass that --lr or another --out")
         if saved_base.get("weights_sha256") and digest and saved_base["weights_sha256"] != digest:
             raise ValueError(f"{base_file} was scored on build {saved_base['weights_sha256'][:12]}, the cached "
-                             f"sudoku4 is {digest[:12]}: its runs are not paired with new ones")
+                             f"{base_model} is {digest[:12]}: its runs are not paired with new ones")
         saved_base.setdefault("weights_sha256", digest)  # a base.json written before the digest was saved
     else:
-        base_policy = load_base_policy("sudoku4", progress=progress, steps=base_steps)
+        base_policy = load_base_policy(base_model, progress=progress, steps=base_steps)
         b_acc, b_items = evaluate_items(base_policy, test, task.metric)
-        saved_base = {"base": b_acc, "base_items": b_items, "weights_sha256": build_digest("sudoku4", base_steps),
+        saved_base = {"base": b_acc, "base_items": b_items, "weights_sha256": build_digest(base_model, base_steps),
+                      "base_model": base_model, "lr": shape.learning_rate,
                       "base_validation": evaluate_items(base_policy, val, task.metric)[0]}  # the curves' start
         base_file.write_text(json.dumps(saved_base))
     base, base_items, base_val = (saved_base[k] for k in ("base", "base_items", "base_validation"))
     best = None
     if baselines and name not in NO_BEST_OF_N and not best_file.exists() and not report_only:
         t0 = time.perf_counter()
-        best = held_out_items(load_base_policy("sudoku4", progress=False, steps=base_steps), test, task.metric,
+        best = held_out_items(load_base_policy(base_model, progress=False, steps=base_steps), test, task.metric,
                               "masked_diffusion", 16, k=n_best, verifier=sudoku4_verifier)
         best_file.write_text(json.dumps({**best[0], "items": best[1], "seconds": time.perf_counter() - t0}))
     if baselines and name not in NO_BEST_OF_N and best_file.exists():
@@ -293,7 +314,7 @@ def run_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int 
     def one_run(label: str, seed: int, run_dir: Path) -> dict[str, Any]:
         """Train one row (an RL arm, clean SFT or RFT) at one seed from the base, score the test puzzles once."""
         remove_unfinished_run(run_dir)  # an unfinished run of an earlier, stopped call (RunLocked if live)
-        policy = load_base_policy("sudoku4", progress=False, steps=base_steps)
+        policy = load_base_policy(base_model, progress=False, steps=base_steps)
         t0 = time.perf_counter()
         extra: dict[str, Any]
         if label == CLEAN_SFT_ROW:  # the first arm's compute (F = 1 there)
@@ -314,7 +335,7 @@ def run_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int 
             extra = {"rft_accepted": sum(rft["accepted"]), "rft_sampled": rft["sampled"], "steps": len(rft["accepted"]),
                      "rollouts": int(rft["sampled"]), "trained_sequences": sum(rft["accepted"])}
         else:
-            cfg = load_config(None, arm_config(name, label, seed=seed, rollouts=rollouts, out=run_dir, smoke=smoke))
+            cfg = load_config(None, arm_config(name, label, seed=seed, rollouts=rollouts, out=run_dir, smoke=smoke, lr=lr))
             if progress:
                 logger.info(f"[{name}] {label}, seed {seed + 1}/{seeds}: {cfg.max_steps} optimizer steps, {rollouts} rollout batches")
             Trainer(cfg, policy=policy, dataset=task.train, reward_funcs=cfg.reward_funcs or task.reward_funcs, eval_dataset=val,
@@ -418,7 +439,8 @@ def run_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int 
     plot_curves({a: [curve(r["records"], "reward", smooth=5) for r in runs] for a, runs in arms.items() if runs[0]["records"]},
                 root / "reward.png", title=f"{name}: training reward", ylabel="reward")
     results = {"name": name, "protocol": "curves on validation, test once per run; paired bootstrap 95% CI over test puzzles and seeds",
-               "base": base, "base_weights_sha256": saved_base["weights_sha256"], "base_items": base_items,
+               "base": base, "base_model": base_model, "base_weights_sha256": saved_base["weights_sha256"],
+               "base_items": base_items,
                "base_validation": base_val, "test_puzzles": [r["puzzle"] for r in test],
                "validation_puzzles": len(val), "best_of_n": best, "n_best": n_best,
                "gains": {a: iv.to_dict() for a, iv in gains.items()},
@@ -430,16 +452,17 @@ def run_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int 
                "arms": {a: [{k: v for k, v in r.items() if k != "records"} for r in runs] for a, runs in arms.items()},
                "incomplete": {a: [{k: v for k, v in r.items() if k != "records"} for r in runs] for a, runs in incomplete.items()},
                "cutoff": cutoff,
-               "configs": {a: arm_config(name, a, seed=0, rollouts=rollouts, out=Path("."), smoke=smoke) for a in rl}}
+               "lr": shape.learning_rate,
+               "configs": {a: arm_config(name, a, seed=0, rollouts=rollouts, out=Path("."), smoke=smoke, lr=lr) for a in rl}}
     diag = {a: [run_diagnostics(r["records"]) for r in runs] for a, runs in arms.items() if runs[0]["records"]}
     results["diagnostics"] = diag
     if diag:
         (root / "diagnostics.md").write_text(diagnostics_table(diag) + "\n\nMeans over seeds of each run's first 5 and last 5 "
                                              "training steps (`run_diagnostics`); KL [min, max] over seeds of the last 5.\n")
     (root / "results.json").write_text(json.dumps(results, indent=2, default=str))
-    (root / "table.md").write_text(table + f"\n\nBase `sudoku4` (weights {(saved_base['weights_sha256'] or 'unknown')[:12]}), "
+    (root / "table.md").write_text(table + f"\n\nBase `{base_model}` (weights {(saved_base['weights_sha256'] or 'unknown')[:12]}), "
                                    f"{seeds} seeds ({', '.join(map(str, use))}), {rollouts} rollout batches per "
-                                   f"arm, {len(test)} test puzzles, {results['run_seconds']:.0f} s of training and "
+                                   f"arm at lr {shape.learning_rate:g}, {len(test)} test puzzles, {results['run_seconds']:.0f} s of training and "
                                    f"scoring over the reported runs.\n")
     logger.info("\n" + table + f"\n\n{root}  ({total:.0f} s)")
     return results
@@ -523,9 +546,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--base", default=None, help="the Countdown comparisons: another tiny causal Countdown base "
                         "(default: the recipe's; e.g. countdown3-ar, the base trained on right answers only); "
                         "gcpo-vs-grpo: shapes (default, noisy captions) or shapes-clean; gcpo-vs-grpo-vqa: a shapes_vqa "
-                        "base (default shapes-vqa; e.g. shapes-vqa-reads)")
+                        "base (default shapes-vqa; e.g. shapes-vqa-reads); the Sudoku comparisons: sudoku4 (default), "
+                        "sudoku4-mid or sudoku4-strong (the same recipe at 150 / 300 / 1,200 steps)")
     parser.add_argument("--lr", type=float, default=None, help="gcpo-vs-grpo: the learning rate (default: the recipe's "
-                        "5e-4; pass the one `gcpo-vs-grpo-lr` chose on validation)")
+                        "5e-4; pass the one `gcpo-vs-grpo-lr` chose on validation); the Sudoku comparisons: the shared "
+                        "lr of every arm that sets none of its own, and of the clean-SFT and RFT rows (default 5e-4)")
     parser.add_argument("--arm", action="append", default=None, help="the Countdown and Sudoku comparisons, dmpo-vs-grpo-masked and gcpo-vs-grpo-vqa: "
                         "run only this arm "
                         "(repeat for several; default: every arm)")
@@ -547,10 +572,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from mmrl.tiny_world.reasoning_rl import COMPARISONS as REASONING, run_reasoning_comparison
 
-    if args.base is not None and args.name not in REASONING and args.name not in ("gcpo-vs-grpo", "gcpo-vs-grpo-lr",
-                                                                                    "gcpo-vs-grpo-vqa"):
-        raise SystemExit(f"--base applies to gcpo-vs-grpo, gcpo-vs-grpo-vqa and the Countdown comparisons "
-                         f"{sorted(REASONING)}, not {args.name!r}")
+    if args.base is not None and args.name not in REASONING and args.name not in COMPARISONS \
+            and args.name not in ("gcpo-vs-grpo", "gcpo-vs-grpo-lr", "gcpo-vs-grpo-vqa"):
+        raise SystemExit(f"--base applies to gcpo-vs-grpo, gcpo-vs-grpo-vqa, the Countdown comparisons "
+                         f"{sorted(REASONING)} and the Sudoku comparisons {sorted(COMPARISONS)}, not {args.name!r}")
+    if args.base is not None and args.name in COMPARISONS and args.base not in SUDOKU_BASES:
+        raise SystemExit(f"{args.name} --base must be one of {list(SUDOKU_BASES)}, got {args.base!r}")
     if args.seeds < 1:
         raise SystemExit(f"--seeds must be >= 1, got {args.seeds}")
     if args.import_results is not None and args.name not in REASONING:
@@ -558,8 +585,8 @@ def run(args: argparse.Namespace) -> int:
     if args.cutoff is not None and args.name not in ("gcpo-vs-grpo-vqa", "dmpo-vs-grpo-masked") and args.name not in COMPARISONS:
         raise SystemExit(f"--cutoff applies to gcpo-vs-grpo-vqa, dmpo-vs-grpo-masked and the Sudoku comparisons only, "
                          f"not {args.name!r}")
-    if args.lr is not None and args.name != "gcpo-vs-grpo":
-        raise SystemExit(f"--lr applies to gcpo-vs-grpo only, not {args.name!r}")
+    if args.lr is not None and args.name != "gcpo-vs-grpo" and args.name not in COMPARISONS:
+        raise SystemExit(f"--lr applies to gcpo-vs-grpo and the Sudoku comparisons {sorted(COMPARISONS)}, not {args.name!r}")
     if args.lr is not None and not args.lr > 0:
         raise SystemExit(f"--lr must be > 0, got {args.lr}")
     if args.name in ("gcpo-vs-grpo", "gcpo-vs-grpo-lr"):
@@ -611,7 +638,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         run_comparison(args.name, args.out, seeds=args.seeds, rollouts=args.rollouts, smoke=args.smoke,
                        baselines=not args.no_baselines, cutoff=args.cutoff, arms=args.arm, resume=args.resume,
-                       report_only=args.report_only)
+                       report_only=args.report_only, base=args.base or "sudoku4", lr=args.lr)
     except ValueError as e:
         raise SystemExit(str(e)) from None
     return 0

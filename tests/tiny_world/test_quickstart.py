@@ -193,6 +193,49 @@ def test_sudoku_dmpo_vs_d1_smoke_has_the_baseline_rows(tmp_path, monkeypatch, sm
     assert (root / "accuracy.png").read_bytes()[:4] == b"\x89PNG"  # the validation curves
 
 
+def test_sudoku_arm_config_lr_is_the_shared_setting_and_authors_arms_keep_theirs(tmp_path):
+    """`lr` replaces the shared recipe's learning rate; an arm with its own (the authors' settings) keeps it."""
+    from mmrl.tiny_world.replicate import COMPARISONS, STABLE, arm_config
+
+    for arm in COMPARISONS["dmpo-vs-d1"]:
+        assert arm_config("dmpo-vs-d1", arm, seed=0, rollouts=10, out=tmp_path)["learning_rate"] == STABLE["learning_rate"]
+        assert arm_config("dmpo-vs-d1", arm, seed=0, rollouts=10, out=tmp_path, lr=3e-5)["learning_rate"] == 3e-5
+    own = [a for a, over in COMPARISONS["sudoku-authors"].items() if "learning_rate" in over]
+    assert own  # the authors' arms set theirs
+    for arm in own:
+        lr = COMPARISONS["sudoku-authors"][arm]["learning_rate"]
+        assert arm_config("sudoku-authors", arm, seed=0, rollouts=10, out=tmp_path, lr=3e-5)["learning_rate"] == lr
+
+
+def test_sudoku_comparison_runs_from_another_base_and_refuses_to_mix_bases(tmp_path, monkeypatch, smoke_cache, capsys):
+    """`--base sudoku4-mid`: the base row, every run and the report name that base (its smoke build, a cache folder of
+    its own); a `--resume` into that folder with the default base stops before any work with a one-line error, and an
+    unknown base is refused by the command line before anything is built."""
+    from mmrl.tiny_world.models import SMOKE_BASE_STEPS, model_dir
+
+    monkeypatch.setenv("MMRL_CACHE", str(smoke_cache))
+    with pytest.raises(SystemExit, match=r"dmpo-vs-d1 --base must be one of \['sudoku4', 'sudoku4-mid', 'sudoku4-strong'\], got 'sudoku9'"):
+        main(["replicate", "dmpo-vs-d1", "--smoke", "--base", "sudoku9", "--out", str(tmp_path / "bad")])
+    assert not (tmp_path / "bad").exists()
+    arm = "diffu-grpo (d1), F=1"
+    args = ["replicate", "dmpo-vs-d1", "--smoke", "--seeds", "1", "--rollouts", "1", "--no-baselines", "--arm", arm,
+            "--out", str(tmp_path / "rep")]
+    assert main(args + ["--base", "sudoku4-mid", "--lr", "1e-4"]) == 0
+    root = tmp_path / "rep" / "dmpo-vs-d1"
+    res = json.loads((root / "results.json").read_text())
+    spec = json.loads((model_dir("sudoku4-mid", SMOKE_BASE_STEPS) / "tiny_spec.json").read_text())
+    assert res["base_model"] == "sudoku4-mid" and res["base_weights_sha256"] == spec["weights_sha256"]
+    assert res["lr"] == 1e-4 and res["configs"][arm]["learning_rate"] == 1e-4
+    assert "Base `sudoku4-mid`" in (root / "table.md").read_text() and "at lr 0.0001" in (root / "table.md").read_text()
+    before = (root / "results.json").read_bytes()
+    with pytest.raises(SystemExit, match="scored on the base 'sudoku4-mid', not 'sudoku4'"):
+        main(args + ["--resume"])
+    with pytest.raises(SystemExit, match="holds runs at lr 0.0001, not 0.0005"):
+        main(args + ["--resume", "--base", "sudoku4-mid"])
+    assert (root / "results.json").read_bytes() == before  # nothing done is lost
+    assert main(args + ["--resume", "--base", "sudoku4-mid", "--lr", "1e-4"]) == 0  # the same settings resume
+
+
 def test_shapes_quickstart_smoke_writes_report(tmp_path, monkeypatch, smoke_cache):
     """The default main command (GCPO on the shapes world) end to end at smoke size: a 20-step base, 2 RL steps."""
     from mmrl.geneval.rules import TASKS

@@ -191,3 +191,6 @@ def test_sudoku4_strong_is_sudoku4_trained_longer_and_sudoku4_is_unchanged():
     assert weak.key() == "26175176bd" and strong.steps == 8 * weak.steps
     same = dataclasses.replace(strong, name=weak.name, steps=weak.steps, description=weak.description)
     assert same == weak
+    mid = TINY_MODELS["sudoku4-mid"]  # the base with headroom for RL: only the steps differ too
+    assert mid.steps == 2 * weak.steps
+    assert dataclasses.replace(mid, name=weak.name, steps=weak.steps, description=weak.description) == weak
