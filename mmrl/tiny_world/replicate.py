@@ -53,6 +53,9 @@ STABLE: dict[str, Any] = {"learning_rate": 5e-4, "lr_scheduler_type": "cosine", 
 reasoning updates stable here") over the quickstart's settings: warm-up, cosine decay, KL 0.1 at lr 5e-4 (the
 quickstart's lr 1e-4 moves nothing in 20 rollouts; 1e-3 without warm-up collapses)."""
 
+DMPO_SOLVED_ONLY = "dmpo, solved 1/0, weight on solved grids only"
+"""`sudoku-rewards`' arm of DMPO with `dmpo_baseline: correct_only` on the fully-solved 1 / 0 reward."""
+
 COMPARISONS: dict[str, dict[str, dict[str, Any]]] = {
     # DMPO vs diffu-GRPO at the same rollouts, one optimizer step per rollout batch, under the protocol (issue 23),
     # with the clean-SFT, RFT and best-of-n rows beside them (`run_comparison`)
@@ -78,6 +81,9 @@ COMPARISONS: dict[str, dict[str, dict[str, Any]]] = {
         "dmpo, verifier": {"method": "dmpo", "dmpo_baseline": "group", "reward_funcs": ["sudoku4_valid"]},
         "diffu-grpo, cells (d1)": {"method": "diffu_grpo", "reward_funcs": ["sudoku4"]},
         "dmpo, cells (d1)": {"method": "dmpo", "dmpo_baseline": "group", "reward_funcs": ["sudoku4"]},
+        # the DMPO variant that gained on masked-diffusion Countdown and masked image tokens (`dmpo_baseline:
+        # correct_only`, weights >= 0, none on wrong answers) with the 1 / 0 reward: weight on solved grids only
+        DMPO_SOLVED_ONLY: {"method": "dmpo", "dmpo_baseline": "correct_only", "reward_funcs": ["sudoku4_solved"]},
     },
     # issue 24 item 3(b): DMPO's weight baselines at a small batch (the paper's Fig. 4 failure mode of plain WDCE),
     # and item 5's control, WDCE on the correctly filled cells only (`dmpo_token_mask`), each beside the same arm
@@ -132,7 +138,8 @@ CONTRASTS: dict[str, list[tuple[str, str]]] = {
     "sudoku-rewards": [("diffu-grpo, solved 1/0", "diffu-grpo, cells (d1)"), ("diffu-grpo, verifier", "diffu-grpo, cells (d1)"),
                        ("dmpo, solved 1/0", "dmpo, cells (d1)"), ("dmpo, verifier", "dmpo, cells (d1)"),
                        ("dmpo, solved 1/0", "diffu-grpo, solved 1/0"), ("dmpo, verifier", "diffu-grpo, verifier"),
-                       ("dmpo, cells (d1)", "diffu-grpo, cells (d1)")],
+                       ("dmpo, cells (d1)", "diffu-grpo, cells (d1)"), (DMPO_SOLVED_ONLY, "dmpo, cells (d1)"),
+                       (DMPO_SOLVED_ONLY, "diffu-grpo, cells (d1)"), (DMPO_SOLVED_ONLY, "dmpo, solved 1/0")],
     "dmpo-small-batch": [("wdce, group baseline", "wdce, no baseline"), ("wdce, individual baseline", "wdce, no baseline"),
                          ("wdce, model baseline", "wdce, no baseline"), ("wdce, individual baseline", "wdce, group baseline"),
                          ("wdce, model baseline", "wdce, group baseline"), ("wdce, model baseline", "wdce, individual baseline"),

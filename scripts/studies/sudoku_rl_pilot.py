@@ -11,6 +11,7 @@ point per evaluation (rollout batch, validation cell accuracy, per-puzzle scores
 import argparse
 import json
 import logging
+import random
 import shutil
 import time
 from pathlib import Path
@@ -18,6 +19,7 @@ from pathlib import Path
 import torch
 
 from mmrl.config.train_config import load_config
+from mmrl.core.registry import REWARDS
 from mmrl.data.tasks import load_task
 from mmrl.reporting.metrics_log import read_metrics
 from mmrl.tiny_world import register
@@ -40,6 +42,10 @@ def main() -> None:
     ap.add_argument("--every", type=int, default=10, help="score the validation puzzles every this many rollout batches")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--lr", type=float, default=None, help="the arm's learning rate (default: the comparison's)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="another config override, e.g. "
+                    "gradient_accumulation_steps=4 (4 micro-batches of 128 answers per optimizer step: 32 puzzles)")
+    ap.add_argument("--random-reward", action="store_true", help="the control: train on a reward drawn uniformly at "
+                    "random, independent of the answer (the update's noise alone; validation still scores the task)")
     args = ap.parse_args()
     if args.arm not in COMPARISONS[args.name]:
         raise SystemExit(f"unknown arm {args.arm!r} of {args.name}; valid: {list(COMPARISONS[args.name])}")
@@ -54,6 +60,18 @@ def main() -> None:
     policy = load_base_policy(args.base, progress=False)
     base_acc, base_items = evaluate_items(policy, val, task.metric)
     over = {"learning_rate": args.lr} if args.lr else {}
+    for kv in args.set:
+        key, _, value = kv.partition("=")
+        over[key] = json.loads(value)
+    if args.random_reward:
+        draw = random.Random(args.seed)
+
+        @REWARDS.register("random_uniform_control")
+        def random_uniform_control(prompts, completions, **kwargs) -> list[float]:
+            """A reward that ignores the answer: U(0, 1) per completion."""
+            return [draw.random() for _ in completions]
+
+        over["reward_funcs"] = ["random_uniform_control"]
     cfg = load_config(None, {**arm_config(args.name, args.arm, seed=args.seed, rollouts=args.rollouts, out=out / "run"), **over})
     f = cfg.steps_per_rollout
     points: list[dict] = [{"rollouts": 0, "accuracy": base_acc, "items": base_items}]
@@ -75,6 +93,7 @@ def main() -> None:
     ValidationTrainer(cfg, policy=policy, dataset=task.train, reward_funcs=cfg.reward_funcs or task.reward_funcs,
                       eval_dataset=val, eval_metric=task.metric).train()
     record = {"name": args.name, "arm": args.arm, "base": args.base, "seed": args.seed, "rollouts": args.rollouts,
+              "random_reward": args.random_reward,
               "seconds": time.perf_counter() - t0, "points": points, "metrics": read_metrics(out / "run"),
               "config": {**arm_config(args.name, args.arm, seed=args.seed, rollouts=args.rollouts, out=Path(".")), **over}}
     (out / "curve.json").write_text(json.dumps(record, default=str))

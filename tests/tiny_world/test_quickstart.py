@@ -113,24 +113,25 @@ def test_sudoku_authors_arms_carry_the_authors_values_on_the_sudoku_recipe(tmp_p
 
 def test_sudoku_rewards_arms_differ_only_in_the_reward(tmp_path):
     """`sudoku-rewards` (issue 24 item 5): within a method its arms' resolved configs differ only in `reward_funcs`,
-    on the `dmpo-vs-d1` recipe, batch and optimizer; the rewards are registered and score a right, a valid but
-    different and a wrong grid as hand-computed."""
+    on the `dmpo-vs-d1` recipe, batch and optimizer (the solved-grids-only DMPO arm also in its weight baseline);
+    the rewards are registered and score a right, a valid but different and a wrong grid as hand-computed."""
     import dataclasses
 
     from mmrl.config.train_config import load_config
     from mmrl.core.registry import REWARDS
     from mmrl.tiny_world import register
-    from mmrl.tiny_world.replicate import COMPARISONS, arm_config
+    from mmrl.tiny_world.replicate import COMPARISONS, DMPO_SOLVED_ONLY, arm_config
 
     register()
     arms = COMPARISONS["sudoku-rewards"]
+    assert arms[DMPO_SOLVED_ONLY]["dmpo_baseline"] == "correct_only" and arms[DMPO_SOLVED_ONLY]["reward_funcs"] == ["sudoku4_solved"]
     cfgs = {a: load_config(None, arm_config("sudoku-rewards", a, seed=0, rollouts=10, out=tmp_path)) for a in arms}
     ref = [load_config(None, arm_config("dmpo-vs-d1", a, seed=0, rollouts=10, out=tmp_path)) for a in COMPARISONS["dmpo-vs-d1"]]
     ref = {c.method: c for c in ref}  # diffu_grpo, dmpo
     fields = [f.name for f in dataclasses.fields(next(iter(cfgs.values()))) if not f.name.startswith("_")]
     for arm, cfg in cfgs.items():
         differ = {f for f in fields if getattr(cfg, f) != getattr(ref[cfg.method], f)}
-        assert differ <= {"reward_funcs"}, (arm, differ)
+        assert differ <= ({"reward_funcs", "dmpo_baseline"} if arm == DMPO_SOLVED_ONLY else {"reward_funcs"}), (arm, differ)
         assert len(cfg.reward_funcs) == 1 and cfg.reward_funcs[0] in REWARDS
     assert {c.reward_funcs[0] for c in cfgs.values()} == {"sudoku4", "sudoku4_solved", "sudoku4_valid"}
     puzzle, solution, other = "1234000000000000", "1234341221434321", "1234341243212143"  # two valid completions
@@ -316,13 +317,18 @@ def test_gcpo_vs_grpo_lr_choice_scores_validation_only(tmp_path, monkeypatch, sm
     assert "Chosen: lr" in (root / "table.md").read_text()
 
 
-def test_lr_flag_rejected_outside_gcpo_vs_grpo(tmp_path):
+def test_lr_flag_rejected_outside_gcpo_vs_grpo_and_sudoku(tmp_path):
+    """`--lr` is refused, before anything runs, where it applies to no comparison's arms (the Countdown and masked
+    image-token runners) and when it is not positive (for the Sudoku comparisons too)."""
     import pytest
 
-    with pytest.raises(SystemExit, match="--lr applies to gcpo-vs-grpo only"):
-        main(["replicate", "dmpo-small-batch", "--lr", "1e-4", "--out", str(tmp_path)])
-    with pytest.raises(SystemExit, match="--lr must be > 0, got -0.001"):
-        main(["replicate", "gcpo-vs-grpo", "--lr=-1e-3", "--out", str(tmp_path)])
+    for name in ("dgpo-vs-grpo", "dmpo-vs-grpo-masked"):
+        with pytest.raises(SystemExit, match=rf"--lr applies to gcpo-vs-grpo and the Sudoku comparisons .*, not '{name}'"):
+            main(["replicate", name, "--lr", "1e-4", "--out", str(tmp_path)])
+    for name in ("gcpo-vs-grpo", "dmpo-small-batch"):
+        with pytest.raises(SystemExit, match="--lr must be > 0, got -0.001"):
+            main(["replicate", name, "--lr=-1e-3", "--out", str(tmp_path)])
+    assert not any(tmp_path.iterdir())  # nothing was run
 
 
 def test_dmpo_small_batch_arms_and_diagnostics(tmp_path):
