@@ -145,33 +145,30 @@ def _vqa_reads_spec(name: str, arch: dict, description: str, phases: list = SHAP
                     description=description)
 
 
+def _sudoku4(name: str, steps: int, description: str) -> TinySpec:
+    """A Sudoku base: `SUDOKU4_ARCH` pre-trained with LLaDA's SFT loss on the 1-10-blank puzzles of the training
+    grids for `steps` steps; the bases differ only in their steps."""
+    return TinySpec(name=name, family="masked_diffusion", task="sudoku4", arch=SUDOKU4_ARCH, steps=steps, gen_length=16,
+                    pretrain_filter={"blanks": [1, 10]}, description=description)
+
+
 TINY_MODELS: dict[str, TinySpec] = {
-    "sudoku4": TinySpec(
-        name="sudoku4", family="masked_diffusion", task="sudoku4",
-        arch=SUDOKU4_ARCH,
-        steps=150, gen_length=16, pretrain_filter={"blanks": [1, 10]},
-        description="bidirectional Llama (4 layers, 128 wide, 0.6M parameters), LLaDA SFT (150 steps, about 25 s on "
-                    "2 cores) on 4x4 puzzles with 1-10 blanks from the training grids; 0.50 cell accuracy on the held-out "
-                    "6-10 blank test puzzles (300 steps reach 0.73; 300 steps on 1-5 blanks only: 0.30)",
-    ),
-    "sudoku4-strong": TinySpec(
-        name="sudoku4-strong", family="masked_diffusion", task="sudoku4",
-        arch=SUDOKU4_ARCH,
-        steps=1200, gen_length=16, pretrain_filter={"blanks": [1, 10]},
-        description="the `sudoku4` model, data and LLaDA recipe at 1200 steps instead of 150 (173-186 CPU s on one core): "
-                    "the competent masked-diffusion Sudoku base, 0.994 cell accuracy and 0.988 of the 256 validation "
-                    "puzzles solved (low-confidence greedy; the causal LM of the same size on the same puzzles at the "
-                    "same steps: 0.898 / 0.785); docs/RESULTS.md, \"The Sudoku base re-examined\"",
-    ),
-    "sudoku4-mid": TinySpec(
-        name="sudoku4-mid", family="masked_diffusion", task="sudoku4",
-        arch=SUDOKU4_ARCH,
-        steps=300, gen_length=16, pretrain_filter={"blanks": [1, 10]},
-        description="the `sudoku4` model, data and LLaDA recipe at 300 steps instead of 150 (about 45 CPU s on one "
-                    "core): a base with headroom for RL, 0.718 cell accuracy and 0.355 of the 256 validation puzzles "
-                    "solved (low-confidence greedy; the 300-step point of docs/RESULTS.md, \"The Sudoku base "
-                    "re-examined\", chosen there on validation)",
-    ),
+    "sudoku4": _sudoku4(
+        "sudoku4", 150,
+        "bidirectional Llama (4 layers, 128 wide, 0.6M parameters), LLaDA SFT (150 steps, about 25 s on 2 cores) on 4x4 "
+        "puzzles with 1-10 blanks from the training grids; 0.50 cell accuracy on the held-out 6-10 blank test puzzles "
+        "(300 steps reach 0.73; 300 steps on 1-5 blanks only: 0.30)"),
+    "sudoku4-strong": _sudoku4(
+        "sudoku4-strong", 1200,
+        "the `sudoku4` model, data and LLaDA recipe at 1200 steps instead of 150 (173-186 CPU s on one core): the "
+        "competent masked-diffusion Sudoku base, 0.994 cell accuracy and 0.988 of the 256 validation puzzles solved "
+        "(low-confidence greedy; the causal LM of the same size on the same puzzles at the same steps: 0.898 / 0.785); "
+        "docs/RESULTS.md, \"The Sudoku base re-examined\""),
+    "sudoku4-mid": _sudoku4(
+        "sudoku4-mid", 300,
+        "the `sudoku4` model, data and LLaDA recipe at 300 steps instead of 150 (about 45 CPU s on one core): a base "
+        "with headroom for RL, 0.718 cell accuracy and 0.355 of the 256 validation puzzles solved (low-confidence "
+        "greedy; the 300-step point of docs/RESULTS.md, \"The Sudoku base re-examined\", chosen there on validation)"),
     "countdown3": TinySpec(
         name="countdown3", family="masked_diffusion", task="countdown3",
         arch=dict(hidden_size=128, intermediate_size=256, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=4),
@@ -606,6 +603,9 @@ REFERENCE_BUILDS: dict[tuple[str, str], str] = {
     ("shapes-vqa-reads-deep-3a5a2b67f2", "2.14.1"): "86c1eb32b5fc81d87eba1c3db399ea5372d2c7881186d4a8e4ce324594d867c4",
     ("shapes-vqa-reads-shape-e9aa9a7f27", "2.14.1"): "4d808d7d65fb6a5a81cf3edc8a1d59f4b73c3282e7a67f49d943244af6a9537b",
     ("shapes-vqa-qwen3-23729edf5d", "2.14.1"): "d8cba83bf1d208e9b351949ce2a617a28ab97a84a8e9d68087f3c5c432dfbd11",
+    # the base of "RL on a Sudoku base with headroom" (2026-12-06, one thread; the study's 300-step point, built on
+    # another machine, was 6668d1bbcc5b)
+    ("sudoku4-mid-5ae77dbef5", "2.14.1"): "efd8766435ee7e09727b8ebd9edb42126eb198f448738a153a8c6905509f6348",
 }
 """(cache folder name `<base>-<spec key>`, torch version) -> `weights_digest` of the build behind docs/RESULTS.md's
 figures. A build whose digest differs (another CPU's kernels, another library version) is another model:
