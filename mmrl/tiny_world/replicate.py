@@ -5,6 +5,7 @@
     mmrl replicate sudoku-rewards     # diffu-GRPO and DMPO with the solved 1/0, verifier and d1 cell rewards
     mmrl replicate dmpo-small-batch   # WDCE with no / group / individual / model baseline vs WDDO at a small batch
     mmrl replicate sudoku-authors     # diffu-GRPO and DMPO each with its authors' settings beside dmpo-vs-d1's arms
+    mmrl replicate sudoku-batch16     # dmpo-vs-d1's arms at 16x the batch (128 puzzles x 16 answers per step)
 
 Each arm starts from the same cached tiny base model, trains with the quickstart's settings under the reasoning
 comparisons' stable recipe (`STABLE`), sees the same number of rollouts (prompts x generations x rollout batches)
@@ -33,11 +34,15 @@ comparisons use the causal LM, where DMPO's likelihoods are exact.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
+import os
 import re
 import shutil
 import time
+from collections.abc import Iterator
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +65,11 @@ COMPARISONS: dict[str, dict[str, dict[str, Any]]] = {
     # DMPO vs diffu-GRPO at the same rollouts, one optimizer step per rollout batch, under the protocol (issue 23),
     # with the clean-SFT, RFT and best-of-n rows beside them (`run_comparison`)
     "dmpo-vs-d1": {
+        "diffu-grpo (d1), F=1": {"method": "diffu_grpo"},
+        "dmpo, F=1": {"method": "dmpo", "dmpo_baseline": "group"},
+    },
+    # dmpo-vs-d1's arms at 16x its batch (`SIZES`): the same rollouts per optimizer step as 16 of its steps
+    "sudoku-batch16": {
         "diffu-grpo (d1), F=1": {"method": "diffu_grpo"},
         "dmpo, F=1": {"method": "dmpo", "dmpo_baseline": "group"},
     },
@@ -158,6 +168,9 @@ SIZES: dict[str, dict[str, Any]] = {
     "dmpo-reuse-sudoku4": {"rollouts": 10, "num_generations": 16, "per_device_train_batch_size": 128, "gradient_accumulation_steps": 1},
     "sudoku-rewards": {"rollouts": 10, "num_generations": 16, "per_device_train_batch_size": 128, "gradient_accumulation_steps": 1},
     "sudoku-authors": {"rollouts": 10, "num_generations": 16, "per_device_train_batch_size": 128, "gradient_accumulation_steps": 1},
+    # 16x dmpo-vs-d1's batch: 128 puzzles x 16 answers per optimizer step (16 micro-batches of 128), 20 batches (the
+    # batch was the one lever that lifted diffu-GRPO's validation curve on sudoku4-mid; docs/RESULTS.md)
+    "sudoku-batch16": {"rollouts": 20, "num_generations": 16, "per_device_train_batch_size": 128, "gradient_accumulation_steps": 16},
     # the paper's failure mode of plain WDCE needs a small batch: 4 prompts x 8 responses per rollout
     "dmpo-small-batch": {"rollouts": 30, "num_generations": 8, "per_device_train_batch_size": 32, "gradient_accumulation_steps": 1},
 }
@@ -167,7 +180,7 @@ SUDOKU_BASES = ("sudoku4", "sudoku4-mid", "sudoku4-strong")
 """The masked-diffusion Sudoku bases the Sudoku comparisons can start from (`mmrl.tiny_world.models.TINY_MODELS`):
 the shipped 150-step base, and the same recipe at 300 and 1,200 steps."""
 
-ONE_OPTIMIZER = ("dmpo-vs-d1", "dmpo-reuse-sudoku4", "sudoku-rewards", "sudoku-authors")
+ONE_OPTIMIZER = ("dmpo-vs-d1", "dmpo-reuse-sudoku4", "sudoku-rewards", "sudoku-authors", "sudoku-batch16")
 """Comparisons whose arms run on one optimizer setting (`mmrl.tiny_world.reasoning_rl.SHARED_OPTIMIZER`: AdamW
 (0.9, 0.999), clip 1.0, no weight decay), so that DMPO's method defaults (clip 0.2, beta2 0.99, weight decay 0.1)
 do not make its arm differ from diffu-GRPO's in more than the method (in `sudoku-authors` the authors' arms set their
@@ -178,7 +191,7 @@ SMOKE = {"per_device_train_batch_size": 32, "num_generations": 4, "eval_limit": 
 
 CLEAN_SFT_ROW = "clean SFT, same compute"
 RFT_ROW = "RFT, same rollouts"
-BASELINE_ROWS = ("dmpo-vs-d1", "dmpo-reuse-sudoku4", "sudoku-rewards", "sudoku-authors")
+BASELINE_ROWS = ("dmpo-vs-d1", "dmpo-reuse-sudoku4", "sudoku-rewards", "sudoku-authors", "sudoku-batch16")
 """Comparisons that get the baseline rows (`run_comparison`): clean SFT on the training puzzles' true solutions at
 the first arm's optimizer steps and sequences per step, RFT on the base's fully solved samples at the same
 rollouts, best-of-n from the base at the arms' samples per puzzle."""
@@ -288,34 +301,36 @@ def run_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int 
     n_best = shape.num_generations  # best-of-n: the arms' answers per puzzle
     t_all = time.perf_counter()
     digest = build_digest(base_model, base_steps)  # the cached build's weights (tiny_spec.json), None if not built yet
-    if base_file.exists() and (resume or report_only):
-        saved_base = json.loads(base_file.read_text())
-        if saved_base.get("base_model", "sudoku4") != base_model:  # a base.json of before `base` was saved: sudoku4's
-            raise ValueError(f"{base_file} was scored on the base {saved_base.get('base_model', 'sudoku4')!r}, not "
-                             f"{base_model!r}: pass --base {saved_base.get('base_model', 'sudoku4')} or another --out")
-        if saved_base.get("lr", STABLE["learning_rate"]) != shape.learning_rate:  # saved runs at another lr
-            raise ValueError(f"{root} holds runs at lr {saved_base.get('lr', STABLE['learning_rate'])}, not "
-                             f"{shape.learning_rate}: pass that --lr or another --out")
-        if saved_base.get("weights_sha256") and digest and saved_base["weights_sha256"] != digest:
-            raise ValueError(f"{base_file} was scored on build {saved_base['weights_sha256'][:12]}, the cached "
-                             f"{base_model} is {digest[:12]}: its runs are not paired with new ones")
-        saved_base.setdefault("weights_sha256", digest)  # a base.json written before the digest was saved
-    else:
-        base_policy = load_base_policy(base_model, progress=progress, steps=base_steps)
-        b_acc, b_items = evaluate_items(base_policy, test, task.metric)
-        saved_base = {"base": b_acc, "base_items": b_items, "weights_sha256": build_digest(base_model, base_steps),
-                      "base_model": base_model, "lr": shape.learning_rate,
-                      "base_validation": evaluate_items(base_policy, val, task.metric)[0]}  # the curves' start
-        base_file.write_text(json.dumps(saved_base))
-    base, base_items, base_val = (saved_base[k] for k in ("base", "base_items", "base_validation"))
-    best = None
-    if baselines and name not in NO_BEST_OF_N and not best_file.exists() and not report_only:
-        t0 = time.perf_counter()
-        best = held_out_items(load_base_policy(base_model, progress=False, steps=base_steps), test, task.metric,
-                              "masked_diffusion", 16, k=n_best, verifier=sudoku4_verifier)
-        best_file.write_text(json.dumps({**best[0], "items": best[1], "seconds": time.perf_counter() - t0}))
-    if baselines and name not in NO_BEST_OF_N and best_file.exists():
-        best = json.loads(best_file.read_text())
+    # one worker scores the base (and builds it if it is not cached) while the others wait, then they read its files
+    with (nullcontext() if report_only else claimed(root / "claims" / "base", wait=True)):
+        if base_file.exists() and (resume or report_only):
+            saved_base = json.loads(base_file.read_text())
+            if saved_base.get("base_model", "sudoku4") != base_model:  # a base.json of before `base` was saved: sudoku4's
+                raise ValueError(f"{base_file} was scored on the base {saved_base.get('base_model', 'sudoku4')!r}, not "
+                                 f"{base_model!r}: pass --base {saved_base.get('base_model', 'sudoku4')} or another --out")
+            if saved_base.get("lr", STABLE["learning_rate"]) != shape.learning_rate:  # saved runs at another lr
+                raise ValueError(f"{root} holds runs at lr {saved_base.get('lr', STABLE['learning_rate'])}, not "
+                                 f"{shape.learning_rate}: pass that --lr or another --out")
+            if saved_base.get("weights_sha256") and digest and saved_base["weights_sha256"] != digest:
+                raise ValueError(f"{base_file} was scored on build {saved_base['weights_sha256'][:12]}, the cached "
+                                 f"{base_model} is {digest[:12]}: its runs are not paired with new ones")
+            saved_base.setdefault("weights_sha256", digest)  # a base.json written before the digest was saved
+        else:
+            base_policy = load_base_policy(base_model, progress=progress, steps=base_steps)
+            b_acc, b_items = evaluate_items(base_policy, test, task.metric)
+            saved_base = {"base": b_acc, "base_items": b_items, "weights_sha256": build_digest(base_model, base_steps),
+                          "base_model": base_model, "lr": shape.learning_rate,
+                          "base_validation": evaluate_items(base_policy, val, task.metric)[0]}  # the curves' start
+            write_atomic(base_file, json.dumps(saved_base))
+        base, base_items, base_val = (saved_base[k] for k in ("base", "base_items", "base_validation"))
+        best = None
+        if baselines and name not in NO_BEST_OF_N and not best_file.exists() and not report_only:
+            t0 = time.perf_counter()
+            best = held_out_items(load_base_policy(base_model, progress=False, steps=base_steps), test, task.metric,
+                                  "masked_diffusion", 16, k=n_best, verifier=sudoku4_verifier)
+            write_atomic(best_file, json.dumps({**best[0], "items": best[1], "seconds": time.perf_counter() - t0}))
+        if baselines and name not in NO_BEST_OF_N and best_file.exists():
+            best = json.loads(best_file.read_text())
     row_arms = selected + ([CLEAN_SFT_ROW, RFT_ROW] if baselines else [])
 
     def one_run(label: str, seed: int, run_dir: Path) -> dict[str, Any]:
@@ -325,7 +340,7 @@ def run_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int 
         t0 = time.perf_counter()
         extra: dict[str, Any]
         if label == CLEAN_SFT_ROW:  # the first arm's compute (F = 1 there)
-            steps, per_step = shape.max_steps, shape.per_device_train_batch_size
+            steps, per_step = shape.max_steps, shape.step_batch_size  # the answers of one optimizer step
             if progress:
                 logger.info(f"[{name}] {CLEAN_SFT_ROW}, seed {seed + 1}/{seeds}: {steps} steps of {per_step} true solutions")
             batches = truth_batches(policy, task.train, steps=steps, batch_size=per_step, gen_length=shape.max_completion_length, seed=seed)
@@ -368,9 +383,21 @@ def run_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int 
                     logger.info(f"[{name}] cutoff {cutoff} UTC passed: {label}, seed {seed} and later runs not started")
                     stopped = True
                     continue
-                res = one_run(label, seed, saved.parent)
-                saved.write_text(json.dumps(res))
+                with claimed(root / "claims" / run_slug(label, seed)) as mine:
+                    if not mine:  # another worker on this folder (the same command with --resume) is running it
+                        logger.info(f"[{name}] {label}, seed {seed}: another worker is running it; skipped")
+                        continue
+                    if saved.exists():  # finished by another worker since this one looked
+                        res = json.loads(saved.read_text())
+                    else:
+                        res = one_run(label, seed, saved.parent)
+                        write_atomic(saved, json.dumps(res))
                 done.setdefault(label, {})[seed] = res
+    for seed in range(seeds):  # runs other workers finished while this one ran its own
+        for label in row_arms:
+            saved = root / "runs" / run_slug(label, seed) / "result.json"
+            if seed not in done.get(label, {}) and saved.exists():
+                done.setdefault(label, {})[seed] = json.loads(saved.read_text())
     total = time.perf_counter() - t_all
     use = complete_seeds({a: set(d) for a, d in done.items()}, row_arms, seeds)
     if not use:
@@ -454,8 +481,8 @@ def run_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int 
                "differences": {k: v.to_dict() for k, v in diffs.items()}, "table": table,
                "seeds": seeds, "seeds_used": use, "rollouts": rollouts, "seconds": total, "smoke": smoke,
                "run_seconds": sum(r["seconds"] for runs in arms.values() for r in runs),
-               "compute": {"optimizer_steps": shape.max_steps, "sequences_per_step": shape.per_device_train_batch_size,
-                           "rollouts_per_run": rollouts * shape.per_device_train_batch_size},
+               "compute": {"optimizer_steps": shape.max_steps, "sequences_per_step": shape.step_batch_size,
+                           "rollouts_per_run": rollouts * shape.rollout_batch_size},
                "arms": {a: [{k: v for k, v in r.items() if k != "records"} for r in runs] for a, runs in arms.items()},
                "incomplete": {a: [{k: v for k, v in r.items() if k != "records"} for r in runs] for a, runs in incomplete.items()},
                "cutoff": cutoff,
@@ -473,6 +500,35 @@ def run_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int 
                                    f"scoring over the reported runs.\n")
     logger.info("\n" + table + f"\n\n{root}  ({total:.0f} s)")
     return results
+
+
+@contextlib.contextmanager
+def claimed(path: Path, *, wait: bool = False) -> Iterator[bool]:
+    """An exclusive claim on `path` among the workers sharing a run folder (`RunLock`'s flock: a dead worker's claim
+    frees itself). Yields True when this worker holds it, False when another does (`wait`: poll until it is free)."""
+    from mmrl.checkpointing.run_lock import RunLock, RunLocked
+
+    lock = RunLock(path)
+    while True:
+        try:
+            lock.acquire()
+            break
+        except RunLocked:
+            if not wait:
+                yield False
+                return
+            time.sleep(2.0)
+    try:
+        yield True
+    finally:
+        lock.release()
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """`path.write_text(text)` that a reader in another process never sees half written."""
+    tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
 
 
 def compute_cell(values: list[Any]) -> str:
@@ -562,8 +618,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         "run only this arm "
                         "(repeat for several; default: every arm)")
     parser.add_argument("--resume", action="store_true", help="the Countdown and Sudoku comparisons and gcpo-vs-grpo-vqa: keep "
-                        "OUT/NAME and skip the "
-                        "runs already saved (runs/<run>/result.json)")
+                        "OUT/NAME and skip the runs already saved (runs/<run>/result.json); the Sudoku comparisons: "
+                        "the same command with --resume started in several shells shares the runs out (each run is "
+                        "claimed by one worker, OUT/NAME/claims/)")
     parser.add_argument("--report-only", action="store_true", help="the Countdown and Sudoku comparisons and gcpo-vs-grpo-vqa: "
                         "run nothing, build the "
                         "report from the saved runs (the seeds every row has finished)")

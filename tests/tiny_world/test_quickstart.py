@@ -237,6 +237,46 @@ def test_sudoku_comparison_runs_from_another_base_and_refuses_to_mix_bases(tmp_p
     assert main(args + ["--resume", "--base", "sudoku4-mid", "--lr", "1e-4"]) == 0  # the same settings resume
 
 
+def test_sudoku_batch16_is_dmpo_vs_d1_at_sixteen_times_the_batch(tmp_path):
+    """`sudoku-batch16`: each arm resolves to `dmpo-vs-d1`'s but for the micro-batches per optimizer step (16: 128
+    puzzles x 16 answers = 2,048 per step), so its clean-SFT row fits 2,048 true solutions per step."""
+    import dataclasses
+
+    from mmrl.config.train_config import load_config
+    from mmrl.tiny_world.replicate import COMPARISONS, arm_config
+
+    assert list(COMPARISONS["sudoku-batch16"]) == list(COMPARISONS["dmpo-vs-d1"])
+    for arm in COMPARISONS["sudoku-batch16"]:
+        big = load_config(None, arm_config("sudoku-batch16", arm, seed=0, rollouts=10, out=tmp_path))
+        ref = load_config(None, arm_config("dmpo-vs-d1", arm, seed=0, rollouts=10, out=tmp_path))
+        fields = [f.name for f in dataclasses.fields(big) if not f.name.startswith("_")]
+        assert {f for f in fields if getattr(big, f) != getattr(ref, f)} == {"gradient_accumulation_steps"}
+        assert (big.step_batch_size, big.prompts_per_rollout, ref.step_batch_size) == (2048, 128, 128)
+
+
+def test_sudoku_comparison_workers_share_a_folder_by_claiming_runs(tmp_path, monkeypatch, smoke_cache):
+    """Two workers on one folder (the same command with --resume): a run another worker has claimed is skipped, not
+    run twice, and the report uses the seeds finished; once the claim is gone, a resume runs it and both seeds count."""
+    from mmrl.checkpointing.run_lock import RunLock
+    from mmrl.tiny_world.reasoning_rl import run_slug
+
+    monkeypatch.setenv("MMRL_CACHE", str(smoke_cache))
+    arm = "diffu-grpo (d1), F=1"
+    args = ["replicate", "dmpo-vs-d1", "--smoke", "--seeds", "2", "--rollouts", "1", "--no-baselines", "--arm", arm,
+            "--resume", "--out", str(tmp_path)]
+    root = tmp_path / "dmpo-vs-d1"
+    other = RunLock(root / "claims" / run_slug(arm, 0)).acquire()  # another worker holds seed 0's run
+    try:
+        assert main(args) == 0
+    finally:
+        other.release()
+    res = json.loads((root / "results.json").read_text())
+    assert res["seeds_used"] == [1] and not (root / "runs" / run_slug(arm, 0) / "result.json").exists()
+    assert main(args) == 0  # the claim is free: this worker runs seed 0 now
+    res = json.loads((root / "results.json").read_text())
+    assert res["seeds_used"] == [0, 1] and len(res["arms"][arm]) == 2
+
+
 def test_shapes_quickstart_smoke_writes_report(tmp_path, monkeypatch, smoke_cache):
     """The default main command (GCPO on the shapes world) end to end at smoke size: a 20-step base, 2 RL steps."""
     from mmrl.geneval.rules import TASKS
