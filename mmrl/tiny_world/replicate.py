@@ -201,7 +201,7 @@ NO_BEST_OF_N = ("sudoku-authors",)
 
 
 def arm_config(name: str, arm: str, *, seed: int, rollouts: int, out: Path, smoke: bool = False,
-               lr: float | None = None) -> dict[str, Any]:
+               lr: float | None = None, base: str | None = None) -> dict[str, Any]:
     """The full override dict of one arm: the quickstart recipe with `STABLE` (its lr replaced by `lr` if given),
     the comparison's batch (and its one optimizer setting, `ONE_OPTIMIZER`), the arm's settings (an arm that sets
     its own lr, e.g. an authors'-settings arm, keeps it); the number of optimizer steps is rollouts x
@@ -218,6 +218,8 @@ def arm_config(name: str, arm: str, *, seed: int, rollouts: int, out: Path, smok
     cfg = {**QUICKSTART_RECIPE, **STABLE, **shared_lr, **size, **over, "seed": seed, "num_iterations": f, "max_steps": rollouts * f,
            "eval_steps": max(1, rollouts * f // 3), "save_steps": 0, "credit_steps": 0, "output_dir": str(out),
            "progress_bar": False}
+    if base is not None:  # the runner loads the policy itself; the config records which base it was
+        cfg["model_name_or_path"] = f"tiny-world:{base}"
     if smoke:
         cfg.update(SMOKE)
     return cfg
@@ -297,7 +299,8 @@ def run_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int 
     val = task.validation[: len(test)]  # the curves
     base_steps = SMOKE_BASE_STEPS if smoke else None
     selected = [a for a in COMPARISONS[name] if not arms or a in arms]
-    shape = load_config(None, arm_config(name, selected[0], seed=0, rollouts=rollouts, out=root, smoke=smoke, lr=lr))
+    settings = {"rollouts": rollouts, "smoke": smoke, "lr": lr, "base": base_model}  # every arm's, for `arm_config`
+    shape = load_config(None, arm_config(name, selected[0], seed=0, out=root, **settings))
     n_best = shape.num_generations  # best-of-n: the arms' answers per puzzle
     t_all = time.perf_counter()
     digest = build_digest(base_model, base_steps)  # the cached build's weights (tiny_spec.json), None if not built yet
@@ -357,7 +360,7 @@ def run_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int 
             extra = {"rft_accepted": sum(rft["accepted"]), "rft_sampled": rft["sampled"], "steps": len(rft["accepted"]),
                      "rollouts": int(rft["sampled"]), "trained_sequences": sum(rft["accepted"])}
         else:
-            cfg = load_config(None, arm_config(name, label, seed=seed, rollouts=rollouts, out=run_dir, smoke=smoke, lr=lr))
+            cfg = load_config(None, arm_config(name, label, seed=seed, out=run_dir, **settings))
             if progress:
                 logger.info(f"[{name}] {label}, seed {seed + 1}/{seeds}: {cfg.max_steps} optimizer steps, {rollouts} rollout batches")
             Trainer(cfg, policy=policy, dataset=task.train, reward_funcs=cfg.reward_funcs or task.reward_funcs, eval_dataset=val,
@@ -487,7 +490,7 @@ def run_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int 
                "incomplete": {a: [{k: v for k, v in r.items() if k != "records"} for r in runs] for a, runs in incomplete.items()},
                "cutoff": cutoff,
                "lr": shape.learning_rate,
-               "configs": {a: arm_config(name, a, seed=0, rollouts=rollouts, out=Path("."), smoke=smoke, lr=lr) for a in rl}}
+               "configs": {a: arm_config(name, a, seed=0, out=Path("."), **settings) for a in rl}}
     diag = {a: [run_diagnostics(r["records"]) for r in runs] for a, runs in arms.items() if runs[0]["records"]}
     results["diagnostics"] = diag
     if diag:

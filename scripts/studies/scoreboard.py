@@ -131,6 +131,8 @@ def base_name(res: dict) -> str:
     """The base model's name (a Sudoku report's "base" is its score: the name is in the configs)."""
     if isinstance(res.get("base"), str):
         return res["base"]
+    if res.get("base_model"):
+        return res["base_model"]
     return next(iter(res["configs"].values()))["model_name_or_path"].split(":", 1)[-1]
 
 

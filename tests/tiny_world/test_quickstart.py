@@ -227,6 +227,7 @@ def test_sudoku_comparison_runs_from_another_base_and_refuses_to_mix_bases(tmp_p
     spec = json.loads((model_dir("sudoku4-mid", SMOKE_BASE_STEPS) / "tiny_spec.json").read_text())
     assert res["base_model"] == "sudoku4-mid" and res["base_weights_sha256"] == spec["weights_sha256"]
     assert res["lr"] == 1e-4 and res["configs"][arm]["learning_rate"] == 1e-4
+    assert res["configs"][arm]["model_name_or_path"] == "tiny-world:sudoku4-mid"  # the config names the base it ran
     assert "Base `sudoku4-mid`" in (root / "table.md").read_text() and "at lr 0.0001" in (root / "table.md").read_text()
     before = (root / "results.json").read_bytes()
     with pytest.raises(SystemExit, match="scored on the base 'sudoku4-mid', not 'sudoku4'"):
