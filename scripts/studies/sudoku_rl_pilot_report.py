@@ -25,7 +25,8 @@ def label(rec: dict) -> str:
     extra = "" if cfg.get("gradient_accumulation_steps", 1) == 1 else \
         f", {cfg['per_device_train_batch_size'] * cfg['gradient_accumulation_steps'] // cfg['num_generations']} puzzles x {cfg['num_generations']} per step"
     control = ", random reward (control)" if rec.get("random_reward") else ""
-    return f"{rec['arm']}, lr {cfg['learning_rate']:g}{extra}{control}"
+    seed = f", seed {rec['seed']}" if rec.get("seed") else ""
+    return f"{rec['arm']}, lr {cfg['learning_rate']:g}{extra}, {rec['rollouts']}-batch schedule{control}{seed}"
 
 
 def main() -> None:
@@ -34,7 +35,7 @@ def main() -> None:
     recs = [json.loads(p.read_text()) for p in sorted(src.glob("*/curve.json"))]
     recs = [r for r in recs if r["rollouts"] >= 10]  # plumbing checks (a few batches) left out
     recs.sort(key=lambda r: (bool(r.get("random_reward")), r["config"].get("gradient_accumulation_steps", 1), r["arm"],
-                             -r["config"]["learning_rate"]))
+                             -r["config"]["learning_rate"], r["rollouts"], r.get("seed", 0)))
     marks = sorted({p["rollouts"] for r in recs for p in r["points"][1:]})
     rows, keep = [], []
     fig, ax = plt.subplots(figsize=(9, 5))
@@ -54,11 +55,11 @@ def main() -> None:
     ax.axhline(0, color="black", lw=0.8)
     ax.set_xlabel("rollout batches")
     ax.set_ylabel("validation cell accuracy - base (points)")
-    ax.set_title("Sudoku RL pilots on sudoku4-mid (seed 0, 256 validation puzzles)")
+    ax.set_title("Sudoku RL pilots on sudoku4-mid (256 validation puzzles)")
     ax.legend(fontsize=6, loc="lower left")
     fig.tight_layout()
     fig.savefig(out / "pilots.png", dpi=120)
-    table = markdown_table(["pilot (seed 0)", "base, validation (%)", *[f"{m} batches" for m in marks], "s"], rows)
+    table = markdown_table(["pilot (seed 0 unless named)", "base, validation (%)", *[f"{m} batches" for m in marks], "s"], rows)
     (out / "pilots.md").write_text(table + "\n\nGain over the base in validation cell-accuracy points (paired over the 256 "
                                    "validation puzzles); * where the 95% interval excludes 0.\n")
     (out / "pilots.json").write_text(json.dumps(keep))
