@@ -411,7 +411,8 @@ def test_replicate_cli_base_for_the_vqa_comparison_is_a_shapes_vqa_base(tmp_path
     with pytest.raises(SystemExit, match=r"^base must be a shapes_vqa base, one of \[.*'shapes-vqa-reads'.*\], got 'shapes'$"):
         replicate.run(parser.parse_args(["gcpo-vs-grpo-vqa", "--base", "shapes", "--out", str(tmp_path)]))
     assert not (tmp_path / "gcpo-vs-grpo-vqa").exists()  # refused before anything was written
-    with pytest.raises(SystemExit, match="--base applies to gcpo-vs-grpo, gcpo-vs-grpo-vqa and the Countdown"):
+    with pytest.raises(SystemExit, match=r"--base applies to gcpo-vs-grpo, gcpo-vs-grpo-vqa, the Countdown comparisons "
+                                         r".* and the Sudoku comparisons .*, not 'overfit-pool'"):
         replicate.run(parser.parse_args(["overfit-pool", "--base", "shapes-vqa-reads"]))
     assert check_vqa_base("shapes-vqa-reads") == "shapes-vqa-reads"
     cfg = arm_config("GCPO", seed=1, out=tmp_path, base="shapes-vqa-reads")
