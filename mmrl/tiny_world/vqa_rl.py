@@ -95,6 +95,16 @@ def check_vqa_base(name: str) -> str:
     return name
 
 
+def vqa_base_option(name: str) -> str:
+    """`check_vqa_base` as an argparse `type=`: a bad `--base` is refused by the parser, before any work."""
+    import argparse
+
+    try:
+        return check_vqa_base(name)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def arm_config(arm: str, *, seed: int, out: Path, smoke: bool = False, steps: int | None = None,
                base: str = BASE) -> dict[str, Any]:
     """The training config of one RL arm at one seed (the presets `VQA_RL`, the arm's overrides, the base)."""

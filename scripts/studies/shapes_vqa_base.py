@@ -19,19 +19,16 @@ from mmrl.data.tasks import load_task
 from mmrl.models import adapter_class
 from mmrl.tiny_world import register
 from mmrl.tiny_world.models import ensure_built, spec_for
-from mmrl.tiny_world.vqa_rl import BASE, base_reading, check_vqa_base, majority_answers, pass_at_k, vqa_accuracy, vqa_items
+from mmrl.tiny_world.vqa_rl import BASE, base_reading, majority_answers, pass_at_k, vqa_accuracy, vqa_base_option, vqa_items
 
 CURVE_EVERY = 200
 
 parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
 parser.add_argument("out", nargs="?", default="runs/shapes-vqa-base", help="report folder (results.json)")
 parser.add_argument("--curve-every", type=int, default=CURVE_EVERY, help="steps between two curve points")
-parser.add_argument("--base", default=BASE, help=f"the shapes_vqa base to build and read (default {BASE})")
+parser.add_argument("--base", default=BASE, type=vqa_base_option, help=f"the shapes_vqa base to build and read (default {BASE})")
 args = parser.parse_args()
-try:
-    name = check_vqa_base(args.base)
-except ValueError as e:
-    raise SystemExit(str(e)) from None
+name = args.base
 torch.set_num_threads(1)
 register()
 out = Path(args.out)

@@ -17,7 +17,7 @@ from mmrl.data.tasks import load_task
 from mmrl.tiny_world import register
 from mmrl.tiny_world.models import load_base_policy
 from mmrl.tiny_world.shapes_vqa import CELL_PX, GRID
-from mmrl.tiny_world.vqa_rl import check_vqa_base
+from mmrl.tiny_world.vqa_rl import vqa_base_option
 
 TRAIN_IMAGES, VALIDATION_IMAGES = 400, 80
 MERGE = 2
@@ -26,12 +26,9 @@ BACKGROUND_TOLERANCE = 30
 """Summed RGB distance from the background grey above which a pixel belongs to an object."""
 
 parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-parser.add_argument("--base", default="shapes-vqa-qwen3")
+parser.add_argument("--base", default="shapes-vqa-qwen3", type=vqa_base_option)
 args = parser.parse_args()
-try:
-    name = check_vqa_base(args.base)
-except ValueError as e:
-    raise SystemExit(str(e)) from None
+name = args.base
 torch.set_num_threads(1)
 torch.manual_seed(0)
 register()

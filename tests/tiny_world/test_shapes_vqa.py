@@ -415,5 +415,12 @@ def test_replicate_cli_base_for_the_vqa_comparison_is_a_shapes_vqa_base(tmp_path
                                          r".* and the Sudoku comparisons .*, not 'overfit-pool'"):
         replicate.run(parser.parse_args(["overfit-pool", "--base", "shapes-vqa-reads"]))
     assert check_vqa_base("shapes-vqa-reads") == "shapes-vqa-reads"
+    import argparse
+
+    from mmrl.tiny_world.vqa_rl import vqa_base_option
+
+    assert vqa_base_option("shapes-vqa-reads") == "shapes-vqa-reads"  # the study scripts' --base type
+    with pytest.raises(argparse.ArgumentTypeError, match=r"one of \[.*\], got 'shapes'$"):
+        vqa_base_option("shapes")
     cfg = arm_config("GCPO", seed=1, out=tmp_path, base="shapes-vqa-reads")
     assert cfg["model_name_or_path"] == "tiny-world:shapes-vqa-reads" and cfg["method"] == "gcpo"
