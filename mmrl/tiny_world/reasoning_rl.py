@@ -636,13 +636,16 @@ def stored_digest(results: dict[str, Any]) -> str | None:
 
 
 def import_stored_runs(results_file: str | Path, root: Path, *, name: str, base_name: str,
-                       digest: str | None) -> dict[str, list[int]]:
+                       digest: str | None, base_items: dict[str, list[float]] | None = None) -> dict[str, list[int]]:
     """Seed the report folder `root` of comparison `name` with the runs an earlier report saved in `results_file` (its
     results.json: the per-problem test scores of every run and the base's), so that `resume` skips them and the next
     report pools them with new seeds; returns {arm: [seeds imported]}.
 
     The stored report must be of `name` on `base_name` and on the same build, by weights digest (`stored_digest`
     against `digest`, the build in use): a run of another build is another model and is not paired with this one's.
+    A report written before the digest was saved names no build of its own; it is then taken as this build's only
+    when `base_items`, the build in use scored on the same test rows, equals its stored per-problem base scores
+    exactly (every sample of every problem: a fingerprint of the weights that `REFERENCE_BUILDS` cannot give).
     Writes `root/base.json` (the base's test figures and items, its validation figures) and
     `root/runs/<run>/result.json` per stored run, marked `STORED_FROM`; a file already there is kept when it holds
     the same scores, otherwise ValueError (never overwritten)."""
@@ -651,6 +654,8 @@ def import_stored_runs(results_file: str | Path, root: Path, *, name: str, base_
     if res.get("name") != name or res.get("base") != base_name:
         raise ValueError(f"{results_file} is a report of {res.get('name')!r} on {res.get('base')!r}, not {name!r} on {base_name!r}")
     theirs = stored_digest(res)
+    if not res.get("base_weights_sha256") and base_items is not None and base_items == res.get("before_items"):
+        theirs = digest  # same per-problem base scores as the build in use: the same build
     if theirs is None or digest is None or theirs != digest:
         raise ValueError(f"{results_file}: its base build {(theirs or 'unknown')[:12]} is not the build in use "
                          f"{(digest or 'unknown')[:12]}: its runs are not paired with new ones")
@@ -761,9 +766,6 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
 
         ensure_built(base_name, progress=progress, steps=base_steps)  # (its digest: the build in use)
     digest = build_digest(base_name, base_steps)
-    if stored is not None:
-        imported = import_stored_runs(stored, root, name=name, base_name=base_name, digest=digest)
-        say(f"[{name}] imported from {stored}: " + ", ".join(f"{a} seeds {s}" for a, s in imported.items()))
     task = load_task(recipe["task"])
     rows = task.test[: 16 if smoke else comp.get("final_rows", FINAL_ROWS)]  # evaluated once per run, at the end
     val_rows = task.validation[: 16 if smoke else recipe["eval_limit"]]  # the curves (and any choice) use validation
@@ -791,6 +793,11 @@ def run_reasoning_comparison(name: str, out: str | Path = "runs/replicate", *, s
                 f.write(json.dumps({"step": step, "items": it}) + "\n")
         return {"eval/accuracy": a["sampled"], "eval/greedy": a["greedy"],
                 **{f"eval/{x}": v for x, v in a.items() if x.startswith("pass@")}, "perf/eval_time": time.perf_counter() - t0}
+    if stored is not None:
+        names_build = bool(json.loads(Path(stored).read_text()).get("base_weights_sha256"))
+        here = None if names_build else score(load_base_policy(base_name, progress=progress, steps=base_steps), rows)[1]
+        imported = import_stored_runs(stored, root, name=name, base_name=base_name, digest=digest, base_items=here)
+        say(f"[{name}] imported from {stored}: " + ", ".join(f"{a} seeds {s}" for a, s in imported.items()))
     t_all = time.perf_counter()
     base_file = root / "base.json"
     if base_file.exists() and (resume or report_only or stored is not None):

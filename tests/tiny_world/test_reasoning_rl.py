@@ -745,6 +745,29 @@ def test_import_stored_runs_pools_stored_seeds_with_new_ones(tmp_path, monkeypat
         main(["replicate", "gcpo-vs-grpo", "--import-results", str(results)])
 
 
+def test_import_of_a_report_without_its_build_digest_needs_the_same_base_scores(tmp_path, monkeypatch):
+    """A report written before `base_weights_sha256` was saved falls back to `REFERENCE_BUILDS`; on another build it is
+    imported only when this build's per-problem base scores equal the stored ones exactly (one sample off: refused)."""
+    name, here = "dgpo-countdown4-steps", "ab" * 32
+    monkeypatch.setattr("mmrl.tiny_world.models.REFERENCE_BUILDS", {})  # (the report's base has no reference entry)
+    x = [1.0, 0.0, 0.5, 0.25]
+    base_items = {"greedy": x, "sampled": x}
+    arm = next(iter(reasoning_rl.COMPARISONS[name]["arms"]))
+    stored = {"name": name, "base": "countdown4-steps-ar", "smoke": False, "before": {"sampled": 0.4},
+              "before_items": base_items, "arms": {arm: [{"seed": 0, "items": base_items, "after": {}}]}}
+    results = tmp_path / "stored.json"
+    results.write_text(json.dumps(stored))
+    with pytest.raises(ValueError, match="base build unknown is not the build in use abababababab"):
+        reasoning_rl.import_stored_runs(results, tmp_path / "a", name=name, base_name="countdown4-steps-ar", digest=here)
+    off = {"greedy": x, "sampled": [1.0, 0.0, 0.5, 0.5]}
+    with pytest.raises(ValueError, match="not the build in use"):
+        reasoning_rl.import_stored_runs(results, tmp_path / "b", name=name, base_name="countdown4-steps-ar", digest=here,
+                                        base_items=off)
+    assert reasoning_rl.import_stored_runs(results, tmp_path / "c", name=name, base_name="countdown4-steps-ar",
+                                           digest=here, base_items={"greedy": list(x), "sampled": list(x)}) == {arm: [0]}
+    assert json.loads((tmp_path / "c" / "base.json").read_text())["weights_sha256"] == here
+
+
 def test_dllm_dmpo_authors_arm_carries_the_preset_on_the_masked_diffusion_recipe(tmp_path):
     """`dllm-countdown3-dmpo-authors`: the arm, as loaded, has the DMPO preset's algorithm and optimizer settings
     (F = 8, reference target, individual baseline, no KL, T = 0.2, ...), the masked-diffusion base and batch of
