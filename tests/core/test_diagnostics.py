@@ -12,8 +12,8 @@ from mmrl.core.diagnostics import (
     finish_step_metrics,
     micro_batch_sums,
     sample_kl,
-    update_abs_mean,
-    update_ratio,
+    snapshot,
+    update_size,
     weight_mass,
 )
 from mmrl.models import adapter_class
@@ -99,20 +99,24 @@ def test_effective_sample_size_is_dmpos_and_bounded():
     assert bool(((ess >= 1 / 5 - 1e-6) & (ess <= 1 + 1e-6)).all())
 
 
-def test_update_ratio_hand_computed():
-    before = [torch.tensor([3.0, 4.0]), torch.tensor([0.0, 0.0])]
-    after = [torch.tensor([3.0, 5.0]), torch.tensor([1.0, 0.0])]
-    r = update_ratio(before, after)
-    assert r["global"] == pytest.approx(math.sqrt(2) / 5)  # ||(0, 1, 1, 0)|| / ||(3, 4, 0, 0)||
-    assert r["max"] == pytest.approx(0.2)  # 1 / 5; the zero tensor has no ratio
-    assert update_ratio(before, [b.clone() for b in before]) == {"global": 0.0, "max": 0.0}
-
-
-def test_update_abs_mean_hand_computed():
+def test_update_size_hand_computed():
     before = [torch.tensor([3.0, 4.0]), torch.tensor([0.0, 0.0])]
     after = [torch.tensor([3.0, 5.0]), torch.tensor([-1.0, 0.0])]
-    assert update_abs_mean(before, after) == pytest.approx(0.5)  # (0 + 1 + 1 + 0) / 4 elements
-    assert update_abs_mean(before, [b.clone() for b in before]) == 0.0
+    r = update_size([b.clone() for b in before], after)
+    assert r["global"] == pytest.approx(math.sqrt(2) / 5)  # ||(0, 1, -1, 0)|| / ||(3, 4, 0, 0)||
+    assert r["max"] == pytest.approx(0.2)  # 1 / 5; the zero tensor has no ratio
+    assert r["abs_mean"] == pytest.approx(0.5)  # (0 + 1 + 1 + 0) / 4 elements
+    assert update_size([b.clone() for b in before], [b.clone() for b in before]) == {"global": 0.0, "max": 0.0, "abs_mean": 0.0}
+    assert update_size([], []) == {"global": 0.0, "max": 0.0, "abs_mean": 0.0}
+
+
+def test_update_size_of_bf16_weights_is_exact():
+    # a bf16 step from 1 to the next bf16 value, 1 + 2^-7, on 1000 weights: the bf16 difference is exact and the sums
+    # accumulate in float32 (a bf16 norm would round 31.87 to 31.88)
+    before = snapshot([torch.ones(1000, dtype=torch.bfloat16)])
+    r = update_size(before, [torch.full((1000,), 1 + 2 ** -7, dtype=torch.bfloat16)])
+    assert r["abs_mean"] == 2 ** -7
+    assert r["global"] == pytest.approx(2 ** -7, rel=1e-6)
 
 
 def test_micro_batch_sums_give_the_step_ratios():
