@@ -102,13 +102,14 @@ def update_size(before: list[torch.Tensor], after: Sequence[torch.Tensor]) -> di
     the second moments are larger than the gradients, `init_optimizer_from_base`).
 
     Consumes `before` (the `snapshot` copies, overwritten with the differences): no second copy of the weights, and
-    the norms run as multi-tensor kernels (`torch._foreach_norm`), which took the diagnostics' cost on the 28M causal
-    LM from 3.2% of a step towards the 3% goal (issue 29).
+    the norms run as multi-tensor kernels (`torch._foreach_norm`) instead of three Python loops over float32 copies
+    (the diagnostics' cost is measured by benchmarks/diagnostics_overhead.py, issue 29).
 
     Args:
-        before: the trainable tensors before the optimizer step (`snapshot`'s copies, in the weights' dtype: the
-            difference of two nearby floats is exact in their own format, Sterbenz's lemma; the norms accumulate
-            and return in float32).
+        before: the trainable tensors before the optimizer step (`snapshot`'s copies, in the weights' dtype). The
+            difference is taken in that dtype: exact where the old and new value are within a factor of 2 of each
+            other (Sterbenz's lemma), which a small step gives for nearly every weight, rounded to the dtype's
+            precision for a weight that crosses or leaves zero; the norms accumulate and return in float32.
         after: the same tensors after the step, in the same order.
     """
     if not before:
