@@ -29,6 +29,9 @@ RESULTS = ROOT / "docs" / "results"
 OUT = RESULTS / "scoreboard.md"
 COMMAND = "python scripts/studies/scoreboard.py"
 DIGEST_CHARS = 12
+SUPERSEDED = "SUPERSEDED"
+"""A file of this name beside a results.json leaves that report out: its first line names the report that holds the
+same runs and more (e.g. a 3-seed report after its 5-seed re-run), so no run is counted twice."""
 GAIN, RFT, SFT = "gain", "RFT", "clean SFT"
 """The interval columns: the gain over the base, arm - RFT, arm - clean SFT."""
 BASELINE_LABELS = {RFT: (reasoning_rl.RFT_ARM, replicate.RFT_ROW, shapes_rl.RFT_ARM, vqa_rl.RFT_ARM),
@@ -232,7 +235,8 @@ def collect(results: Path) -> tuple[list[Report], list[tuple[str, str]]]:
     for path in sorted(results.rglob("results.json")):
         folder = path.parent.relative_to(results).as_posix()
         res = json.loads(path.read_text())
-        why = exclusion(res)
+        marker = path.parent / SUPERSEDED
+        why = f"superseded by {marker.read_text().strip().splitlines()[0]}" if marker.is_file() else exclusion(res)
         if why:
             left_out.append((folder, why))
             logger.info("left out %s: %s", folder, why)

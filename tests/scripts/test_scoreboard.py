@@ -113,6 +113,15 @@ def test_reports_without_item_scores_or_baselines_are_left_out_with_the_reason(t
     assert text.isascii() and "- bare: no baseline row" in text and sb.COMMAND in text
 
 
+def test_a_superseded_report_is_left_out_and_names_its_successor(tmp_path):
+    write(tmp_path, "cmp", countdown_report())
+    write(tmp_path, "cmp/three-seeds", countdown_report())
+    (tmp_path / "cmp/three-seeds" / sb.SUPERSEDED).write_text("cmp (5 seeds)\nwhy: more seeds\n")
+    rows, left_out = rows_of(tmp_path)
+    assert {folder for folder, _ in rows} == {"cmp"}  # the superseded copy's arms are not counted twice
+    assert left_out == {"cmp/three-seeds": "superseded by cmp (5 seeds)"}
+
+
 @pytest.mark.parametrize("folder", ["protocol/gcpo-vs-grpo-vqa-reads", "protocol/gcpo-vs-grpo"])
 def test_recomputed_intervals_match_the_stored_report_at_printed_precision(folder):
     path = ROOT / "docs" / "results" / folder / "results.json"  # read only
