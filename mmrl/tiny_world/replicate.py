@@ -225,10 +225,65 @@ def arm_config(name: str, arm: str, *, seed: int, rollouts: int, out: Path, smok
     return cfg
 
 
+def import_stored_runs(results_file: str | Path, root: Path, *, name: str, base_model: str, digest: str | None,
+                       lr: float, rollouts: int) -> dict[str, list[int]]:
+    """Seed `root`, the report folder of the Sudoku comparison `name`, with the runs an earlier report saved in
+    `results_file` (its results.json: every run's per-puzzle test scores, finished seeds and "incomplete" ones, the
+    base's scores and best-of-n), so that a resume skips them and the next report pools them with new seeds; returns
+    {row: [seeds imported]}. A run folder lost with its machine is then no loss: the seeds of one session's report and
+    of the next pool into one table.
+
+    The stored report must be of `name` on `base_model`, on the same build (its `base_weights_sha256` equal to
+    `digest`, the cached build's), at the same lr and rollout batches, and not a smoke run: another build is another
+    model, another lr or budget another arm. Writes `root/base.json`, `root/best_of_n.json` and
+    `root/runs/<run>/result.json` per stored run, marked `STORED_FROM` (no metrics.jsonl: the report's curves and
+    training diagnostics cover the runs trained here); a file already there is kept when it holds the same scores,
+    otherwise ValueError (never overwritten)."""
+    from mmrl.tiny_world.reasoning_rl import STORED_FROM, run_slug
+
+    res = json.loads(Path(results_file).read_text())
+    if res.get("name") != name or res.get("base_model", "sudoku4") != base_model:
+        raise ValueError(f"{results_file} is a report of {res.get('name')!r} on {res.get('base_model', 'sudoku4')!r}, "
+                         f"not {name!r} on {base_model!r}")
+    theirs = res.get("base_weights_sha256")
+    if not theirs or digest is None or theirs != digest:
+        raise ValueError(f"{results_file}: its base build {(theirs or 'unknown')[:12]} is not the build in use "
+                         f"{(digest or 'unknown')[:12]}: its runs are not paired with new ones")
+    if res.get("lr") != lr or res.get("rollouts") != rollouts:
+        raise ValueError(f"{results_file} holds runs at lr {res.get('lr')} and {res.get('rollouts')} rollout batches, "
+                         f"not lr {lr} and {rollouts}: pass those --lr / --rollouts or another report")
+    if res.get("smoke"):
+        raise ValueError(f"{results_file} is a smoke report")
+
+    def put(path: Path, data: dict, same: tuple[str, ...]) -> None:
+        if path.exists():
+            old = json.loads(path.read_text())
+            if any(old.get(k) != data.get(k) for k in same):
+                raise ValueError(f"{path} exists and differs from {results_file} in {[k for k in same if old.get(k) != data.get(k)]}")
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, json.dumps(data))
+
+    put(root / "base.json", {"base": res["base"], "base_items": res["base_items"], "weights_sha256": theirs,
+                             "base_model": base_model, "lr": lr, "base_validation": res["base_validation"]},
+        ("base_items", "weights_sha256"))
+    if res.get("best_of_n"):
+        put(root / "best_of_n.json", res["best_of_n"], ("items",))
+    done: dict[str, list[int]] = {}
+    for group in ("arms", "incomplete"):
+        for row, runs in (res.get(group) or {}).items():
+            for r in runs:
+                put(root / "runs" / run_slug(row, int(r["seed"])) / "result.json", {**r, STORED_FROM: str(results_file)},
+                    ("seed", "items"))
+                done.setdefault(row, []).append(int(r["seed"]))
+    return {row: sorted(seeds) for row, seeds in done.items()}
+
+
 def run_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int = 5, rollouts: int | None = None,
                    smoke: bool = False, progress: bool = True, baselines: bool = True,
                    cutoff: str | None = None, arms: list[str] | None = None, resume: bool = False,
-                   report_only: bool = False, base: str = "sudoku4", lr: float | None = None) -> dict[str, Any]:
+                   report_only: bool = False, base: str = "sudoku4", lr: float | None = None,
+                   stored: str | Path | None = None) -> dict[str, Any]:
     """Run every arm of the Sudoku comparison `name` (or those named in `arms`) over `seeds` from the cached
     masked-diffusion Sudoku base `base` (`SUDOKU_BASES`; default `sudoku4`), at the shared learning rate `lr`
     (default `STABLE`'s; the clean-SFT and RFT rows take the first arm's); report into `<out>/<name>`
@@ -256,7 +311,8 @@ def run_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int 
     report from the saved runs. `cutoff` ("HH:MM", UTC): start no run after that clock time. The table uses the
     seeds every row has finished (`complete_seeds`); the other finished runs are kept in results.json under
     "incomplete". An arm's `reward_funcs` replaces the task's reward for training only (validation and test score
-    the task's metric)."""
+    the task's metric). `stored`: an earlier report's results.json whose runs are imported first
+    (`import_stored_runs`; same comparison, build, lr and rollouts), then the call resumes: new seeds pool with them."""
     from mmrl.config.train_config import load_config
     from mmrl.data.tasks import load_task
     from mmrl.tiny_world import register
@@ -288,8 +344,9 @@ def run_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int 
     stop = cutoff_time(cutoff)
     root = Path(out) / name
     base_file, best_file = root / "base.json", root / "best_of_n.json"
-    if report_only and not base_file.exists():
+    if report_only and stored is None and not base_file.exists():
         raise ValueError(f"--report-only: no saved runs in {root} (base.json missing)")
+    resume = resume or stored is not None  # imported runs are saved runs to keep
     if root.exists() and not (resume or report_only):
         shutil.rmtree(root)
     root.mkdir(parents=True, exist_ok=True)
@@ -304,6 +361,13 @@ def run_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int 
     n_best = shape.num_generations  # best-of-n: the arms' answers per puzzle
     t_all = time.perf_counter()
     digest = build_digest(base_model, base_steps)  # the cached build's weights (tiny_spec.json), None if not built yet
+    if stored is not None:
+        if digest is None:  # the stored report names its build: build this one to compare, before anything else
+            load_base_policy(base_model, progress=progress, steps=base_steps)
+            digest = build_digest(base_model, base_steps)
+        imported = import_stored_runs(stored, root, name=name, base_model=base_model, digest=digest,
+                                      lr=shape.learning_rate, rollouts=rollouts)
+        logger.info(f"[{name}] imported from {stored}: " + ", ".join(f"{a} seeds {s}" for a, s in imported.items()))
     # one worker scores the base (and builds it if it is not cached) while the others wait, then they read its files
     with (nullcontext() if report_only else claimed(root / "claims" / "base", wait=True)):
         if base_file.exists() and (resume or report_only):
@@ -437,10 +501,12 @@ def run_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int 
     for arm, runs in arms.items():
         items = [r["items"] for r in runs]
         gains[arm] = difference_interval(items, base_m)
-        last_val = mean_std([([y for _, y in curve(r["records"], "eval/accuracy")] or [float("nan")])[-1] for r in runs])
-        rew = [[y for _, y in curve(r["records"], "reward")] for r in runs]
+        logged = [r for r in runs if r["records"]]  # runs trained here (imported runs keep no training log)
+        last_val = (mean_std([([y for _, y in curve(r["records"], "eval/accuracy")] or [float("nan")])[-1] for r in logged])
+                    if logged else None)
+        rew = [[y for _, y in curve(r["records"], "reward")] for r in logged]
         rew_cell = (f"{100 * mean_std([mean_std(y[:5])[0] for y in rew])[0]:.1f} / {100 * mean_std([mean_std(y[-5:])[0] for y in rew])[0]:.1f}"
-                    if all(rew) else "-")
+                    if rew and all(rew) else "-")
         label = f"{arm} ({len(runs)} seed{'s' if len(runs) > 1 else ''})"
         if arm == RFT_ROW:
             label += f", kept {sum(r['rft_accepted'] for r in runs)} of {sum(r['rft_sampled'] for r in runs)} samples"
@@ -448,7 +514,7 @@ def run_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int 
         if arm == CLEAN_SFT_ROW:
             sampled += f" ({compute_cell([r.get('trained_sequences') for r in runs])} true solutions)"
         rows.append([label, mean_interval(items).fmt(), gains[arm].fmt(signed=True),
-                     fmt(*last_val) if runs[0]["records"] else "-", rew_cell, compute_cell([r.get("steps") for r in runs]),
+                     fmt(*last_val) if logged else "-", rew_cell, compute_cell([r.get("steps") for r in runs]),
                      sampled, f"{mean_std([r['seconds'] for r in runs])[0]:.0f}"])
     table = markdown_table(["model", "test cell accuracy (%) [95% CI]", "gain over the base (points) [95% CI]",
                             "validation cell accuracy, last eval (%)", "train reward, first / last 5 steps (%)",
@@ -471,9 +537,11 @@ def run_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int 
     if diffs:
         table += "\n\n" + markdown_table(["difference, test cell accuracy (points)", "estimate [95% CI]", "claimed (interval excludes 0)"],
                                           [[k, v.fmt(signed=True), "yes" if v.excludes_zero else "no"] for k, v in diffs.items()])
-    plot_curves({a: [curve(r["records"], "eval/accuracy") for r in runs] for a, runs in arms.items() if runs[0]["records"]},
+    with_logs = {a: [r for r in runs if r["records"]] for a, runs in arms.items()}
+    with_logs = {a: runs for a, runs in with_logs.items() if runs}
+    plot_curves({a: [curve(r["records"], "eval/accuracy") for r in runs] for a, runs in with_logs.items()},
                 root / "accuracy.png", title=f"{name}: validation Sudoku cell accuracy", ylabel="cell accuracy")
-    plot_curves({a: [curve(r["records"], "reward", smooth=5) for r in runs] for a, runs in arms.items() if runs[0]["records"]},
+    plot_curves({a: [curve(r["records"], "reward", smooth=5) for r in runs] for a, runs in with_logs.items()},
                 root / "reward.png", title=f"{name}: training reward", ylabel="reward")
     results = {"name": name, "protocol": "curves on validation, test once per run; paired bootstrap 95% CI over test puzzles and seeds",
                "base": base, "base_model": base_model, "base_weights_sha256": saved_base["weights_sha256"],
@@ -491,16 +559,20 @@ def run_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int 
                "cutoff": cutoff,
                "lr": shape.learning_rate,
                "configs": {a: arm_config(name, a, seed=0, out=Path("."), **settings) for a in rl}}
-    diag = {a: [run_diagnostics(r["records"]) for r in runs] for a, runs in arms.items() if runs[0]["records"]}
+    diag = {a: [run_diagnostics(r["records"]) for r in runs] for a, runs in with_logs.items()}
     results["diagnostics"] = diag
     if diag:
         (root / "diagnostics.md").write_text(diagnostics_table(diag) + "\n\nMeans over seeds of each run's first 5 and last 5 "
                                              "training steps (`run_diagnostics`); KL [min, max] over seeds of the last 5.\n")
+    partial = {a: [r["seed"] for r in runs if r["records"]] for a, runs in arms.items() if a in rl and not all(r["records"] for r in runs)}
+    logs_note = ("\nValidation column, training reward, curves and diagnostics over the runs with training logs (the others "
+                 "were imported from a stored report's per-puzzle scores): " + "; ".join(
+                     f"{a} seeds {s or 'none'}" for a, s in partial.items()) + ".\n") if partial else ""
     (root / "results.json").write_text(json.dumps(results, indent=2, default=str))
     (root / "table.md").write_text(table + f"\n\nBase `{base_model}` (weights {(saved_base['weights_sha256'] or 'unknown')[:12]}), "
                                    f"{seeds} seeds ({', '.join(map(str, use))}), {rollouts} rollout batches per "
                                    f"arm at lr {shape.learning_rate:g}, {len(test)} test puzzles, {results['run_seconds']:.0f} s of training and "
-                                   f"scoring over the reported runs.\n")
+                                   f"scoring over the reported runs.\n" + logs_note)
     logger.info("\n" + table + f"\n\n{root}  ({total:.0f} s)")
     return results
 
@@ -627,9 +699,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--report-only", action="store_true", help="the Countdown and Sudoku comparisons and gcpo-vs-grpo-vqa: "
                         "run nothing, build the "
                         "report from the saved runs (the seeds every row has finished)")
-    parser.add_argument("--import-results", default=None, metavar="RESULTS_JSON", help="the Countdown comparisons: "
-                        "first import the runs of an earlier report's results.json (its per-problem scores; same "
-                        "comparison and base build) into OUT/NAME, then resume: new seeds pool with them")
+    parser.add_argument("--import-results", default=None, metavar="RESULTS_JSON", help="the Countdown and Sudoku "
+                        "comparisons: first import the runs of an earlier report's results.json (its per-item scores; "
+                        "same comparison and base build, and for Sudoku the same --lr and --rollouts) into OUT/NAME, "
+                        "then resume: new seeds pool with them")
     parser.add_argument("--cutoff", default=None, help="gcpo-vs-grpo-vqa, dmpo-vs-grpo-masked and the Sudoku comparisons: "
                         "start no run after this UTC clock time (HH:MM); the report uses the seeds that finished")
     parser.add_argument("--smoke", action="store_true", help="2 rollouts per arm, 16 test puzzles, a "
@@ -647,8 +720,11 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit(f"{args.name} --base must be one of {list(SUDOKU_BASES)}, got {args.base!r}")
     if args.seeds < 1:
         raise SystemExit(f"--seeds must be >= 1, got {args.seeds}")
-    if args.import_results is not None and args.name not in REASONING:
-        raise SystemExit(f"--import-results applies to the Countdown comparisons {sorted(REASONING)}, not {args.name!r}")
+    if args.import_results is not None and args.name not in REASONING and args.name not in COMPARISONS:
+        raise SystemExit(f"--import-results applies to the Countdown comparisons {sorted(REASONING)} and the Sudoku "
+                         f"comparisons {sorted(COMPARISONS)}, not {args.name!r}")
+    if args.import_results is not None and not Path(args.import_results).is_file():
+        raise SystemExit(f"--import-results {args.import_results!r}: no such file (an earlier report's results.json)")
     if args.cutoff is not None and args.name not in ("gcpo-vs-grpo-vqa", "dmpo-vs-grpo-masked") and args.name not in COMPARISONS:
         raise SystemExit(f"--cutoff applies to gcpo-vs-grpo-vqa, dmpo-vs-grpo-masked and the Sudoku comparisons only, "
                          f"not {args.name!r}")
@@ -705,7 +781,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         run_comparison(args.name, args.out, seeds=args.seeds, rollouts=args.rollouts, smoke=args.smoke,
                        baselines=not args.no_baselines, cutoff=args.cutoff, arms=args.arm, resume=args.resume,
-                       report_only=args.report_only, base=args.base or "sudoku4", lr=args.lr)
+                       report_only=args.report_only, base=args.base or "sudoku4", lr=args.lr, stored=args.import_results)
     except ValueError as e:
         raise SystemExit(str(e)) from None
     return 0

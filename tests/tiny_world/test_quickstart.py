@@ -476,3 +476,74 @@ def test_sudoku_report_only_uses_the_seeds_every_row_finished(tmp_path, monkeypa
         run_comparison(name, tmp_path, seeds=2, smoke=True, progress=False, report_only=True)
     with pytest.raises(ValueError, match="no saved runs"):
         run_comparison(name, tmp_path / "empty", seeds=2, smoke=True, progress=False, report_only=True)
+
+
+def test_sudoku_import_results_pools_a_stored_reports_seeds_with_new_ones(tmp_path, monkeypatch):
+    """`--import-results` for a Sudoku comparison: an earlier report's runs (seed 0 of every row, from its results.json)
+    land in a new folder as saved runs, and the report pools them with seed 1 trained there; its curves and training
+    diagnostics cover the runs with logs and the table says so. A report of another build, lr or comparison is
+    refused before anything is written, and a saved run with other scores is never overwritten."""
+    from mmrl.tiny_world.models import SMOKE_BASE_STEPS, model_dir
+    from mmrl.tiny_world.reasoning_rl import STORED_FROM, run_slug
+    from mmrl.tiny_world.replicate import CLEAN_SFT_ROW, COMPARISONS, RFT_ROW, STABLE, run_comparison
+
+    name, n = "dmpo-vs-d1", 16  # --smoke: 16 test puzzles, 2 rollout batches
+    monkeypatch.setenv("MMRL_CACHE", str(tmp_path / "cache"))
+    spec = model_dir("sudoku4", SMOKE_BASE_STEPS) / "tiny_spec.json"  # the cached build's digest, no weights needed
+    spec.parent.mkdir(parents=True)
+    spec.write_text(json.dumps({"weights_sha256": "c" * 64}))
+    rl, rows = list(COMPARISONS[name]), list(COMPARISONS[name]) + [CLEAN_SFT_ROW, RFT_ROW]
+
+    def run(row: str, seed: int, acc: float) -> dict:
+        r = {"seed": seed, "accuracy": acc, "items": [acc] * n, "seconds": 10.0, "steps": 2,
+             "rollouts": 0 if row == CLEAN_SFT_ROW else 64}
+        return {**r, **({"trained_sequences": 64} if row == CLEAN_SFT_ROW else {}),
+                **({"rft_accepted": 5, "rft_sampled": 64} if row == RFT_ROW else {})}
+
+    stored = {"name": name, "base_model": "sudoku4", "base_weights_sha256": "c" * 64, "lr": STABLE["learning_rate"],
+              "rollouts": 2, "smoke": False, "base": 0.5, "base_items": [0.5] * n, "base_validation": 0.55,
+              "best_of_n": {"items": {"best": [0.75] * n, "verified": [0.7] * n, "sampled": [0.45] * n, "greedy": [0.5] * n},
+                            "seconds": 1.0},
+              "arms": {row: [run(row, 0, 0.25 + 0.125 * i)] for i, row in enumerate(rows)}, "incomplete": {}}
+    path = tmp_path / "stored.json"
+    path.write_text(json.dumps(stored))
+    for bad, why in (({"base_weights_sha256": "a" * 64}, "base build aaaaaaaaaaaa is not the build in use cccccccccccc"),
+                     ({"lr": 1e-4}, "holds runs at lr 0.0001 and 2 rollout batches, not lr 0.0005 and 2"),
+                     ({"name": "sudoku-rewards"}, "is a report of 'sudoku-rewards' on 'sudoku4', not 'dmpo-vs-d1'")):
+        other = tmp_path / "other.json"
+        other.write_text(json.dumps({**stored, **bad}))
+        with pytest.raises(ValueError, match=why):
+            run_comparison(name, tmp_path / "refused", seeds=1, smoke=True, progress=False, report_only=True, stored=other)
+        assert not (tmp_path / "refused" / name / "base.json").exists()  # refused before anything is written
+
+    root = tmp_path / "new" / name
+    for i, row in enumerate(rows):  # seed 1, as if trained in this folder (with training logs for the RL arms)
+        d = root / "runs" / run_slug(row, 1)
+        d.mkdir(parents=True)
+        (d / "result.json").write_text(json.dumps(run(row, 1, 0.375 + 0.125 * i)))
+        if row in rl:
+            recs = [{"step": s, "reward": 0.5, "kl": 0.01 * s, "diag/neg_weight_frac": 0.4} for s in (1, 2)]
+            (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs + [{"step": 2, "eval/accuracy": 0.6}]))
+    res = run_comparison(name, tmp_path / "new", seeds=2, smoke=True, progress=False, report_only=True, stored=path)
+    assert res["seeds_used"] == [0, 1] and res["base_items"] == [0.5] * n
+    for i, row in enumerate(rows):
+        assert [r["items"][0] for r in res["arms"][row]] == [0.25 + 0.125 * i, 0.375 + 0.125 * i]
+        assert res["arms"][row][0][STORED_FROM] == str(path) and STORED_FROM not in res["arms"][row][1]
+    # paired over 16 puzzles and the 2 seeds: dmpo's seeds score 0.375 / 0.5, diffu-grpo's 0.25 / 0.375
+    assert res["differences"][f"{rl[1]} - {rl[0]}"]["estimate"] == pytest.approx(0.125)
+    assert res["gains"][rl[0]]["estimate"] == pytest.approx(0.3125 - 0.5)
+    assert [len(d) for d in res["diagnostics"].values()] == [1, 1]  # the logged runs only
+    table = (root / "table.md").read_text()
+    assert f"{rl[0]} seeds [1]" in table and "imported from a stored report" in table
+    row = next(line for line in table.splitlines() if line.startswith(f"| {rl[0]} (2 seeds)"))
+    assert row.split("|")[4].strip().startswith("60.0 ")  # the validation column: seed 1's log only
+    # a saved run with other scores is never overwritten by an import
+    clash = root / "runs" / run_slug(rl[0], 0) / "result.json"
+    clash.write_text(json.dumps(run(rl[0], 0, 0.9)))
+    with pytest.raises(ValueError, match="exists and differs"):
+        run_comparison(name, tmp_path / "new", seeds=2, smoke=True, progress=False, report_only=True, stored=path)
+    assert json.loads(clash.read_text())["accuracy"] == 0.9
+    with pytest.raises(SystemExit, match="--import-results applies to the Countdown comparisons"):
+        main(["replicate", "gcpo-vs-grpo", "--import-results", str(path)])
+    with pytest.raises(SystemExit, match="no such file"):
+        main(["replicate", name, "--import-results", str(tmp_path / "missing.json")])
