@@ -635,6 +635,19 @@ def stored_digest(results: dict[str, Any]) -> str | None:
     return REFERENCE_BUILDS.get((model_dir(results["base"]).name, _torch_version()))
 
 
+def put_stored(path: Path, data: dict, same: Sequence[str], *, source: str | Path) -> None:
+    """Write `data` (an imported run's or base's file, from the stored report `source`) to `path`, unless a file is
+    there already: it is then kept when it holds the same values of the keys `same`, else ValueError (an import
+    never overwrites a saved run)."""
+    if path.exists():
+        old = json.loads(path.read_text())
+        if any(old.get(k) != data.get(k) for k in same):
+            raise ValueError(f"{path} exists and differs from {source} in {[k for k in same if old.get(k) != data.get(k)]}")
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data))
+
+
 def import_stored_runs(results_file: str | Path, root: Path, *, name: str, base_name: str,
                        digest: str | None, base_items: dict[str, list[float]] | None = None) -> dict[str, list[int]]:
     """Seed the report folder `root` of comparison `name` with the runs an earlier report saved in `results_file` (its
@@ -666,13 +679,7 @@ def import_stored_runs(results_file: str | Path, root: Path, *, name: str, base_
         logger.info("import_stored_runs: %s rows are not runs of their own and are not imported: %s", results_file, unknown)
 
     def put(path: Path, data: dict, same: Sequence[str]) -> None:
-        if path.exists():
-            old = json.loads(path.read_text())
-            if any(old.get(k) != data.get(k) for k in same):
-                raise ValueError(f"{path} exists and differs from {results_file} in {[k for k in same if old.get(k) != data.get(k)]}")
-            return
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(data))
+        put_stored(path, data, same, source=results_file)
 
     put(root / "base.json", {"before": res["before"], "before_items": res["before_items"],
                              "ref": (res.get("reference") or {}).get("after"), "ref_items": (res.get("reference") or {}).get("items"),

@@ -239,7 +239,7 @@ def import_stored_runs(results_file: str | Path, root: Path, *, name: str, base_
     `root/runs/<run>/result.json` per stored run, marked `STORED_FROM` (no metrics.jsonl: the report's curves and
     training diagnostics cover the runs trained here); a file already there is kept when it holds the same scores,
     otherwise ValueError (never overwritten)."""
-    from mmrl.tiny_world.reasoning_rl import STORED_FROM, run_slug
+    from mmrl.tiny_world.reasoning_rl import STORED_FROM, put_stored, run_slug
 
     res = json.loads(Path(results_file).read_text())
     if res.get("name") != name or res.get("base_model", "sudoku4") != base_model:
@@ -256,13 +256,7 @@ def import_stored_runs(results_file: str | Path, root: Path, *, name: str, base_
         raise ValueError(f"{results_file} is a smoke report")
 
     def put(path: Path, data: dict, same: tuple[str, ...]) -> None:
-        if path.exists():
-            old = json.loads(path.read_text())
-            if any(old.get(k) != data.get(k) for k in same):
-                raise ValueError(f"{path} exists and differs from {results_file} in {[k for k in same if old.get(k) != data.get(k)]}")
-            return
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(path, json.dumps(data))
+        put_stored(path, data, same, source=results_file)
 
     put(root / "base.json", {"base": res["base"], "base_items": res["base_items"], "weights_sha256": theirs,
                              "base_model": base_model, "lr": lr, "base_validation": res["base_validation"]},
