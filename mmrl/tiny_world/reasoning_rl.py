@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -678,9 +679,7 @@ def import_stored_runs(results_file: str | Path, root: Path, *, name: str, base_
     if unknown:  # e.g. an arm at equal rollouts: a view of its run, rebuilt from that run's own result
         logger.info("import_stored_runs: %s rows are not runs of their own and are not imported: %s", results_file, unknown)
 
-    def put(path: Path, data: dict, same: Sequence[str]) -> None:
-        put_stored(path, data, same, source=results_file)
-
+    put = partial(put_stored, source=results_file)
     put(root / "base.json", {"before": res["before"], "before_items": res["before_items"],
                              "ref": (res.get("reference") or {}).get("after"), "ref_items": (res.get("reference") or {}).get("items"),
                              "validation": res.get("base_validation"), "weights_sha256": theirs},

@@ -239,6 +239,8 @@ def import_stored_runs(results_file: str | Path, root: Path, *, name: str, base_
     `root/runs/<run>/result.json` per stored run, marked `STORED_FROM` (no metrics.jsonl: the report's curves and
     training diagnostics cover the runs trained here); a file already there is kept when it holds the same scores,
     otherwise ValueError (never overwritten)."""
+    from functools import partial
+
     from mmrl.tiny_world.reasoning_rl import STORED_FROM, put_stored, run_slug
 
     res = json.loads(Path(results_file).read_text())
@@ -255,9 +257,7 @@ def import_stored_runs(results_file: str | Path, root: Path, *, name: str, base_
     if res.get("smoke"):
         raise ValueError(f"{results_file} is a smoke report")
 
-    def put(path: Path, data: dict, same: tuple[str, ...]) -> None:
-        put_stored(path, data, same, source=results_file)
-
+    put = partial(put_stored, source=results_file)
     put(root / "base.json", {"base": res["base"], "base_items": res["base_items"], "weights_sha256": theirs,
                              "base_model": base_model, "lr": lr, "base_validation": res["base_validation"]},
         ("base_items", "weights_sha256"))
@@ -492,10 +492,11 @@ def run_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int 
         rows.append([f"base, one sampled answer (T = 1, mean of {n_best})", mean_interval([best["items"]["sampled"]]).fmt(),
                      difference_interval([best["items"]["sampled"]], base_m).fmt(signed=True), "-", "-", "0",
                      f"0 ({n_best} per test puzzle)", "-"])
+    with_logs = {a: [r for r in runs if r["records"]] for a, runs in arms.items()}  # imported runs keep no training log
     for arm, runs in arms.items():
         items = [r["items"] for r in runs]
         gains[arm] = difference_interval(items, base_m)
-        logged = [r for r in runs if r["records"]]  # runs trained here (imported runs keep no training log)
+        logged = with_logs[arm]
         last_val = (mean_std([([y for _, y in curve(r["records"], "eval/accuracy")] or [float("nan")])[-1] for r in logged])
                     if logged else None)
         rew = [[y for _, y in curve(r["records"], "reward")] for r in logged]
@@ -531,7 +532,6 @@ def run_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int 
     if diffs:
         table += "\n\n" + markdown_table(["difference, test cell accuracy (points)", "estimate [95% CI]", "claimed (interval excludes 0)"],
                                           [[k, v.fmt(signed=True), "yes" if v.excludes_zero else "no"] for k, v in diffs.items()])
-    with_logs = {a: [r for r in runs if r["records"]] for a, runs in arms.items()}
     with_logs = {a: runs for a, runs in with_logs.items() if runs}
     plot_curves({a: [curve(r["records"], "eval/accuracy") for r in runs] for a, runs in with_logs.items()},
                 root / "accuracy.png", title=f"{name}: validation Sudoku cell accuracy", ylabel="cell accuracy")
@@ -558,7 +558,7 @@ def run_comparison(name: str, out: str | Path = "runs/replicate", *, seeds: int 
     if diag:
         (root / "diagnostics.md").write_text(diagnostics_table(diag) + "\n\nMeans over seeds of each run's first 5 and last 5 "
                                              "training steps (`run_diagnostics`); KL [min, max] over seeds of the last 5.\n")
-    partial = {a: [r["seed"] for r in runs if r["records"]] for a, runs in arms.items() if a in rl and not all(r["records"] for r in runs)}
+    partial = {a: [r["seed"] for r in with_logs.get(a, [])] for a in rl if len(with_logs.get(a, [])) < len(arms[a])}
     logs_note = ("\nValidation column, training reward, curves and diagnostics over the runs with training logs (the others "
                  "were imported from a stored report's per-puzzle scores): " + "; ".join(
                      f"{a} seeds {s or 'none'}" for a, s in partial.items()) + ".\n") if partial else ""
