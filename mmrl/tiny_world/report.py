@@ -98,15 +98,30 @@ def image_grid(images: list, titles: list[str], path: str | Path, cols: int = 8)
     return path
 
 
-def cutoff_time(cutoff: str | None) -> float | None:
-    """The epoch time of today's `cutoff` ("HH:MM", UTC), None without one; a one-line error for a bad string."""
+CUTOFF_WINDOW_HOURS = 12
+"""A cutoff "HH:MM" names the occurrence of that UTC clock time nearest to now, within this many hours either way:
+at 23:20 "00:55" is the coming night's, and "23:10" (ten minutes ago) has passed."""
+
+
+def cutoff_time(cutoff: str | None, now: float | None = None) -> float | None:
+    """The epoch time of the UTC clock time `cutoff` ("HH:MM") nearest to `now` (default: the current time; the
+    occurrence within `CUTOFF_WINDOW_HOURS` of it, so a cutoff past midnight is the next day's), None without one; a
+    one-line error for a bad string."""
     if cutoff is None:
         return None
     import datetime as dt
 
     try:
-        hh, mm = (int(x) for x in cutoff.split(":"))
-        when = dt.datetime.now(dt.timezone.utc).replace(hour=hh, minute=mm, second=0, microsecond=0)
+        hh, mm = (int(x) for x in str(cutoff).split(":"))
+        if not (0 <= hh < 24 and 0 <= mm < 60):
+            raise ValueError
     except ValueError:
         raise ValueError(f"cutoff must be a UTC clock time HH:MM, got {cutoff!r}") from None
+    at = dt.datetime.now(dt.timezone.utc) if now is None else dt.datetime.fromtimestamp(now, dt.timezone.utc)
+    when = at.replace(hour=hh, minute=mm, second=0, microsecond=0)
+    window = dt.timedelta(hours=CUTOFF_WINDOW_HOURS)
+    if when - at > window:
+        when -= dt.timedelta(days=1)
+    elif at - when >= window:
+        when += dt.timedelta(days=1)
     return when.timestamp()

@@ -15,7 +15,6 @@ Writes `<out>/gcpo-vs-grpo-vqa/results.json` (base accuracy and pass@k, each arm
 """
 from __future__ import annotations
 
-import datetime as _dt
 import json
 import logging
 import shutil
@@ -25,6 +24,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import torch
+
+from mmrl.tiny_world.report import cutoff_time
 
 logger = logging.getLogger(__name__)
 
@@ -204,27 +205,9 @@ def pass_at_k(policy, rows: Sequence[dict], k: int = PASS_K, *, seed: int = 0, b
     return {"pass@1": per_type_accuracy(rows, mean), f"pass@{k}": per_type_accuracy(rows, best)}
 
 
-def _utc_now() -> _dt.datetime:
-    return _dt.datetime.now(_dt.timezone.utc)
-
-
 def _past(cutoff: str | None) -> bool:
-    """Whether the UTC clock time `cutoff` ("HH:MM", today) has passed."""
-    if cutoff is None:
-        return False
-    now = _utc_now()
-    hh, mm = _parse_cutoff(cutoff)
-    return (now.hour, now.minute) >= (hh, mm)
-
-
-def _parse_cutoff(cutoff: str) -> tuple[int, int]:
-    try:
-        hh, mm = (int(x) for x in str(cutoff).split(":"))
-        if not (0 <= hh < 24 and 0 <= mm < 60):
-            raise ValueError
-    except ValueError:
-        raise ValueError(f"cutoff must be a UTC clock time HH:MM, got {cutoff!r}") from None
-    return hh, mm
+    """Whether the UTC clock time `cutoff` ("HH:MM", its occurrence nearest to now: `report.cutoff_time`) has passed."""
+    return cutoff is not None and time.time() >= cutoff_time(cutoff)
 
 
 def run_gcpo_vs_grpo_vqa(out: str | Path = "runs/replicate", seeds: int = 5, smoke: bool = False, steps: int | None = None,
@@ -262,7 +245,7 @@ def run_gcpo_vs_grpo_vqa(out: str | Path = "runs/replicate", seeds: int = 5, smo
             raise ValueError(f"only= must name rows among {list(ROWS)}, got {bad}")
         rows_run = [r for r in rows_run if r in only]
     if cutoff is not None:
-        _parse_cutoff(cutoff)
+        cutoff_time(cutoff)
     base_name = check_vqa_base(base)
     say = logger.info if progress else (lambda *a, **k: None)
     root = Path(out) / NAME

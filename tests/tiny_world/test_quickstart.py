@@ -157,6 +157,27 @@ def test_replicate_contrasts_name_arms_and_cutoff_parses():
     assert (when.hour, when.minute, when.second) == (8, 3, 0)
     with pytest.raises(ValueError, match="cutoff must be a UTC clock time HH:MM, got '8h03'"):
         _cutoff_time("8h03")
+    with pytest.raises(ValueError, match="got '24:00'"):
+        _cutoff_time("24:00")
+
+
+def test_cutoff_is_the_clock_times_occurrence_nearest_to_now():
+    """A cutoff past midnight is the coming night's (a job started at 23:20 with `--cutoff 00:55` runs), one a few
+    minutes back has passed, and an evening cutoff read just after midnight is the evening before (hand-picked
+    instants, UTC)."""
+    import datetime as dt
+
+    from mmrl.tiny_world.report import cutoff_time
+
+    def at(day, hh, mm):
+        return dt.datetime(2026, 12, day, hh, mm, tzinfo=dt.timezone.utc).timestamp()
+
+    assert cutoff_time("00:55", now=at(6, 23, 20)) == at(7, 0, 55)
+    assert cutoff_time("23:10", now=at(6, 23, 20)) == at(6, 23, 10)
+    assert cutoff_time("23:50", now=at(7, 0, 10)) == at(6, 23, 50)
+    assert cutoff_time("08:03", now=at(6, 7, 0)) == at(6, 8, 3)
+    assert cutoff_time("19:00", now=at(6, 7, 0)) == at(6, 19, 0)  # 12 h ahead: still today's
+    assert cutoff_time("19:01", now=at(6, 7, 0)) == at(5, 19, 1)  # more than 12 h ahead: yesterday's, passed
 
 
 def test_sudoku_dmpo_vs_d1_smoke_has_the_baseline_rows(tmp_path, monkeypatch, smoke_cache):
