@@ -698,7 +698,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         "same comparison and base build, and for Sudoku the same --lr and --rollouts) into OUT/NAME, "
                         "then resume: new seeds pool with them")
     parser.add_argument("--cutoff", default=None, help="gcpo-vs-grpo-vqa, dmpo-vs-grpo-masked and the Sudoku comparisons: "
-                        "start no run after this UTC clock time (HH:MM); the report uses the seeds that finished")
+                        "start no run after this UTC clock time (HH:MM, its occurrence nearest to now: 00:55 given at 23:20 is "
+                        "the coming night's); the report uses the seeds that finished")
     parser.add_argument("--smoke", action="store_true", help="2 rollouts per arm, 16 test puzzles, a "
                         "20-step base (plumbing check)")
 
