@@ -184,8 +184,10 @@ def dllm_samplers(d: dict) -> list[str]:
            f"{a['block_length']}, greedy; median of {a['repeats']} round-robin repeats. Accuracy: the task's metric "
            "(fraction of blank cells filled correctly).", ""]
     rows = [[name, f"{r['tokens_per_s']:.0f}", f"{r['speedup']:.2f}x", r["forward_passes"], f"{r['fed_ratio']:.2f}x",
-             "-" if r["accuracy"] is None else f"{100 * r['accuracy']:.1f}%"] for name, r in d["results"].items()]
-    out += table(["sampler", "tokens/s", "speed-up", "forward passes", "fewer positions fed", "accuracy"], rows)
+             "-" if r["accuracy"] is None else f"{100 * r['accuracy']:.1f}%",
+             f"{100 * r['agreement']:.1f}%" if "agreement" in r else "-"] for name, r in d["results"].items()]
+    out += table(["sampler", "tokens/s", "speed-up", "forward passes", "fewer positions fed", "accuracy",
+                  "outputs equal to the baseline's"], rows)
     return out
 
 

@@ -754,6 +754,10 @@ def test_sampler_benchmark_smoke(tmp_path):
         assert res[name]["forward_passes"] == res["threshold"]["forward_passes"]
         assert res[name]["positions_fed"] < res["threshold"]["positions_fed"]
     assert res["threshold+dual_cache"]["positions_fed"] < res["threshold+cache"]["positions_fed"]
+    for name in ("low_conf+cache", "low_conf+dual_cache"):  # the baseline's schedule, fewer positions fed
+        assert res[name]["forward_passes"] == gl and res[name]["positions_fed"] < res["low_conf_steps=len"]["positions_fed"]
+    assert res["low_conf_steps=len"]["agreement"] == 1.0  # the baseline against itself
+    assert all(0.0 <= r["agreement"] <= 1.0 for r in res.values())
 
 
 def test_remote_code_written_for_transformers_4_loads(tmp_path):
