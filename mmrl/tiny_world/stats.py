@@ -44,6 +44,8 @@ class Interval:
     high: float
     n_items: int
     n_seeds: int
+    """The fewest seed rows among the compared arms: 1 for a gain over the base, which is measured once (the arm's
+    seeds are still all resampled), the smaller seed count for a difference of two arms."""
     level: float = LEVEL
 
     @property
