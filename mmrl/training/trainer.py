@@ -47,6 +47,7 @@ from mmrl.reporting.metrics_log import MetricLogger
 from mmrl.core.optim import build_optimizer, build_scheduler
 from mmrl.methods import METHODS, MicroBatch, behaviour_is_current
 from mmrl.training.peer_failure import is_peer_failure, peer_failure_message
+from mmrl.training.process_group import destroy_at_exit
 from mmrl.training.policy_factory import (attach_rollout_engine, build_policy, check_model_source, ensure_lora, estimator_options, family_class,
                                           generation_options, mix_into_reference, set_generation_defaults, wants_reference)
 from mmrl.training.prompt_stream import PromptStream
@@ -150,6 +151,8 @@ class Trainer:
         cpu_ddp = int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.cuda.is_available()
         pg = InitProcessGroupKwargs(timeout=datetime.timedelta(seconds=cfg.ddp_timeout))  # a frozen peer: an error, not a hang
         self.accelerator = Accelerator(mixed_precision=cfg.mixed_precision, kwargs_handlers=[ddp, pg], cpu=cpu_ddp)
+        if self.accelerator.num_processes > 1:
+            destroy_at_exit()  # the group ends before interpreter teardown, where gloo's threads can abort the process
         self.is_main = self.accelerator.is_main_process
         self.run_dir = Path(cfg.output_dir)
         if not cfg.resume_from and (found := latest_checkpoint(self.run_dir)) is not None:

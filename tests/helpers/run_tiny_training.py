@@ -21,7 +21,18 @@ from mmrl.training.trainer import Trainer  # noqa: E402
 from tiny_world_fixtures import dataset_for, reward_for  # noqa: E402
 
 
+def _report_process_group() -> None:
+    """Registered before the Trainer exists, so it runs after the Trainer's own exit handler (atexit is last in,
+    first out): the distributed test reads whether the process group outlived the run."""
+    import torch.distributed as dist
+
+    print(f"process group alive at exit: {dist.is_available() and dist.is_initialized()}", flush=True)
+
+
 def main() -> None:
+    import atexit
+
+    atexit.register(_report_process_group)
     torch.set_num_threads(1)
     values = json.loads(sys.argv[1])
     cfg = load_config(None, values)

@@ -39,6 +39,8 @@ def test_two_processes_equal_one(method, loss_type, tmp_path):
            str(HERE / "helpers" / "run_tiny_training.py"), json.dumps(two)]
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-5000:]
+    # both ranks end their gloo group before interpreter teardown (`mmrl.training.process_group`)
+    assert r.stdout.count("process group alive at exit: False") == 2, r.stdout[-2000:]
     w1, w2 = weights(tmp_path / "one"), weights(tmp_path / "two")
     assert w1.keys() == w2.keys()
     moved = 0.0
