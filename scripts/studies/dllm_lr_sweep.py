@@ -213,10 +213,9 @@ def test_stage(out: Path, labels: list[str], deadline: str, seeds: int = 5, name
     import datetime as dt
 
     from mmrl.tiny_world.reasoning_rl import run_reasoning_comparison, run_slug
+    from mmrl.tiny_world.report import cutoff_time
 
-    now = dt.datetime.now(dt.timezone.utc)
-    h, m = (int(x) for x in deadline.split(":"))
-    end = now.replace(hour=h, minute=m, second=0, microsecond=0)
+    end = dt.datetime.fromtimestamp(cutoff_time(deadline), dt.timezone.utc)  # past midnight: the coming night's
     per_seed = 8 * 60.0 * len(labels) if first_projection is None else first_projection
     for n in range(1, seeds + 1):
         saved = all((out / name / "runs" / run_slug(a, n - 1) / "result.json").exists() for a in labels)
