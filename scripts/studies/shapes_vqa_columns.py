@@ -27,12 +27,19 @@ BACKGROUND_TOLERANCE = 30
 
 parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
 parser.add_argument("--base", default="shapes-vqa-qwen3", type=vqa_base_option)
+parser.add_argument("--model", default=None, help="a saved vlm adapter directory instead of --base (e.g. "
+                    "shapes_vqa_probe.py --save DIR)")
 args = parser.parse_args()
-name = args.base
+name = args.model or args.base
 torch.set_num_threads(1)
 torch.manual_seed(0)
 register()
-policy = load_base_policy(name, progress=False)
+if args.model:
+    from mmrl.models import adapter_class
+
+    policy = adapter_class("vlm").from_pretrained(args.model)
+else:
+    policy = load_base_policy(name, progress=False)
 task = load_task("shapes_vqa")
 side = GRID // MERGE  # merged tokens per row
 px = CELL_PX * MERGE  # pixels per merged token

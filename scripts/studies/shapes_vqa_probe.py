@@ -46,6 +46,8 @@ parser.add_argument("--pos-scale", type=float, default=None,
                     help="Qwen3-VL: multiply the vision tower's initial absolute position table by this (its init std is "
                          "0.02 against about 3.3 for the patch embeddings; scripts/studies/shapes_vqa_columns.py)")
 parser.add_argument("--phases", default="[]", help='curriculum, json: [[["shape", "colour"], 2500], ...]')
+parser.add_argument("--save", default=None, help="save the trained model here (a vlm adapter directory: "
+                    "shapes_vqa_columns.py --model DIR reads its columns)")
 args = parser.parse_args()
 types = args.types.split(",")
 if bad := [t for t in types if t not in QUESTION_TYPES]:
@@ -171,3 +173,5 @@ report = {"args": vars(args), "parameters": sum(p.numel() for p in policy.model.
                             for i in range(0, len(history), 50)]}
 with open(args.out, "w") as f:
     json.dump(report, f, indent=1)
+if args.save:
+    policy.save_pretrained(args.save)
