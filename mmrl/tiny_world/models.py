@@ -301,6 +301,20 @@ TINY_MODELS: dict[str, TinySpec] = {
                     "colour 0.976 [0.940, 1.000] (chance 1/7), shape 0.989, far above their majority answers; position "
                     "0.453, at its majority answer (memorised on the training rows, final loss 0.003, not generalised; "
                     "docs/RESULTS.md, \"Issue 25, item 5\": the Qwen3-VL probes and the base)"),
+    "shapes-vqa-qwen3-col": TinySpec(
+        name="shapes-vqa-qwen3-col", family="vlm", task="shapes_vqa", arch=SHAPES_VQA_QWEN3_DEEP_ARCH,
+        steps=6000, lr=2e-3, batch_size=32, gen_length=10, data={"aux_types": ["column"]},
+        description="`shapes-vqa-qwen3`'s model and true-label mix at 6,000 steps, with one pre-training-only "
+                    "question per training scene, \"column of the red one?\" -> \"0\" .. \"9\" (`shapes_vqa."
+                    "AUX_QUESTION_TYPES`): ten about equally likely answers, so the model must read where an object is "
+                    "(docs/RESULTS.md, \"Issue 25, item 5\": the column question)"),
+    "shapes-vqa-qwen3-col50": TinySpec(
+        name="shapes-vqa-qwen3-col50", family="vlm", task="shapes_vqa",
+        arch=dict(SHAPES_VQA_QWEN3_DEEP_ARCH, position_table_scale=50.0),
+        steps=6000, lr=2e-3, batch_size=32, gen_length=10, data={"aux_types": ["column"]},
+        description="`shapes-vqa-qwen3-col` with the vision tower's position table initialised 50 times larger "
+                    "(std 1.0 instead of 0.02; probe v50's table, whose trained features carry the column: docs/"
+                    "RESULTS.md, \"Issue 25, item 5\")"),
 }
 """name -> spec of the tiny base models."""
 
@@ -395,7 +409,19 @@ def build_untrained(spec: TinySpec):
 
         return cls.tiny(seed=spec.seed, codebook_size=len(PALETTE), palette=[rgb for _, rgb in PALETTE], cell_px=8, **arch)
     if spec.family == "vlm":
-        return cls.tiny(seed=spec.seed, max_new_tokens=spec.gen_length, **spec.arch)
+        arch = dict(spec.arch)
+        scale = arch.pop("position_table_scale", None)
+        policy = cls.tiny(seed=spec.seed, max_new_tokens=spec.gen_length, **arch)
+        if scale is not None:  # the learned table starts at std 0.02 against about 3 for the patch embeddings
+            import torch
+
+            visual = policy.model.model.visual
+            if not hasattr(visual, "pos_embed"):
+                raise ValueError(f"spec {spec.name!r}: position_table_scale needs a vision tower with an absolute position "
+                                 f"table (model_type qwen3_vl), not {type(visual).__name__}")
+            with torch.no_grad():
+                visual.pos_embed.weight.mul_(float(scale))
+        return policy
     if spec.family == "masked_image":
         import mmrl.tiny_world.tasks  # noqa: F401  (the tiny world's own tasks, registered by their module)
         from mmrl.tiny_world import shape_slots
@@ -458,6 +484,7 @@ def _training_pairs(spec: TinySpec) -> tuple[list, list]:
     if spec.task == "shapes":
         return [r["prompt"] for r in rows], [r["metadata"] for r in rows]
     if spec.task == "shapes_vqa":
+        rows = _vqa_rows(spec)
         return [r["prompt"] for r in rows], [r["answer"] for r in rows]
     raise ValueError(f"no pre-training data for task {spec.task!r}")
 
@@ -515,15 +542,26 @@ def _shapes_data(spec: TinySpec, policy) -> dict:
     return out
 
 
+def _vqa_rows(spec: TinySpec) -> list[dict]:
+    """shapes_vqa's pre-training rows: the training split, then one question of each pre-training-only type in
+    `data["aux_types"]` per training scene that supports it (`shapes_vqa.auxiliary_rows`)."""
+    from mmrl.data.tasks import load_task
+    from mmrl.tiny_world.shapes_vqa import AUX_QUESTION_TYPES, auxiliary_rows
+
+    aux = list(spec.data.get("aux_types", []))
+    if bad := [t for t in aux if t not in AUX_QUESTION_TYPES]:
+        raise ValueError(f"spec {spec.name!r}: aux_types must be among {AUX_QUESTION_TYPES}, got {bad}")
+    return list(load_task(spec.task).train) + [r for t in aux for r in auxiliary_rows(t, "train")]
+
+
 def _vqa_data(spec: TinySpec) -> dict:
     """vlm_sft's data options for a shapes_vqa spec: noisy labels (`label_noise`: a wrong answer of the row's question
     type; `clean_steps`: the first steps on true labels), and the question-type curriculum, either `first_types`,
     `first_steps` (the first steps on those types only) or `phases`, a list of `[types, steps]` run in order before
     the mix (e.g. `[[["colour"], 150], [["shape"], 150], [["count"], 200], [["position"], 200]]`)."""
-    from mmrl.data.tasks import load_task
     from mmrl.tiny_world.shapes_vqa import QUESTION_TYPES, wrong_answer
 
-    rows = load_task(spec.task).train
+    rows = _vqa_rows(spec)
     out: dict = {}
     first = list(spec.data.get("first_types", []))
     phases = [(list(types), int(k)) for types, k in spec.data.get("phases", [])]

@@ -56,6 +56,14 @@ VALIDATION_SCENES, VALIDATION_SEED = 100, 303
 """Validation scenes (curves and choices) and their stream; none of them is a test or training scene."""
 ANSWER_WORDS: tuple[str, ...] = tuple(str(k) for k in range(MAX_SHAPES + 1)) + COLORS + SHAPE_NAMES + ("left", "right")
 """Every answer the task can have."""
+AUX_QUESTION_TYPES = ("column",)
+"""Question types for pre-training only, never in the task's splits (`auxiliary_rows`):
+
+    column  "column of the red one?"  -> "0" .. "9" (the object's leftmost cell column; its colour unique in the scene)
+
+A left/right answer has a prior that earns half the reward without looking, and on it the tiny VLM stays at one
+constant answer; a column has ten about equally likely answers, so (as colour did for the other types, docs/RESULTS.md
+"Issue 25, item 5") its loss falls only once the model reads where the named object is."""
 
 
 def random_scene(rng: random.Random, grid: int = GRID) -> Scene:
@@ -97,6 +105,29 @@ def scene_questions(scene: Scene) -> dict[str, list[tuple[str, str]]]:
             if a is not b and abs(a.col - b.col) >= MIN_DX:
                 out["position"].append((f"{a.color} {a.shape} left or right of {b.color} {b.shape}?",
                                         "left" if a.col < b.col else "right"))
+    return out
+
+
+def auxiliary_questions(scene: Scene, qtype: str) -> list[tuple[str, str]]:
+    """Every (question, answer) of the pre-training-only type `qtype` (`AUX_QUESTION_TYPES`) the scene supports."""
+    if qtype != "column":
+        raise ValueError(f"auxiliary question type must be one of {AUX_QUESTION_TYPES}, got {qtype!r}")
+    objs = scene.objects
+    return [(f"column of the {o.color} one?", str(o.col)) for o in objs if sum(p.color == o.color for p in objs) == 1]
+
+
+def auxiliary_rows(qtype: str, split: str, seed: int = 13) -> list[dict]:
+    """One `qtype` question per scene of `split` ("train" or "validation") that supports one, drawn with a fixed seed,
+    as task rows (the scenes and ids of `split_scenes`). Training rows add a pre-training signal; validation rows
+    show its curve. The test split has none."""
+    if split not in ("train", "validation"):
+        raise ValueError(f"auxiliary rows exist for the train and validation splits, got {split!r}")
+    rng, out = random.Random(seed), []
+    for i, scene in enumerate(split_scenes()[split]):
+        if qa := auxiliary_questions(scene, qtype):
+            q, a = rng.choice(qa)
+            out.append({"prompt": {"prompt": q, "images": [scene.render(CELL_PX)]}, "answer": a, "qtype": qtype,
+                        "scene": f"{split}-{i}"})
     return out
 
 
@@ -174,5 +205,5 @@ def shapes_vqa(prompts, completions, answer, **kwargs) -> list[float]:
 def wrong_answer(answer: str, qtype: str, rng: random.Random) -> str:
     """A wrong answer of the same type (for noisy pre-training labels)."""
     pool = {"count": [str(k) for k in range(MAX_SHAPES + 1)], "colour": list(COLORS), "shape": list(SHAPE_NAMES),
-            "position": ["left", "right"]}[qtype]
+            "position": ["left", "right"], "column": [str(c) for c in range(GRID - PATTERN + 1)]}[qtype]
     return rng.choice([a for a in pool if a != answer])

@@ -128,13 +128,14 @@ def balanced_rows(rows: Sequence[dict], per_type: int) -> list[dict]:
 
 
 def per_type_accuracy(rows: Sequence[dict], scores: Sequence[float]) -> dict[str, float]:
-    """Accuracy per question type and `overall`, the mean over all rows."""
-    from mmrl.tiny_world.shapes_vqa import QUESTION_TYPES
+    """Accuracy per question type (the task's types in their order, then any pre-training-only type present) and
+    `overall`, the mean over all rows."""
+    from mmrl.tiny_world.shapes_vqa import AUX_QUESTION_TYPES, QUESTION_TYPES
 
     acc: dict[str, list[float]] = defaultdict(list)
     for r, s in zip(rows, scores):
         acc[r["qtype"]].append(float(s))
-    out = {t: sum(v) / len(v) for t in QUESTION_TYPES if (v := acc.get(t))}
+    out = {t: sum(v) / len(v) for t in QUESTION_TYPES + AUX_QUESTION_TYPES if (v := acc.get(t))}
     out["overall"] = sum(float(s) for s in scores) / max(1, len(scores))
     return out
 

@@ -19,6 +19,7 @@ from mmrl.data.tasks import load_task
 from mmrl.models import adapter_class
 from mmrl.tiny_world import register
 from mmrl.tiny_world.models import ensure_built, spec_for
+from mmrl.tiny_world.shapes_vqa import auxiliary_rows
 from mmrl.tiny_world.vqa_rl import BASE, base_reading, majority_answers, pass_at_k, vqa_accuracy, vqa_base_option, vqa_items
 
 CURVE_EVERY = 200
@@ -36,12 +37,17 @@ out.mkdir(parents=True, exist_ok=True)
 spec = spec_for(name)
 task = load_task(spec.task)
 rows = task.validation
+aux_rows = [r for t in spec.data.get("aux_types", []) for r in auxiliary_rows(t, "validation")]
 
 
 def curve(policy):
-    """The evaluation the build runs every `--curve-every` steps, echoed as it lands (a long build can be watched)."""
+    """The evaluation the build runs every `--curve-every` steps, echoed as it lands (a long build can be watched);
+    a spec with pre-training-only question types (`aux_types`) also gets their validation accuracy, apart from the
+    task's overall."""
     def evaluate_now():
         acc = vqa_accuracy(policy, rows)
+        if aux_rows:
+            acc.update({t: a for t, a in vqa_accuracy(policy, aux_rows).items() if t != "overall"})
         print(f"curve {time.strftime('%H:%M:%S', time.gmtime())} UTC: " + "  ".join(f"{k} {v:.3f}" for k, v in acc.items()),
               flush=True)
         return acc
