@@ -57,6 +57,27 @@ def test_answers_of_a_hand_built_scene():
     assert "blue square left or right of red triangle?" not in pos  # same column: no left/right question
 
 
+def test_column_questions_of_a_hand_built_scene_and_their_rows():
+    scene = Scene([SceneObject("circle", "red", 0, 0), SceneObject("square", "blue", 0, 6), SceneObject("triangle", "red", 6, 7)])
+    assert sv.auxiliary_questions(scene, "column") == [("column of the blue one?", "6")]  # red is on two objects
+    with pytest.raises(ValueError, match="must be one of .*'column'.*got 'side'"):
+        sv.auxiliary_questions(scene, "side")
+    rows = sv.auxiliary_rows("column", "train")
+    assert 0 < len(rows) <= len(sv.split_scenes()["train"])
+    from mmrl.tiny_world.shapes import image_to_cells
+    from mmrl.tiny_world.shapes import color_index
+
+    for r in rows[:50]:  # the answer is the named colour's leftmost cell, read back off the rendered image
+        colour = r["prompt"]["prompt"].removeprefix("column of the ").removesuffix(" one?")
+        cells = image_to_cells(r["prompt"]["images"][0])  # [12, 12]
+        cols = np.nonzero((cells == color_index(colour)).any(axis=0))[0]
+        assert r["answer"] == str(cols.min()) and cols.max() - cols.min() == 2 and r["qtype"] == "column"
+    assert {r["answer"] for r in rows} == {str(c) for c in range(10)}
+    assert rows == sv.auxiliary_rows("column", "train")  # drawn with a fixed seed
+    with pytest.raises(ValueError, match="train and validation splits, got 'test'"):
+        sv.auxiliary_rows("column", "test")
+
+
 def test_answers_agree_with_the_exact_detector_on_rendered_images(task):
     """Every answer recomputed from what the shapes detector finds in the image itself."""
     for r in task.test[:150]:
@@ -258,6 +279,32 @@ def test_vqa_data_keeps_the_old_keys_and_reads_phases(monkeypatch):
     smoke = models.smoke_spec("shapes-vqa-reads", 20)  # the phases shrink into the smoke base's steps
     assert smoke.data["phases"] == [[["colour"], 20]] and smoke.data["clean_steps"] == 20
     assert models.spec_for("shapes-vqa").key() == "cd30d55ccb"  # the committed base (REFERENCE_BUILDS) keeps its key
+
+
+def test_vqa_rows_add_the_auxiliary_questions_and_the_position_table_scale_applies(monkeypatch):
+    from mmrl.tiny_world import models
+    from mmrl.tiny_world.vqa_rl import per_type_accuracy
+
+    col = models.TINY_MODELS["shapes-vqa-qwen3-col"]
+    task_rows, aux = load_task("shapes_vqa").train, sv.auxiliary_rows("column", "train")
+    prompts, targets = models._training_pairs(col)
+    assert targets == [r["answer"] for r in task_rows] + [r["answer"] for r in aux]
+    assert models._training_pairs(models.TINY_MODELS["shapes-vqa-qwen3"])[1] == [r["answer"] for r in task_rows]
+    with pytest.raises(ValueError, match=r"aux_types must be among \('column',\), got \['side'\]"):
+        models._vqa_rows(dataclasses.replace(col, data={"aux_types": ["side"]}))
+    noisy = models._vqa_data(dataclasses.replace(col, data={"aux_types": ["column"], "label_noise": 0.5}))
+    i = len(task_rows)  # the first auxiliary row: its wrong answer is another column
+    wrong = noisy["corrupt"](i, random.Random(0))
+    assert wrong != aux[0]["answer"] and wrong in {str(c) for c in range(10)}
+    scaled = models.build_untrained(models.TINY_MODELS["shapes-vqa-qwen3-col50"]).model.model.visual.pos_embed.weight
+    plain = models.build_untrained(col).model.model.visual.pos_embed.weight
+    torch.testing.assert_close(scaled, 50.0 * plain)  # same seed, same draw, times the scale
+    qwen25 = dataclasses.replace(models.TINY_MODELS["shapes-vqa-reads-deep"],
+                                 arch={**models.TINY_MODELS["shapes-vqa-reads-deep"].arch, "position_table_scale": 2.0})
+    with pytest.raises(ValueError, match="position_table_scale needs a vision tower with an absolute position table"):
+        models.build_untrained(qwen25)
+    rows = [{"qtype": "column"}, {"qtype": "colour"}, {"qtype": "column"}]
+    assert per_type_accuracy(rows, [1, 0, 0]) == {"colour": 0.0, "column": 0.5, "overall": pytest.approx(1 / 3)}
 
 
 def test_majority_answers_and_base_reading_by_hand():
