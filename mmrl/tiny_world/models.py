@@ -315,6 +315,18 @@ TINY_MODELS: dict[str, TinySpec] = {
         description="`shapes-vqa-qwen3-col` with the vision tower's position table initialised 50 times larger "
                     "(std 1.0 instead of 0.02; probe v50's table, whose trained features carry the column: docs/"
                     "RESULTS.md, \"Issue 25, item 5\")"),
+    "shapes-vqa-qwen3-col50-long": TinySpec(
+        name="shapes-vqa-qwen3-col50-long", family="vlm", task="shapes_vqa",
+        arch=dict(SHAPES_VQA_QWEN3_DEEP_ARCH, position_table_scale=50.0),
+        steps=10000, lr=2e-3, batch_size=32, gen_length=10, data={"aux_types": ["column"]},
+        description="`shapes-vqa-qwen3-col50` at `shapes-vqa-qwen3`'s 10,000 steps instead of 6,000 (docs/RESULTS.md, "
+                    "\"Issue 25, item 5\": the column question)"),
+    "shapes-vqa-qwen3-named50-long": TinySpec(
+        name="shapes-vqa-qwen3-named50-long", family="vlm", task="shapes_vqa",
+        arch=dict(SHAPES_VQA_QWEN3_DEEP_ARCH, position_table_scale=50.0),
+        steps=10000, lr=2e-3, batch_size=32, gen_length=10, data={"aux_types": ["column_named"]},
+        description="`shapes-vqa-qwen3-col50-long` with the column question naming its object as a position question "
+                    "does, by colour and shape (\"column of the red circle?\"; docs/RESULTS.md, \"Issue 25, item 5\")"),
 }
 """name -> spec of the tiny base models."""
 

@@ -56,10 +56,12 @@ VALIDATION_SCENES, VALIDATION_SEED = 100, 303
 """Validation scenes (curves and choices) and their stream; none of them is a test or training scene."""
 ANSWER_WORDS: tuple[str, ...] = tuple(str(k) for k in range(MAX_SHAPES + 1)) + COLORS + SHAPE_NAMES + ("left", "right")
 """Every answer the task can have."""
-AUX_QUESTION_TYPES = ("column",)
+AUX_QUESTION_TYPES = ("column", "column_named")
 """Question types for pre-training only, never in the task's splits (`auxiliary_rows`):
 
-    column  "column of the red one?"  -> "0" .. "9" (the object's leftmost cell column; its colour unique in the scene)
+    column        "column of the red one?"     -> "0" .. "9" (the object's leftmost cell column; its colour unique)
+    column_named  "column of the red circle?"  -> "0" .. "9" (named as a position question names it: colour and
+                  shape, the pair unique in the scene)
 
 A left/right answer has a prior that earns half the reward without looking, and on it the tiny VLM stays at one
 constant answer; a column has ten about equally likely answers, so (as colour did for the other types, docs/RESULTS.md
@@ -110,9 +112,12 @@ def scene_questions(scene: Scene) -> dict[str, list[tuple[str, str]]]:
 
 def auxiliary_questions(scene: Scene, qtype: str) -> list[tuple[str, str]]:
     """Every (question, answer) of the pre-training-only type `qtype` (`AUX_QUESTION_TYPES`) the scene supports."""
-    if qtype != "column":
+    if qtype not in AUX_QUESTION_TYPES:
         raise ValueError(f"auxiliary question type must be one of {AUX_QUESTION_TYPES}, got {qtype!r}")
     objs = scene.objects
+    if qtype == "column_named":
+        return [(f"column of the {o.color} {o.shape}?", str(o.col)) for o in objs
+                if sum(p.color == o.color and p.shape == o.shape for p in objs) == 1]
     return [(f"column of the {o.color} one?", str(o.col)) for o in objs if sum(p.color == o.color for p in objs) == 1]
 
 
@@ -205,5 +210,6 @@ def shapes_vqa(prompts, completions, answer, **kwargs) -> list[float]:
 def wrong_answer(answer: str, qtype: str, rng: random.Random) -> str:
     """A wrong answer of the same type (for noisy pre-training labels)."""
     pool = {"count": [str(k) for k in range(MAX_SHAPES + 1)], "colour": list(COLORS), "shape": list(SHAPE_NAMES),
-            "position": ["left", "right"], "column": [str(c) for c in range(GRID - PATTERN + 1)]}[qtype]
+            "position": ["left", "right"], "column": [str(c) for c in range(GRID - PATTERN + 1)],
+            "column_named": [str(c) for c in range(GRID - PATTERN + 1)]}[qtype]
     return rng.choice([a for a in pool if a != answer])

@@ -60,6 +60,8 @@ def test_answers_of_a_hand_built_scene():
 def test_column_questions_of_a_hand_built_scene_and_their_rows():
     scene = Scene([SceneObject("circle", "red", 0, 0), SceneObject("square", "blue", 0, 6), SceneObject("triangle", "red", 6, 7)])
     assert sv.auxiliary_questions(scene, "column") == [("column of the blue one?", "6")]  # red is on two objects
+    assert sv.auxiliary_questions(scene, "column_named") == [
+        ("column of the red circle?", "0"), ("column of the blue square?", "6"), ("column of the red triangle?", "7")]
     with pytest.raises(ValueError, match="must be one of .*'column'.*got 'side'"):
         sv.auxiliary_questions(scene, "side")
     rows = sv.auxiliary_rows("column", "train")
@@ -290,7 +292,7 @@ def test_vqa_rows_add_the_auxiliary_questions_and_the_position_table_scale_appli
     prompts, targets = models._training_pairs(col)
     assert targets == [r["answer"] for r in task_rows] + [r["answer"] for r in aux]
     assert models._training_pairs(models.TINY_MODELS["shapes-vqa-qwen3"])[1] == [r["answer"] for r in task_rows]
-    with pytest.raises(ValueError, match=r"aux_types must be among \('column',\), got \['side'\]"):
+    with pytest.raises(ValueError, match=r"aux_types must be among \('column', 'column_named'\), got \['side'\]"):
         models._vqa_rows(dataclasses.replace(col, data={"aux_types": ["side"]}))
     noisy = models._vqa_data(dataclasses.replace(col, data={"aux_types": ["column"], "label_noise": 0.5}))
     i = len(task_rows)  # the first auxiliary row: its wrong answer is another column
