@@ -653,6 +653,9 @@ REFERENCE_BUILDS: dict[tuple[str, str], str] = {
     ("shapes-vqa-reads-deep-3a5a2b67f2", "2.14.1"): "86c1eb32b5fc81d87eba1c3db399ea5372d2c7881186d4a8e4ce324594d867c4",
     ("shapes-vqa-reads-shape-e9aa9a7f27", "2.14.1"): "4d808d7d65fb6a5a81cf3edc8a1d59f4b73c3282e7a67f49d943244af6a9537b",
     ("shapes-vqa-qwen3-23729edf5d", "2.14.1"): "d8cba83bf1d208e9b351949ce2a617a28ab97a84a8e9d68087f3c5c432dfbd11",
+    # the column-question bases (2026-12-07; one core each, niced)
+    ("shapes-vqa-qwen3-col-357e7ed45f", "2.14.1"): "4f9e25198bec4c841064063975956b4ec8e7c0590f059da8a89ca50b476b00e2",
+    ("shapes-vqa-qwen3-col50-dfb8ab3246", "2.14.1"): "fef1ef12b35c06a8a2f371d77388aa725baf1fd468ccb8ab353085ecf8a447fb",
     # the base of "RL on a Sudoku base with headroom" (2026-12-06, one thread; the study's 300-step point, built on
     # another machine, was 6668d1bbcc5b)
     ("sudoku4-mid-5ae77dbef5", "2.14.1"): "efd8766435ee7e09727b8ebd9edb42126eb198f448738a153a8c6905509f6348",
