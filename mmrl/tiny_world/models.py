@@ -145,6 +145,16 @@ def _vqa_reads_spec(name: str, arch: dict, description: str, phases: list = SHAP
                     description=description)
 
 
+def _vqa_column_spec(name: str, steps: int, aux: str, table_scale: float | None, description: str) -> TinySpec:
+    """A column-question variant of `shapes-vqa-qwen3` (issue 25 item 5): its model and true-label mix for `steps`
+    steps plus one pre-training-only question of type `aux` per training scene, the vision position table's
+    initialisation times `table_scale` (None: as built); the variants differ in these three."""
+    arch = SHAPES_VQA_QWEN3_DEEP_ARCH if table_scale is None else dict(SHAPES_VQA_QWEN3_DEEP_ARCH, position_table_scale=table_scale)
+    return TinySpec(name=name, family="vlm", task="shapes_vqa", arch=arch, steps=steps, lr=2e-3, batch_size=32,
+                    gen_length=10, data={"aux_types": [aux]},
+                    description=description + ' (docs/RESULTS.md, "Issue 25, item 5": the column question)')
+
+
 def _sudoku4(name: str, steps: int, description: str) -> TinySpec:
     """A Sudoku base: `SUDOKU4_ARCH` pre-trained with LLaDA's SFT loss on the 1-10-blank puzzles of the training
     grids for `steps` steps; the bases differ only in their steps."""
@@ -301,37 +311,27 @@ TINY_MODELS: dict[str, TinySpec] = {
                     "colour 0.976 [0.940, 1.000] (chance 1/7), shape 0.989, far above their majority answers; position "
                     "0.453, at its majority answer (memorised on the training rows, final loss 0.003, not generalised; "
                     "docs/RESULTS.md, \"Issue 25, item 5\": the Qwen3-VL probes and the base)"),
-    "shapes-vqa-qwen3-col": TinySpec(
-        name="shapes-vqa-qwen3-col", family="vlm", task="shapes_vqa", arch=SHAPES_VQA_QWEN3_DEEP_ARCH,
-        steps=6000, lr=2e-3, batch_size=32, gen_length=10, data={"aux_types": ["column"]},
-        description="`shapes-vqa-qwen3`'s model and true-label mix at 6,000 steps, with one pre-training-only "
-                    "question per training scene, \"column of the red one?\" -> \"0\" .. \"9\" (`shapes_vqa."
-                    "AUX_QUESTION_TYPES`): ten about equally likely answers, so the model must read where an object is "
-                    "(docs/RESULTS.md, \"Issue 25, item 5\": the column question). 2,183 CPU s; validation: the column "
-                    "question 0.181, position at its majority answer"),
-    "shapes-vqa-qwen3-col50": TinySpec(
-        name="shapes-vqa-qwen3-col50", family="vlm", task="shapes_vqa",
-        arch=dict(SHAPES_VQA_QWEN3_DEEP_ARCH, position_table_scale=50.0),
-        steps=6000, lr=2e-3, batch_size=32, gen_length=10, data={"aux_types": ["column"]},
-        description="`shapes-vqa-qwen3-col` with the vision tower's position table initialised 50 times larger "
-                    "(std 1.0 instead of 0.02; probe v50's table, whose trained features carry the column: docs/"
-                    "RESULTS.md, \"Issue 25, item 5\"). 2,198 CPU s; validation: the column question 0.394 (ten "
-                    "answers), position at its majority answer"),
-    "shapes-vqa-qwen3-col50-long": TinySpec(
-        name="shapes-vqa-qwen3-col50-long", family="vlm", task="shapes_vqa",
-        arch=dict(SHAPES_VQA_QWEN3_DEEP_ARCH, position_table_scale=50.0),
-        steps=10000, lr=2e-3, batch_size=32, gen_length=10, data={"aux_types": ["column"]},
-        description="`shapes-vqa-qwen3-col50` at `shapes-vqa-qwen3`'s 10,000 steps instead of 6,000 (docs/RESULTS.md, "
-                    "\"Issue 25, item 5\": the column question). 3,728 CPU s; validation: count / colour / shape "
-                    "0.97 / 0.95 / 0.99, the column question 0.160, position 0.594 (+6.2 [-12.5, +23.4] over its majority)"),
-    "shapes-vqa-qwen3-named50-long": TinySpec(
-        name="shapes-vqa-qwen3-named50-long", family="vlm", task="shapes_vqa",
-        arch=dict(SHAPES_VQA_QWEN3_DEEP_ARCH, position_table_scale=50.0),
-        steps=10000, lr=2e-3, batch_size=32, gen_length=10, data={"aux_types": ["column_named"]},
-        description="`shapes-vqa-qwen3-col50-long` with the column question naming its object as a position question "
-                    "does, by colour and shape (\"column of the red circle?\"; docs/RESULTS.md, \"Issue 25, item 5\"). 3,710 CPU s; "
-                    "validation: count / colour / shape 0.94 / 0.99 / 0.99, the column question 0.182, position at its "
-                    "majority answer"),
+    "shapes-vqa-qwen3-col": _vqa_column_spec(
+        "shapes-vqa-qwen3-col", 6000, "column", None,
+        "`shapes-vqa-qwen3`'s model and true-label mix at 6,000 steps, with one pre-training-only question per "
+        "training scene, \"column of the red one?\" -> \"0\" .. \"9\" (`shapes_vqa.AUX_QUESTION_TYPES`): ten about "
+        "equally likely answers, so the model must read where an object is. 2,183 CPU s; validation: the column "
+        "question 0.181, position at its majority answer"),
+    "shapes-vqa-qwen3-col50": _vqa_column_spec(
+        "shapes-vqa-qwen3-col50", 6000, "column", 50.0,
+        "`shapes-vqa-qwen3-col` with the vision tower's position table initialised 50 times larger (std 1.0 instead "
+        "of 0.02; probe v50's table, whose trained features carry the column). 2,198 CPU s; validation: the column "
+        "question 0.394 (ten answers), position at its majority answer"),
+    "shapes-vqa-qwen3-col50-long": _vqa_column_spec(
+        "shapes-vqa-qwen3-col50-long", 10000, "column", 50.0,
+        "`shapes-vqa-qwen3-col50` at `shapes-vqa-qwen3`'s 10,000 steps instead of 6,000. 3,728 CPU s; validation: "
+        "count / colour / shape 0.97 / 0.95 / 0.99, the column question 0.160, position 0.594 (+6.2 [-12.5, +23.4] "
+        "over its majority)"),
+    "shapes-vqa-qwen3-named50-long": _vqa_column_spec(
+        "shapes-vqa-qwen3-named50-long", 10000, "column_named", 50.0,
+        "`shapes-vqa-qwen3-col50-long` with the column question naming its object as a position question does, by "
+        "colour and shape (\"column of the red circle?\"). 3,710 CPU s; validation: count / colour / shape 0.94 / "
+        "0.99 / 0.99, the column question 0.182, position at its majority answer"),
 }
 """name -> spec of the tiny base models."""
 
