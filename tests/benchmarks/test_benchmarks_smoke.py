@@ -186,9 +186,16 @@ def test_summaries_and_ratios_by_hand():
 
 
 def test_peak_memory_sees_a_freed_allocation():
+    import mmap
+
+    size, page = 100_000_000, mmap.PAGESIZE
     with PeakMemory("cpu") as pm:
-        x = torch.ones(25_000_000)  # 100 MB, freed before the end
-        del x
+        # fresh anonymous pages, each touched, unmapped before the end: a tensor of this size could be served from
+        # memory an earlier test freed and left resident (the allocator's), and then the RSS would not move at all
+        buf = mmap.mmap(-1, size)
+        for i in range(0, size, page):
+            buf[i] = 1
+        buf.close()
     assert pm.extra >= 90_000_000 and pm.peak >= pm.base
 
 
