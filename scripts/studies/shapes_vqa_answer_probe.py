@@ -18,6 +18,7 @@ import torch
 
 from mmrl.tiny_world import register
 from mmrl.tiny_world.models import load_base_policy, spec_for
+from mmrl.tiny_world.read_out import linear_read_out
 from mmrl.tiny_world.shapes import GRID, PATTERN
 from mmrl.tiny_world.shapes_vqa import CELL_PX, auxiliary_rows, scene_questions, split_scenes
 from mmrl.tiny_world.vqa_rl import vqa_base_option
@@ -66,18 +67,8 @@ def last_states(rows: list[dict]) -> torch.Tensor:
 
 def read_out(x_tr: torch.Tensor, y_tr: torch.Tensor, x_va: torch.Tensor, y_va: torch.Tensor, classes: int) -> tuple[float, float]:
     """(training, validation) accuracy of a linear classifier of y from x."""
-    mu, sd = x_tr.mean(0), x_tr.std(0) + 1e-6
-    w = torch.zeros(x_tr.shape[1], classes, requires_grad=True)
-    b = torch.zeros(classes, requires_grad=True)
-    opt = torch.optim.Adam([w, b], lr=1e-2, weight_decay=1e-3)
-    for _ in range(FIT_STEPS):
-        opt.zero_grad()
-        torch.nn.functional.cross_entropy((x_tr - mu) / sd @ w + b, y_tr).backward()
-        opt.step()
-    with torch.no_grad():
-        fit = ((x_tr - mu) / sd @ w + b).argmax(-1).eq(y_tr).float().mean()
-        hit = ((x_va - mu) / sd @ w + b).argmax(-1).eq(y_va).float().mean()
-    return float(fit), float(hit)
+    fit, predicted = linear_read_out(x_tr, y_tr, x_va, classes, steps=FIT_STEPS, weight_decay=1e-3)
+    return fit, float(predicted.eq(y_va).float().mean())
 
 
 train, val = position_rows("train", TRAIN_ROWS), position_rows("validation")

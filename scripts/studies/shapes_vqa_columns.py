@@ -16,6 +16,7 @@ import torch
 from mmrl.data.tasks import load_task
 from mmrl.tiny_world import register
 from mmrl.tiny_world.models import load_base_policy
+from mmrl.tiny_world.read_out import linear_read_out
 from mmrl.tiny_world.shapes_vqa import CELL_PX, GRID
 from mmrl.tiny_world.vqa_rl import vqa_base_option
 
@@ -77,18 +78,8 @@ def tokens(rows):
 
 x_tr, y_tr, _ = tokens(image_rows(task.train, TRAIN_IMAGES))
 x_va, y_va, obj = tokens(image_rows(task.validation, VALIDATION_IMAGES))
-mu, sd = x_tr.mean(0), x_tr.std(0) + 1e-6
-w = torch.zeros(x_tr.shape[1], side, requires_grad=True)
-b = torch.zeros(side, requires_grad=True)
-opt = torch.optim.Adam([w, b], lr=1e-2)
-for _ in range(3000):
-    opt.zero_grad()
-    loss = torch.nn.functional.cross_entropy((x_tr - mu) / sd @ w + b, y_tr)
-    loss.backward()
-    opt.step()
-with torch.no_grad():
-    fit = ((x_tr - mu) / sd @ w + b).argmax(-1).eq(y_tr).float().mean()
-    hit = ((x_va - mu) / sd @ w + b).argmax(-1).eq(y_va).float()
+fit, predicted = linear_read_out(x_tr, y_tr, x_va, side, steps=3000)
+hit = predicted.eq(y_va).float()
 print(f"{name}: column of a merged image token from its visual features, linear read-out ({side} columns, chance "
       f"{1 / side:.3f}): training tokens {fit:.3f}; validation tokens {hit.mean():.3f}, object tokens {hit[obj].mean():.3f} "
       f"(n={int(obj.sum())}), background tokens {hit[~obj].mean():.3f} (n={int((~obj).sum())})")
