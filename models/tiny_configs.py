@@ -79,7 +79,7 @@ def tiny_vlm(cls=None, *, seed: int = 0, model_type: str = "qwen2_5_vl", **overr
     layers unless `vision_config={"deepstack_visual_indexes": [...]}`).
 
     `overrides`: generation options (`max_new_tokens` defaults to 16 here), `ref_model=True` for an identical
-    frozen reference copy, `min_pixels` / `max_pixels` for `tiny_processor`, `text_config={...}` /
+    frozen reference copy, `min_pixels` / `max_pixels` / `words` (a word-level tokenizer) for `tiny_processor`, `text_config={...}` /
     `vision_config={...}` field overrides, other top-level config fields.
     """
     cls = cls or vlm.VLMAdapter
@@ -88,7 +88,7 @@ def tiny_vlm(cls=None, *, seed: int = 0, model_type: str = "qwen2_5_vl", **overr
     if model_type not in ("qwen2_5_vl", "qwen3_vl"):
         raise ValueError(f"tiny_vlm: model_type must be 'qwen2_5_vl' or 'qwen3_vl', got {model_type!r}")
     qwen3 = model_type == "qwen3_vl"
-    processor = cls.tiny_processor(model_type=model_type, **{k: overrides.pop(k) for k in ("min_pixels", "max_pixels") if k in overrides})
+    processor = cls.tiny_processor(model_type=model_type, **{k: overrides.pop(k) for k in ("min_pixels", "max_pixels", "words") if k in overrides})
     tok = processor.tokenizer
     gen = {k: overrides.pop(k) for k in list(overrides) if k in causal_lm.GENERATION_DEFAULTS}
     gen.setdefault("max_new_tokens", 16)

@@ -51,6 +51,10 @@ TINY_CHAT_TEMPLATE = (
 """The char tokenizer's `<|role|>content` chat format, with Qwen's `<|vision_start|><|image_pad|><|vision_end|>`
 for each image block."""
 
+CHAT_WORDS = ("<|", "|>", "system", "user", "assistant")
+"""The words `TINY_CHAT_TEMPLATE`'s role markers split into under a word-level tokenizer (`<|user|>` -> `<|`, `user`,
+`|>`), added to the vocabulary of a word-level tiny processor."""
+
 SUPPORTED_MODEL_TYPES = {
     "qwen2_vl": "Qwen2VLForConditionalGeneration",
     "qwen2_5_vl": "Qwen2_5_VLForConditionalGeneration",
@@ -261,20 +265,22 @@ class VLMAdapter(CausalLMAdapter):
         return AutoProcessor.from_pretrained(path, tokenizer=load_tokenizer(path, **kwargs), **kwargs)
 
     @staticmethod
-    def tiny_processor(*, min_pixels: int = 8 * 8, max_pixels: int = 32 * 32, model_type: str = "qwen2_5_vl"):
+    def tiny_processor(*, min_pixels: int = 8 * 8, max_pixels: int = 32 * 32, model_type: str = "qwen2_5_vl",
+                       words: Sequence[str] | None = None):
         """An offline Qwen2.5-VL (or, with `model_type="qwen3_vl"`, Qwen3-VL) processor: the char tokenizer plus
         Qwen's vision tokens, a `Qwen2VLImageProcessor` with 4-pixel patches (an image of h x w pixels, rounded to
         multiples of 8 within [min_pixels, max_pixels], gives h*w/64 image tokens) and a chat template that places
-        the image tokens."""
+        the image tokens. `words`: a word-level tokenizer over these words (and the chat template's `CHAT_WORDS`)
+        instead of the char one, one token per word, so that a question's words need no composing from letters."""
         from transformers import Qwen2_5_VLProcessor, Qwen2VLImageProcessor, Qwen2VLVideoProcessor, Qwen3VLProcessor, Qwen3VLVideoProcessor
 
-        from mmrl.models.tokenizers import char_tokenizer
+        from mmrl.models.tokenizers import char_tokenizer, word_tokenizer
 
         processors = {"qwen2_5_vl": (Qwen2_5_VLProcessor, Qwen2VLVideoProcessor), "qwen3_vl": (Qwen3VLProcessor, Qwen3VLVideoProcessor)}
         if model_type not in processors:
             raise ValueError(f"tiny_processor: model_type must be one of {sorted(processors)}, got {model_type!r}")
         processor_cls, video_cls = processors[model_type]
-        tok = char_tokenizer(VISION_TOKENS)
+        tok = char_tokenizer(VISION_TOKENS) if words is None else word_tokenizer(list(words) + list(CHAT_WORDS), VISION_TOKENS)
         tok.chat_template = TINY_CHAT_TEMPLATE
         sizes = dict(patch_size=4, temporal_patch_size=2, merge_size=2, size={"shortest_edge": min_pixels, "longest_edge": max_pixels})
         return processor_cls(

@@ -145,13 +145,19 @@ def _vqa_reads_spec(name: str, arch: dict, description: str, phases: list = SHAP
                     description=description)
 
 
-def _vqa_column_spec(name: str, steps: int, aux: str, table_scale: float | None, description: str) -> TinySpec:
+def _vqa_column_spec(name: str, steps: int, aux: str, table_scale: float | None, description: str,
+                     word_tokens: bool = False, every_types: Sequence[str] = ()) -> TinySpec:
     """A column-question variant of `shapes-vqa-qwen3` (issue 25 item 5): its model and true-label mix for `steps`
     steps plus one pre-training-only question of type `aux` per training scene, the vision position table's
-    initialisation times `table_scale` (None: as built); the variants differ in these three."""
+    initialisation times `table_scale` (None: as built), with `word_tokens` one token per word instead of per
+    character, and with every question of the `every_types` the training scenes support added to the mix; the
+    variants differ in these five."""
     arch = SHAPES_VQA_QWEN3_DEEP_ARCH if table_scale is None else dict(SHAPES_VQA_QWEN3_DEEP_ARCH, position_table_scale=table_scale)
+    if word_tokens:
+        arch = dict(arch, word_tokens=True)
+    data = {"aux_types": [aux], **({"every_types": list(every_types)} if every_types else {})}
     return TinySpec(name=name, family="vlm", task="shapes_vqa", arch=arch, steps=steps, lr=2e-3, batch_size=32,
-                    gen_length=10, data={"aux_types": [aux]},
+                    gen_length=10, data=data,
                     description=description + ' (docs/RESULTS.md, "Issue 25, item 5": the column question)')
 
 
@@ -332,6 +338,15 @@ TINY_MODELS: dict[str, TinySpec] = {
         "`shapes-vqa-qwen3-col50-long` with the column question naming its object as a position question does, by "
         "colour and shape (\"column of the red circle?\"). 3,710 CPU s; validation: count / colour / shape 0.94 / "
         "0.99 / 0.99, the column question 0.182, position at its majority answer"),
+    "shapes-vqa-qwen3-words50": _vqa_column_spec(
+        "shapes-vqa-qwen3-words50", 10000, "column_named", 50.0,
+        "`shapes-vqa-qwen3-named50-long` with one token per word (`shapes_vqa.vocabulary()`, 35 words) instead of one "
+        "per character: a position question is 9 tokens, not 42, and \"red circle\" two tokens the text model need "
+        "not compose from letters", word_tokens=True),
+    "shapes-vqa-qwen3-words50-pairs": _vqa_column_spec(
+        "shapes-vqa-qwen3-words50-pairs", 10000, "column_named", 50.0,
+        "`shapes-vqa-qwen3-words50` with every position question the training scenes support in the mix (9,894 "
+        "ordered pairs of 2,976 scenes, against the task's one per scene)", word_tokens=True, every_types=("position",)),
 }
 """name -> spec of the tiny base models."""
 
@@ -428,6 +443,12 @@ def build_untrained(spec: TinySpec):
     if spec.family == "vlm":
         arch = dict(spec.arch)
         scale = arch.pop("position_table_scale", None)
+        if arch.pop("word_tokens", False):  # one token per word of the task's closed vocabulary
+            if spec.task != "shapes_vqa":
+                raise ValueError(f"spec {spec.name!r}: word_tokens needs the shapes_vqa task's vocabulary, not task {spec.task!r}")
+            from mmrl.tiny_world.shapes_vqa import vocabulary
+
+            arch["words"] = vocabulary()
         policy = cls.tiny(seed=spec.seed, max_new_tokens=spec.gen_length, **arch)
         if scale is not None:  # the learned table starts at std 0.02 against about 3 for the patch embeddings
             import torch
@@ -561,14 +582,18 @@ def _shapes_data(spec: TinySpec, policy) -> dict:
 
 def _vqa_rows(spec: TinySpec) -> list[dict]:
     """shapes_vqa's pre-training rows: the training split, then one question of each pre-training-only type in
-    `data["aux_types"]` per training scene that supports it (`shapes_vqa.auxiliary_rows`)."""
+    `data["aux_types"]` per training scene that supports it (`shapes_vqa.auxiliary_rows`), then every question of each
+    task type in `data["every_types"]` that the training scenes support (`shapes_vqa.every_question_rows`)."""
     from mmrl.data.tasks import load_task
-    from mmrl.tiny_world.shapes_vqa import AUX_QUESTION_TYPES, auxiliary_rows
+    from mmrl.tiny_world.shapes_vqa import AUX_QUESTION_TYPES, QUESTION_TYPES, auxiliary_rows, every_question_rows
 
-    aux = list(spec.data.get("aux_types", []))
+    aux, every = list(spec.data.get("aux_types", [])), list(spec.data.get("every_types", []))
     if bad := [t for t in aux if t not in AUX_QUESTION_TYPES]:
         raise ValueError(f"spec {spec.name!r}: aux_types must be among {AUX_QUESTION_TYPES}, got {bad}")
-    return list(load_task(spec.task).train) + [r for t in aux for r in auxiliary_rows(t, "train")]
+    if bad := [t for t in every if t not in QUESTION_TYPES]:
+        raise ValueError(f"spec {spec.name!r}: every_types must be among {QUESTION_TYPES}, got {bad}")
+    return (list(load_task(spec.task).train) + [r for t in aux for r in auxiliary_rows(t, "train")]
+            + [r for t in every for r in every_question_rows(t, "train")])
 
 
 def _vqa_data(spec: TinySpec) -> dict:

@@ -136,6 +136,32 @@ def auxiliary_rows(qtype: str, split: str, seed: int = 13) -> list[dict]:
     return out
 
 
+def every_question_rows(qtype: str, split: str) -> list[dict]:
+    """Every question of the task's type `qtype` (`QUESTION_TYPES`) that each scene of `split` ("train" or
+    "validation") supports, as task rows (the task's rows hold one per scene and type). For pre-training: a position
+    question has about four ordered pairs per scene, and the task's one per scene is a small set to learn a relation from."""
+    if qtype not in QUESTION_TYPES:
+        raise ValueError(f"question type must be one of {QUESTION_TYPES}, got {qtype!r}")
+    if split not in ("train", "validation"):
+        raise ValueError(f"every_question_rows reads the train or validation split, got {split!r}")
+    return [{"prompt": {"prompt": q, "images": [scene.render(CELL_PX)]}, "answer": a, "qtype": qtype, "scene": f"{split}-{i}"}
+            for i, scene in enumerate(split_scenes()[split]) for q, a in scene_questions(scene)[qtype]]
+
+
+def vocabulary() -> list[str]:
+    """Every word of the task's and the pre-training-only questions and answers (a word-level tokenizer's vocabulary),
+    from one scene per shape and colour pair of each kind, so that every template meets every colour and shape."""
+    from mmrl.models.tokenizers import words_of
+
+    texts = list(ANSWER_WORDS) + [str(c) for c in range(GRID - PATTERN + 1)]
+    for i, (s, c) in enumerate((s, c) for s in SHAPE_NAMES for c in COLORS):
+        other = SceneObject(SHAPE_NAMES[(i + 1) % len(SHAPE_NAMES)], COLORS[(i + 1) % len(COLORS)], 0, GRID - PATTERN)
+        scene = Scene([SceneObject(s, c, 0, 0), other], GRID)
+        texts += [q for qa in scene_questions(scene).values() for q, _ in qa]
+        texts += [q for t in AUX_QUESTION_TYPES for q, _ in auxiliary_questions(scene, t)]
+    return words_of(texts)
+
+
 def scene_rows(scene: Scene, rng: random.Random, scene_id: str) -> list[dict]:
     """One row per question type the scene supports (a random question of that type)."""
     image = scene.render(CELL_PX)
