@@ -80,6 +80,73 @@ def test_column_questions_of_a_hand_built_scene_and_their_rows():
         sv.auxiliary_rows("column", "test")
 
 
+def test_every_question_rows_hold_every_ordered_pair_read_back_off_the_image():
+    rows = sv.every_question_rows("position", "train")
+    scenes = sv.split_scenes()["train"]
+    by_scene: dict[str, list[dict]] = {}
+    for r in rows:
+        by_scene.setdefault(r["scene"], []).append(r)
+    for sid, group in list(by_scene.items())[:40]:  # each scene: every ordered pair of unique objects MIN_DX apart
+        found = detect(group[0]["prompt"]["images"][0])
+        unique = [d for d in found if sum(e.color == d.color and e.shape == d.shape for e in found) == 1]
+        expected = {(f"{a.color} {a.shape} left or right of {b.color} {b.shape}?", "left" if a.box[0] < b.box[0] else "right")
+                    for a in unique for b in unique if a is not b and abs(a.box[0] - b.box[0]) >= sv.MIN_DX * sv.CELL_PX}
+        assert {(r["prompt"]["prompt"], r["answer"]) for r in group} == expected and len(group) == len(expected)
+    assert {r["qtype"] for r in rows} == {"position"} and all(r["scene"].startswith("train-") for r in rows)
+    assert len(rows) > 2 * sum(r["qtype"] == "position" for r in load_task("shapes_vqa").train)  # more than the task's one per scene
+    task_pairs = {(r["scene"], r["prompt"]["prompt"]) for r in load_task("shapes_vqa").train if r["qtype"] == "position"}
+    assert task_pairs <= {(r["scene"], r["prompt"]["prompt"]) for r in rows}  # the task's question is one of them
+    assert len(scenes) >= len(by_scene)
+    with pytest.raises(ValueError, match="question type must be one of .*got 'column'"):
+        sv.every_question_rows("column", "train")
+    with pytest.raises(ValueError, match="train or validation split, got 'test'"):
+        sv.every_question_rows("position", "test")
+
+
+def test_word_tokens_give_one_token_per_word_and_no_unknown_word():
+    from mmrl.models.vlm import VLMAdapter
+
+    words = sv.vocabulary()
+    assert len(words) == len(set(words))
+    tok = VLMAdapter.tiny_processor(min_pixels=48 * 48, max_pixels=48 * 48, model_type="qwen3_vl", words=words).tokenizer
+    texts = [r["prompt"]["prompt"] + " " + r["answer"] for split in ("train", "validation", "test")
+             for r in getattr(load_task("shapes_vqa"), split)]
+    texts += [r["prompt"]["prompt"] + " " + r["answer"] for t in sv.AUX_QUESTION_TYPES for r in sv.auxiliary_rows(t, "validation")]
+    for text in texts:
+        ids = tok(text, add_special_tokens=False)["input_ids"]
+        assert tok.unk_token_id not in ids, text
+    ids = tok("red circle left or right of blue square?", add_special_tokens=False)["input_ids"]
+    assert tok.convert_ids_to_tokens(ids) == ["red", "circle", "left", "or", "right", "of", "blue", "square", "?"]
+    assert tok.decode(tok("left", add_special_tokens=False)["input_ids"] + [tok.eos_token_id], skip_special_tokens=True) == "left"
+    chat = tok.apply_chat_template([{"role": "user", "content": "shape of the red one?"}], tokenize=False, add_generation_prompt=True)
+    assert tok.convert_ids_to_tokens(tok(chat, add_special_tokens=False)["input_ids"]) == [
+        "<|", "user", "|>", "shape", "of", "the", "red", "one", "?", "<|", "assistant", "|>"]
+
+
+def test_a_word_token_base_builds_saves_and_answers(tmp_path):
+    from mmrl.models.vlm import VLMAdapter
+    from mmrl.tiny_world import models
+
+    spec = dataclasses.replace(models.TINY_MODELS["shapes-vqa-qwen3-words50"], steps=2)
+    policy = models.build_untrained(spec)
+    assert policy.model.config.text_config.vocab_size == len(policy.tokenizer)
+    row = next(r for r in load_task("shapes_vqa").validation if r["qtype"] == "position")
+    policy.save_pretrained(tmp_path / "m")
+    again = VLMAdapter.from_pretrained(tmp_path / "m")
+    assert again.encode_prompts([row["prompt"]])[0] == policy.encode_prompts([row["prompt"]])[0]
+    prompt_ids = again.encode_prompts([row["prompt"]])[0][0]
+    assert len(prompt_ids) == 3 + 1 + 36 + 1 + 9 + 3  # role marker, vision start, 36 image tokens, vision end, 9 words, assistant
+    with pytest.raises(ValueError, match="word_tokens needs the shapes_vqa task's vocabulary, not task 'countdown3'"):
+        models.build_untrained(dataclasses.replace(spec, task="countdown3"))
+    with pytest.raises(ValueError, match=r"every_types must be among .*got \['column'\]"):
+        models._vqa_rows(dataclasses.replace(spec, data={"every_types": ["column"]}))
+    pairs = models.TINY_MODELS["shapes-vqa-qwen3-words50-pairs"]
+    targets = models._training_pairs(pairs)[1]
+    every = sv.every_question_rows("position", "train")
+    assert targets[-len(every):] == [r["answer"] for r in every]
+    assert len(targets) == len(load_task("shapes_vqa").train) + len(sv.auxiliary_rows("column_named", "train")) + len(every)
+
+
 def test_answers_agree_with_the_exact_detector_on_rendered_images(task):
     """Every answer recomputed from what the shapes detector finds in the image itself."""
     for r in task.test[:150]:
