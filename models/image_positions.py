@@ -43,6 +43,24 @@ class ImagePositions(nn.Module):
         return self.row[t // w] + self.col[t % w]  # [length, D]
 
 
+def sincos_2d(side: int, dim: int, temperature: float = 10000.0) -> torch.Tensor:
+    """The fixed 2-D sine-cosine position code of a `side` x `side` patch grid, row-major ([side * side, dim]; row r,
+    column c at index r * side + c), as MAE initialises its ViT's position embeddings (He et al., "Masked
+    Autoencoders Are Scalable Vision Learners", 2022, after Vaswani et al.'s 1-D code): the first half of the
+    dimensions codes the row, the second the column, each as sin then cos of the coordinate at `dim / 4` frequencies
+    `temperature ** (-k / (dim / 4))`. Unlike a random table, the code is smooth in the coordinate, so "column of A
+    below column of B" is close to linear in it at the low frequencies."""
+    if dim % 4:
+        raise ValueError(f"sincos_2d: dim must be a multiple of 4 (sin and cos of rows and columns), got {dim}")
+    freqs = temperature ** (-torch.arange(dim // 4, dtype=torch.float64) / (dim // 4))  # [dim/4]
+    coord = torch.arange(side, dtype=torch.float64)
+    angle = coord[:, None] * freqs[None, :]  # [side, dim/4]
+    axis = torch.cat([angle.sin(), angle.cos()], dim=1)  # [side, dim/2]
+    rows = axis[:, None, :].expand(side, side, dim // 2)  # [side(r), side(c), dim/2]
+    cols = axis[None, :, :].expand(side, side, dim // 2)
+    return torch.cat([rows, cols], dim=2).reshape(side * side, dim).float()  # [side * side, dim]
+
+
 def positions_of(model: nn.Module) -> ImagePositions | None:
     """The model's `ImagePositions`, or None (real checkpoints)."""
     return getattr(model, ATTRIBUTE, None)

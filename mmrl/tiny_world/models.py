@@ -146,15 +146,18 @@ def _vqa_reads_spec(name: str, arch: dict, description: str, phases: list = SHAP
 
 
 def _vqa_column_spec(name: str, steps: int, aux: str, table_scale: float | None, description: str,
-                     word_tokens: bool = False, every_types: Sequence[str] = ()) -> TinySpec:
+                     word_tokens: bool = False, every_types: Sequence[str] = (), table_init: str | None = None) -> TinySpec:
     """A column-question variant of `shapes-vqa-qwen3` (issue 25 item 5): its model and true-label mix for `steps`
     steps plus one pre-training-only question of type `aux` per training scene, the vision position table's
-    initialisation times `table_scale` (None: as built), with `word_tokens` one token per word instead of per
+    initialisation times `table_scale` (None: as built), the table initialised to `table_init` ("sincos":
+    `image_positions.sincos_2d`; None: the model's random draw), with `word_tokens` one token per word instead of per
     character, and with every question of the `every_types` the training scenes support added to the mix; the
-    variants differ in these five."""
+    variants differ in these six."""
     arch = SHAPES_VQA_QWEN3_DEEP_ARCH if table_scale is None else dict(SHAPES_VQA_QWEN3_DEEP_ARCH, position_table_scale=table_scale)
     if word_tokens:
         arch = dict(arch, word_tokens=True)
+    if table_init:
+        arch = dict(arch, position_table_init=table_init)
     data = {"aux_types": [aux], **({"every_types": list(every_types)} if every_types else {})}
     return TinySpec(name=name, family="vlm", task="shapes_vqa", arch=arch, steps=steps, lr=2e-3, batch_size=32,
                     gen_length=10, data=data,
@@ -347,6 +350,15 @@ TINY_MODELS: dict[str, TinySpec] = {
         "shapes-vqa-qwen3-words50-pairs", 10000, "column_named", 50.0,
         "`shapes-vqa-qwen3-words50` with every position question the training scenes support in the mix (9,894 "
         "ordered pairs of 2,976 scenes, against the task's one per scene)", word_tokens=True, every_types=("position",)),
+    "shapes-vqa-qwen3-words-sincos": _vqa_column_spec(
+        "shapes-vqa-qwen3-words-sincos", 10000, "column_named", 3.0,
+        "`shapes-vqa-qwen3-words50` with the vision position table initialised to MAE's 2-D sine-cosine code times 3 "
+        "(`image_positions.sincos_2d`) instead of a random draw times 50: a code smooth in the column, in which "
+        "left-of is near linear", word_tokens=True, table_init="sincos"),
+    "shapes-vqa-qwen3-words-sincos-pairs": _vqa_column_spec(
+        "shapes-vqa-qwen3-words-sincos-pairs", 10000, "column_named", 3.0,
+        "`shapes-vqa-qwen3-words-sincos` with every position question the training scenes support in the mix "
+        "(as `shapes-vqa-qwen3-words50-pairs`)", word_tokens=True, every_types=("position",), table_init="sincos"),
 }
 """name -> spec of the tiny base models."""
 
@@ -442,7 +454,10 @@ def build_untrained(spec: TinySpec):
         return cls.tiny(seed=spec.seed, codebook_size=len(PALETTE), palette=[rgb for _, rgb in PALETTE], cell_px=8, **arch)
     if spec.family == "vlm":
         arch = dict(spec.arch)
-        scale = arch.pop("position_table_scale", None)
+        scale, init = arch.pop("position_table_scale", None), arch.pop("position_table_init", None)
+        if init not in (None, "sincos"):
+            raise ValueError(f"spec {spec.name!r}: position_table_init must be 'sincos' or absent (the model's own "
+                             f"random init), got {init!r}")
         if arch.pop("word_tokens", False):  # one token per word of the task's closed vocabulary
             if spec.task != "shapes_vqa":
                 raise ValueError(f"spec {spec.name!r}: word_tokens needs the shapes_vqa task's vocabulary, not task {spec.task!r}")
@@ -450,15 +465,20 @@ def build_untrained(spec: TinySpec):
 
             arch["words"] = vocabulary()
         policy = cls.tiny(seed=spec.seed, max_new_tokens=spec.gen_length, **arch)
-        if scale is not None:  # the learned table starts at std 0.02 against about 3 for the patch embeddings
+        if scale is not None or init is not None:  # the learned table starts at std 0.02 against about 3 for the patch embeddings
             import torch
 
             visual = policy.model.model.visual
             if not hasattr(visual, "pos_embed"):
-                raise ValueError(f"spec {spec.name!r}: position_table_scale needs a vision tower with an absolute position "
-                                 f"table (model_type qwen3_vl), not {type(visual).__name__}")
+                raise ValueError(f"spec {spec.name!r}: position_table_scale / position_table_init need a vision tower with an "
+                                 f"absolute position table (model_type qwen3_vl), not {type(visual).__name__}")
             with torch.no_grad():
-                visual.pos_embed.weight.mul_(float(scale))
+                if init == "sincos":  # the table's row r * side + c is patch (r, c) (Qwen3-VL's interpolation indices)
+                    from mmrl.models.image_positions import sincos_2d
+
+                    n, dim = visual.pos_embed.weight.shape
+                    visual.pos_embed.weight.copy_(sincos_2d(round(n ** 0.5), dim))
+                visual.pos_embed.weight.mul_(float(1.0 if scale is None else scale))
         return policy
     if spec.family == "masked_image":
         import mmrl.tiny_world.tasks  # noqa: F401  (the tiny world's own tasks, registered by their module)
