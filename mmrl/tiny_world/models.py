@@ -145,10 +145,10 @@ def _vqa_reads_spec(name: str, arch: dict, description: str, phases: list = SHAP
                     description=description)
 
 
-def _vqa_column_spec(name: str, steps: int, aux: str, table_scale: float | None, description: str,
+def _vqa_column_spec(name: str, steps: int, aux: str | tuple[str, ...], table_scale: float | None, description: str,
                      word_tokens: bool = False, every_types: Sequence[str] = (), table_init: str | None = None) -> TinySpec:
     """A column-question variant of `shapes-vqa-qwen3` (issue 25 item 5): its model and true-label mix for `steps`
-    steps plus one pre-training-only question of type `aux` per training scene, the vision position table's
+    steps plus one pre-training-only question of type `aux` (or of each type of a tuple) per training scene, the vision position table's
     initialisation times `table_scale` (None: as built), the table initialised to `table_init` ("sincos":
     `image_positions.sincos_2d`; None: the model's random draw), with `word_tokens` one token per word instead of per
     character, and with every question of the `every_types` the training scenes support added to the mix; the
@@ -158,7 +158,7 @@ def _vqa_column_spec(name: str, steps: int, aux: str, table_scale: float | None,
         arch = dict(arch, word_tokens=True)
     if table_init:
         arch = dict(arch, position_table_init=table_init)
-    data = {"aux_types": [aux], **({"every_types": list(every_types)} if every_types else {})}
+    data = {"aux_types": [aux] if isinstance(aux, str) else list(aux), **({"every_types": list(every_types)} if every_types else {})}
     return TinySpec(name=name, family="vlm", task="shapes_vqa", arch=arch, steps=steps, lr=2e-3, batch_size=32,
                     gen_length=10, data=data,
                     description=description + ' (docs/RESULTS.md, "Issue 25, item 5": the column question)')
@@ -359,6 +359,15 @@ TINY_MODELS: dict[str, TinySpec] = {
         "shapes-vqa-qwen3-words-sincos-pairs", 10000, "column_named", 3.0,
         "`shapes-vqa-qwen3-words-sincos` with every position question the training scenes support in the mix "
         "(as `shapes-vqa-qwen3-words50-pairs`)", word_tokens=True, every_types=("position",), table_init="sincos"),
+    "shapes-vqa-qwen3-col50-pairs": _vqa_column_spec(
+        "shapes-vqa-qwen3-col50-pairs", 6000, "column", 50.0,
+        "`shapes-vqa-qwen3-col50` (char tokens, 6,000 steps: the base whose merged image features carry the column, "
+        "read-out 0.964) with every position question the training scenes support in the mix (9,894 ordered pairs)",
+        every_types=("position",)),
+    "shapes-vqa-qwen3-col50-pairs-named": _vqa_column_spec(
+        "shapes-vqa-qwen3-col50-pairs-named", 6000, ("column", "column_named"), 50.0,
+        "`shapes-vqa-qwen3-col50-pairs` with the column question also asked of objects named by colour and shape, "
+        "as a position question names them (one of each per training scene)", every_types=("position",)),
 }
 """name -> spec of the tiny base models."""
 
