@@ -370,7 +370,7 @@ def test_vqa_rows_add_the_auxiliary_questions_and_the_position_table_scale_appli
     torch.testing.assert_close(scaled, 50.0 * plain)  # same seed, same draw, times the scale
     qwen25 = dataclasses.replace(models.TINY_MODELS["shapes-vqa-reads-deep"],
                                  arch={**models.TINY_MODELS["shapes-vqa-reads-deep"].arch, "position_table_scale": 2.0})
-    with pytest.raises(ValueError, match="position_table_scale needs a vision tower with an absolute position table"):
+    with pytest.raises(ValueError, match="position_table_scale / position_table_init need a vision tower with an absolute position table"):
         models.build_untrained(qwen25)
     rows = [{"qtype": "column"}, {"qtype": "colour"}, {"qtype": "column"}]
     assert per_type_accuracy(rows, [1, 0, 0]) == {"colour": 0.0, "column": 0.5, "overall": pytest.approx(1 / 3)}
