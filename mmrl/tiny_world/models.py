@@ -146,19 +146,22 @@ def _vqa_reads_spec(name: str, arch: dict, description: str, phases: list = SHAP
 
 
 def _vqa_column_spec(name: str, steps: int, aux: str | tuple[str, ...], table_scale: float | None, description: str,
-                     word_tokens: bool = False, every_types: Sequence[str] = (), table_init: str | None = None) -> TinySpec:
+                     word_tokens: bool = False, every_types: Sequence[str] = (), table_init: str | None = None,
+                     phases: Sequence = ()) -> TinySpec:
     """A column-question variant of `shapes-vqa-qwen3` (issue 25 item 5): its model and true-label mix for `steps`
     steps plus one pre-training-only question of type `aux` (or of each type of a tuple) per training scene, the vision position table's
     initialisation times `table_scale` (None: as built), the table initialised to `table_init` ("sincos":
     `image_positions.sincos_2d`; None: the model's random draw), with `word_tokens` one token per word instead of per
-    character, and with every question of the `every_types` the training scenes support added to the mix; the
-    variants differ in these six."""
+    character, with every question of the `every_types` the training scenes support added to the mix, and with
+    `phases` a curriculum (`[[types, steps], ...]`, task or auxiliary types) before the mix; the variants differ in
+    these seven."""
     arch = SHAPES_VQA_QWEN3_DEEP_ARCH if table_scale is None else dict(SHAPES_VQA_QWEN3_DEEP_ARCH, position_table_scale=table_scale)
     if word_tokens:
         arch = dict(arch, word_tokens=True)
     if table_init:
         arch = dict(arch, position_table_init=table_init)
-    data = {"aux_types": [aux] if isinstance(aux, str) else list(aux), **({"every_types": list(every_types)} if every_types else {})}
+    data = {"aux_types": [aux] if isinstance(aux, str) else list(aux), **({"every_types": list(every_types)} if every_types else {}),
+            **({"phases": [[list(t), k] for t, k in phases]} if phases else {})}
     return TinySpec(name=name, family="vlm", task="shapes_vqa", arch=arch, steps=steps, lr=2e-3, batch_size=32,
                     gen_length=10, data=data,
                     description=description + ' (docs/RESULTS.md, "Issue 25, item 5": the column question)')
@@ -368,6 +371,17 @@ TINY_MODELS: dict[str, TinySpec] = {
         "shapes-vqa-qwen3-col50-pairs-named", 6000, ("column", "column_named"), 50.0,
         "`shapes-vqa-qwen3-col50-pairs` with the column question also asked of objects named by colour and shape, "
         "as a position question names them (one of each per training scene)", every_types=("position",)),
+    "shapes-vqa-qwen3-side50": _vqa_column_spec(
+        "shapes-vqa-qwen3-side50", 7000, ("side_one", "side"), 50.0,
+        "`shapes-vqa-qwen3`'s model and true-label mix, the vision position table x 50, with a curriculum that first "
+        "teaches where ONE object is: 1,000 steps of \"side of the red one?\" on one-object scenes (`side_one`, learnt "
+        "within 1,000 steps in the one-object study), 1,000 steps of it beside the same question in scenes of 1-4 "
+        "objects (`side`), then 5,000 steps of the four task types with both side questions in the mix",
+        phases=[[["side_one"], 1000], [["side_one", "side"], 1000]]),
+    "shapes-vqa-qwen3-side50-pairs": _vqa_column_spec(
+        "shapes-vqa-qwen3-side50-pairs", 7000, ("side_one", "side"), 50.0,
+        "`shapes-vqa-qwen3-side50` with every position question the training scenes support in the mix",
+        every_types=("position",), phases=[[["side_one"], 1000], [["side_one", "side"], 1000]]),
 }
 """name -> spec of the tiny base models."""
 
@@ -630,7 +644,7 @@ def _vqa_data(spec: TinySpec) -> dict:
     type; `clean_steps`: the first steps on true labels), and the question-type curriculum, either `first_types`,
     `first_steps` (the first steps on those types only) or `phases`, a list of `[types, steps]` run in order before
     the mix (e.g. `[[["colour"], 150], [["shape"], 150], [["count"], 200], [["position"], 200]]`)."""
-    from mmrl.tiny_world.shapes_vqa import QUESTION_TYPES, wrong_answer
+    from mmrl.tiny_world.shapes_vqa import AUX_QUESTION_TYPES, QUESTION_TYPES, wrong_answer
 
     rows = _vqa_rows(spec)
     out: dict = {}
@@ -638,8 +652,8 @@ def _vqa_data(spec: TinySpec) -> dict:
     phases = [(list(types), int(k)) for types, k in spec.data.get("phases", [])]
     if first and phases:
         raise ValueError(f"spec {spec.name!r}: give shapes_vqa's curriculum as first_types / first_steps or as phases, not both")
-    if bad := [t for t in first + [t for types, _ in phases for t in types] if t not in QUESTION_TYPES]:
-        raise ValueError(f"shapes_vqa's curriculum types (first_types, phases) must be among {QUESTION_TYPES}, got {bad}")
+    if bad := [t for t in first + [t for types, _ in phases for t in types] if t not in QUESTION_TYPES + AUX_QUESTION_TYPES]:
+        raise ValueError(f"shapes_vqa's curriculum types (first_types, phases) must be among {QUESTION_TYPES + AUX_QUESTION_TYPES}, got {bad}")
     if first:
         out.update(groups=[r["qtype"] for r in rows], first_groups=first, first_steps=int(spec.data.get("first_steps", 0)))
     if phases:

@@ -62,8 +62,12 @@ def test_column_questions_of_a_hand_built_scene_and_their_rows():
     assert sv.auxiliary_questions(scene, "column") == [("column of the blue one?", "6")]  # red is on two objects
     assert sv.auxiliary_questions(scene, "column_named") == [
         ("column of the red circle?", "0"), ("column of the blue square?", "6"), ("column of the red triangle?", "7")]
-    with pytest.raises(ValueError, match="must be one of .*'column'.*got 'side'"):
-        sv.auxiliary_questions(scene, "side")
+    assert sv.auxiliary_questions(scene, "side") == [("side of the blue one?", "right")]  # cells 6-8 of 0-11
+    assert sv.auxiliary_questions(scene, "side_one") == []  # three objects
+    alone = Scene([SceneObject("circle", "red", 3, 4)])  # cells 4-6: its centre, 5, left of the middle line 6
+    assert sv.auxiliary_questions(alone, "side_one") == sv.auxiliary_questions(alone, "side") == [("side of the red one?", "left")]
+    with pytest.raises(ValueError, match="must be one of .*'column'.*got 'row'"):
+        sv.auxiliary_questions(scene, "row")
     rows = sv.auxiliary_rows("column", "train")
     assert 0 < len(rows) <= len(sv.split_scenes()["train"])
     from mmrl.tiny_world.shapes import image_to_cells
@@ -78,6 +82,21 @@ def test_column_questions_of_a_hand_built_scene_and_their_rows():
     assert rows == sv.auxiliary_rows("column", "train")  # drawn with a fixed seed
     with pytest.raises(ValueError, match="train and validation splits, got 'test'"):
         sv.auxiliary_rows("column", "test")
+
+
+def test_one_object_side_rows_read_back_off_the_image_and_never_show_a_held_out_scene():
+    rows = sv.auxiliary_rows("side_one", "train")
+    assert len(rows) == len(sv.one_object_scenes()) > 0.9 * sv.ONE_OBJECT_SCENES
+    held = {image_bytes(r) for split in ("validation", "test") for r in getattr(load_task("shapes_vqa"), split)}
+    assert not held & {image_bytes(r) for r in rows}
+    for r in rows[:100]:
+        (d,) = detect(r["prompt"]["images"][0])
+        assert r["prompt"]["prompt"] == f"side of the {d.color} one?"
+        left, right = d.box[0], d.box[2]  # pixel columns of the object's box, on a 48-pixel image
+        assert r["answer"] == ("left" if left + right < sv.IMAGE_PX else "right")
+    assert {r["answer"] for r in rows} == {"left", "right"}
+    val = sv.auxiliary_rows("side_one", "validation")
+    assert val and all(r["scene"].startswith("validation-") for r in val)
 
 
 def test_every_question_rows_hold_every_ordered_pair_read_back_off_the_image():
@@ -111,7 +130,7 @@ def test_word_tokens_give_one_token_per_word_and_no_unknown_word():
     tok = VLMAdapter.tiny_processor(min_pixels=48 * 48, max_pixels=48 * 48, model_type="qwen3_vl", words=words).tokenizer
     texts = [r["prompt"]["prompt"] + " " + r["answer"] for split in ("train", "validation", "test")
              for r in getattr(load_task("shapes_vqa"), split)]
-    texts += [r["prompt"]["prompt"] + " " + r["answer"] for t in sv.AUX_QUESTION_TYPES for r in sv.auxiliary_rows(t, "validation")]
+    texts += [r["prompt"]["prompt"] + " " + r["answer"] for t in sv.WORD_AUX_TYPES for r in sv.auxiliary_rows(t, "validation")]
     for text in texts:
         ids = tok(text, add_special_tokens=False)["input_ids"]
         assert tok.unk_token_id not in ids, text
@@ -359,8 +378,8 @@ def test_vqa_rows_add_the_auxiliary_questions_and_the_position_table_scale_appli
     prompts, targets = models._training_pairs(col)
     assert targets == [r["answer"] for r in task_rows] + [r["answer"] for r in aux]
     assert models._training_pairs(models.TINY_MODELS["shapes-vqa-qwen3"])[1] == [r["answer"] for r in task_rows]
-    with pytest.raises(ValueError, match=r"aux_types must be among \('column', 'column_named'\), got \['side'\]"):
-        models._vqa_rows(dataclasses.replace(col, data={"aux_types": ["side"]}))
+    with pytest.raises(ValueError, match=r"aux_types must be among \('column', .*\), got \['row'\]"):
+        models._vqa_rows(dataclasses.replace(col, data={"aux_types": ["row"]}))
     noisy = models._vqa_data(dataclasses.replace(col, data={"aux_types": ["column"], "label_noise": 0.5}))
     i = len(task_rows)  # the first auxiliary row: its wrong answer is another column
     wrong = noisy["corrupt"](i, random.Random(0))
