@@ -97,6 +97,13 @@ def test_one_object_side_rows_read_back_off_the_image_and_never_show_a_held_out_
     assert {r["answer"] for r in rows} == {"left", "right"}
     val = sv.auxiliary_rows("side_one", "validation")
     assert val and all(r["scene"].startswith("validation-") for r in val)
+    from mmrl.tiny_world import models
+
+    data = models._vqa_data(models.TINY_MODELS["shapes-vqa-qwen3-side50"])  # a curriculum naming auxiliary types
+    assert data["phases"] == [(["side_one"], 1000), (["side_one", "side"], 1000)]
+    assert data["groups"].count("side_one") == len(rows) and data["groups"].count("side") == len(sv.auxiliary_rows("side", "train"))
+    with pytest.raises(ValueError, match=r"curriculum types .* must be among .*got \['row'\]"):
+        models._vqa_data(dataclasses.replace(models.TINY_MODELS["shapes-vqa-qwen3-side50"], data={"phases": [[["row"], 10]]}))
 
 
 def test_every_question_rows_hold_every_ordered_pair_read_back_off_the_image():
