@@ -382,6 +382,11 @@ TINY_MODELS: dict[str, TinySpec] = {
         "shapes-vqa-qwen3-side50-pairs", 7000, ("side_one", "side"), 50.0,
         "`shapes-vqa-qwen3-side50` with every position question the training scenes support in the mix",
         every_types=("position",), phases=[[["side_one"], 1000], [["side_one", "side"], 1000]]),
+    "shapes-vqa-qwen3-side50-pairs-long": _vqa_column_spec(
+        "shapes-vqa-qwen3-side50-pairs-long", 10000, ("side_one", "side"), 50.0,
+        "`shapes-vqa-qwen3-side50-pairs` at 10,000 steps instead of 7,000 (8,000 of the mix instead of 5,000): at 7,000 "
+        "it reads position and the side questions, while count, colour and shape, which get a third of the mix, are "
+        "still rising", every_types=("position",), phases=[[["side_one"], 1000], [["side_one", "side"], 1000]]),
 }
 """name -> spec of the tiny base models."""
 
