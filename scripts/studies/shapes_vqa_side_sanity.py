@@ -9,8 +9,9 @@ gets one question, true labels:
 The model is `shapes-vqa-qwen3`'s (vision 4 blocks, text 4 layers x 64), its vision position table times `--pos-scale`
 (50: the table of the `*50` bases, whose image features carry the column), fresh; `vlm_sft` as in its build (batch 32,
 lr 2e-3, seed 0). Greedy accuracy on 200 held-out one-object scenes (their own seed stream; the task's splits are not
-read) every `--every` steps. With one object nothing has to be found: a model that learns the colour control but not
-the side has no usable column on the way from its image to its answer.
+read; training scenes equal to a held-out one are dropped) every `--every` steps. With one object nothing has to be
+found: a model that learns the colour control but not the side has no usable column on the way from its image to its
+answer.
 
     OMP_NUM_THREADS=1 python scripts/studies/shapes_vqa_side_sanity.py OUT.json --question side --steps 2000
 """
@@ -43,16 +44,20 @@ parser.add_argument("--text-first", action="store_true", help="the question befo
 args = parser.parse_args()
 
 
-def one_object_rows(n: int, seed: int) -> list[dict]:
-    """`n` one-object scenes with the `--question` question each, drawn from `seed`'s stream."""
+def one_object_rows(n: int, seed: int, exclude: frozenset = frozenset()) -> list[dict]:
+    """`n` one-object scenes with the `--question` question each, drawn from `seed`'s stream, less those whose object
+    (shape, colour, place) is in `exclude` (with one object there are only 3 x 7 x 10 x 10 scenes: the streams meet)."""
     rng, rows = random.Random(seed), []
     last = GRID - PATTERN
     for i in range(n):
         o = SceneObject(rng.choice(CLASSIC_SHAPES), rng.choice(CLASSIC_COLORS), rng.randint(0, last), rng.randint(0, last))
+        if (o.shape, o.color, o.row, o.col) in exclude:
+            continue
         q, a = {"side": (f"side of the {o.color} one?", "left" if 2 * o.col + PATTERN < GRID else "right"),
                 "column": (f"column of the {o.color} one?", str(o.col)),
                 "colour": (f"colour of the {o.shape}?", o.color)}[args.question]
-        rows.append({"prompt": {"prompt": q, "images": [Scene([o], GRID).render(CELL_PX)]}, "answer": a, "qtype": args.question})
+        rows.append({"prompt": {"prompt": q, "images": [Scene([o], GRID).render(CELL_PX)]}, "answer": a, "qtype": args.question,
+                     "object": (o.shape, o.color, o.row, o.col)})
     return rows
 
 
@@ -60,10 +65,13 @@ torch.set_num_threads(1)
 register()
 arch = dict(SHAPES_VQA_QWEN3_DEEP_ARCH, position_table_scale=args.pos_scale, **({"text_first": True} if args.text_first else {}))
 policy = build_untrained(dataclasses.replace(spec_for("shapes-vqa-qwen3"), name="side-sanity", arch=arch))
-rows, held_out = one_object_rows(args.scenes, TRAIN_SEED), one_object_rows(200, HELD_OUT_SEED)
+held_out = one_object_rows(200, HELD_OUT_SEED)
+held_objects = frozenset((r["object"]) for r in held_out)
+rows = one_object_rows(args.scenes, TRAIN_SEED, exclude=held_objects)  # no held-out scene is trained on
 answers = [r["answer"] for r in held_out]
 majority = max(answers.count(a) for a in set(answers)) / len(answers)
-print(f"{args.question}: {len(rows)} training scenes, held-out majority answer {majority:.3f}", flush=True)
+print(f"{args.question}: {len(rows)} training scenes ({len({r['object'] for r in rows})} distinct), {len(held_out)} "
+      f"held out ({len(held_objects)} distinct, none trained on), held-out majority answer {majority:.3f}", flush=True)
 
 
 def evaluate() -> dict:
