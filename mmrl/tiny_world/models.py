@@ -24,6 +24,7 @@ from typing import Any, Callable, Sequence
 
 from mmrl.checkpointing.checkpoint import verify_checkpoint, write_manifest
 from mmrl.checkpointing.optimizer_state import OPTIMIZER_FILE, save_adamw_state
+from mmrl.tiny_world.shapes_vqa import QUESTION_TYPES as VQA_QUESTION_TYPES
 
 logger = logging.getLogger(__name__)
 
@@ -392,6 +393,17 @@ TINY_MODELS: dict[str, TinySpec] = {
         "still rising. 3,852 CPU s; validation: colour 0.735, shape 0.660 and position 0.906 (+37.5 [+23.4, +51.6]) "
         "above their majority answers, count 0.600 not (+9.0 [-5.0, +23.0])",
         every_types=("position",), phases=[[["side_one"], 1000], [["side_one", "side"], 1000]]),
+    "shapes-vqa-qwen3-side50-every": _vqa_column_spec(
+        "shapes-vqa-qwen3-side50-every", 10000, ("side_one", "side"), 50.0,
+        "`shapes-vqa-qwen3-side50-pairs-long` with every question of every task type the training scenes support in "
+        "the mix, not only every position pair (count 8,928 rows, shape 5,502, colour 3,615, position 9,894, beside the "
+        "task's one per scene and type): count, a tenth of that build's mix and the one type it left at its majority "
+        "answer, becomes about a quarter of it", every_types=VQA_QUESTION_TYPES,
+        phases=[[["side_one"], 1000], [["side_one", "side"], 1000]]),
+    "shapes-vqa-qwen3-side50-every-long": _vqa_column_spec(
+        "shapes-vqa-qwen3-side50-every-long", 12000, ("side_one", "side"), 50.0,
+        "`shapes-vqa-qwen3-side50-every` at 12,000 steps instead of 10,000 (10,000 of the mix)",
+        every_types=VQA_QUESTION_TYPES, phases=[[["side_one"], 1000], [["side_one", "side"], 1000]]),
 }
 """name -> spec of the tiny base models."""
 
