@@ -173,6 +173,22 @@ def test_a_word_token_base_builds_saves_and_answers(tmp_path):
     assert len(targets) == len(load_task("shapes_vqa").train) + len(sv.auxiliary_rows("column_named", "train")) + len(every)
 
 
+def test_every_type_mix_asks_each_training_scene_every_count_question():
+    """`-side50-every`'s mix: every question of all four types; count is asked of every shape name in every scene,
+    so its count rows are the task's one per training scene plus (shape names) x (training scenes), with the answers
+    the scene's objects give."""
+    from mmrl.tiny_world import models
+
+    rows = models._vqa_rows(models.TINY_MODELS["shapes-vqa-qwen3-side50-every"])
+    scenes = sv.split_scenes()["train"]
+    count = [r for r in rows if r["qtype"] == "count" and r.get("scene", "").startswith("train-")]
+    assert len(count) == len(scenes) + len(SHAPE_NAMES) * len(scenes)
+    i = 17
+    mine = {r["prompt"]["prompt"]: r["answer"] for r in count if r["scene"] == f"train-{i}"}
+    assert mine == {f"how many {s}s?": str(sum(o.shape == s for o in scenes[i].objects)) for s in SHAPE_NAMES}
+    assert {r["qtype"] for r in rows} == set(sv.QUESTION_TYPES) | {"side", "side_one"}
+
+
 def test_answers_agree_with_the_exact_detector_on_rendered_images(task):
     """Every answer recomputed from what the shapes detector finds in the image itself."""
     for r in task.test[:150]:
