@@ -404,7 +404,8 @@ TINY_MODELS: dict[str, TinySpec] = {
         phases=[[["side_one"], 1000], [["side_one", "side"], 1000]]),
     "shapes-vqa-qwen3-side50-every-long": _vqa_column_spec(
         "shapes-vqa-qwen3-side50-every-long", 12000, ("side_one", "side"), 50.0,
-        "`shapes-vqa-qwen3-side50-every` at 12,000 steps instead of 10,000 (10,000 of the mix)",
+        "`shapes-vqa-qwen3-side50-every` at 12,000 steps instead of 10,000 (10,000 of the mix). 5,089 CPU s; validation: "
+        "colour 0.831, shape 0.851 and position 0.922 above their majority answers, count 0.630 not (+12.0 [-1.0, +25.0])",
         every_types=VQA_QUESTION_TYPES, phases=[[["side_one"], 1000], [["side_one", "side"], 1000]]),
 }
 """name -> spec of the tiny base models."""
@@ -759,6 +760,7 @@ REFERENCE_BUILDS: dict[tuple[str, str], str] = {
     ("shapes-vqa-qwen3-side50-pairs-1916914817", "2.14.1"): "5b1e62d1d57a757ee1cf1f20ce0cc6be0f0e859cc446050cd346f265e6590ecd",
     ("shapes-vqa-qwen3-side50-pairs-long-25f4dd25f8", "2.14.1"): "0217b2b48789cc58e2f43df3a9ede3afb6e159a716f602c7e01c8031a73c01a6",
     ("shapes-vqa-qwen3-side50-every-e318871e40", "2.14.1"): "5b3af902ffdd17f8a3d574cfa5ebc4a5948a0f0c336a8cfa1a70d8a762c8cc2b",
+    ("shapes-vqa-qwen3-side50-every-long-04cfc44688", "2.14.1"): "a8c16a8e3418011dff384d3baa231a92f2f3c1e032ed86ec759caaf048c3397a",
     # the base of "RL on a Sudoku base with headroom" (2026-12-06, one thread; the study's 300-step point, built on
     # another machine, was 6668d1bbcc5b)
     ("sudoku4-mid-5ae77dbef5", "2.14.1"): "efd8766435ee7e09727b8ebd9edb42126eb198f448738a153a8c6905509f6348",
