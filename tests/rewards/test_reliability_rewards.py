@@ -39,9 +39,9 @@ def test_math_reward_under_a_timeout_keeps_math_verify_bounded_and_leaves_nothin
     (gigabytes); in the isolated child its 1 s timeouts hold, so the sample scores 0 well inside reward_timeout."""
     before = set(threading.enumerate())
     rs = RewardSet(["math500_correctness"], timeout=8, on_error="drop")
-    t0 = time.perf_counter()
     out = rs(["p"], [r"\boxed{(x+y+z+1)^{1000}}"], answer=[r"x^{1000}+1"])
-    assert time.perf_counter() - t0 < 8
+    # valid: it returned inside the 8 s deadline (a timed-out call is dropped under on_error="drop"); no wall-clock
+    # bound here, which the worker's start-up on a loaded machine can pass without the reward misbehaving
     assert bool(out.valid.all()) and float(out.total[0]) == 0.0  # scored (not equal), not timed out
     assert threads_started_since(before, 0.5) == []
 
