@@ -136,6 +136,10 @@ SHAPES_VQA_SHAPE_PHASES = [[["colour"], 200], [["shape"], 1000], [["count"], 400
 """`SHAPES_VQA_PHASES` with five times the shape steps and twice the count and position steps: in every earlier
 variant shape stayed at chance after its 200 clean steps, and count and position need the shape first."""
 
+SHAPES_VQA_SIDE_PHASES = [[["side_one"], 1000], [["side_one", "side"], 1000]]
+"""The `-side50*` bases' curriculum: "side of the red one?" on one-object scenes, then beside the same question in
+the task's scenes (1-4 objects), before the mix."""
+
 
 def _vqa_reads_spec(name: str, arch: dict, description: str, phases: list = SHAPES_VQA_PHASES) -> TinySpec:
     """A `shapes-vqa-reads` variant (issue 25 item 5): the per-type curriculum `phases` on true labels, then 800
@@ -379,20 +383,20 @@ TINY_MODELS: dict[str, TinySpec] = {
         "within 1,000 steps in the one-object study), 1,000 steps of it beside the same question in scenes of 1-4 "
         "objects (`side`), then 5,000 steps of the four task types with both side questions in the mix. 2,430 CPU s; "
         "validation: position 0.688 (+15.6 [-3.1, +32.8] over its majority answer), colour 0.602, count and shape at "
-        "their majority answers", phases=[[["side_one"], 1000], [["side_one", "side"], 1000]]),
+        "their majority answers", phases=SHAPES_VQA_SIDE_PHASES),
     "shapes-vqa-qwen3-side50-pairs": _vqa_column_spec(
         "shapes-vqa-qwen3-side50-pairs", 7000, ("side_one", "side"), 50.0,
         "`shapes-vqa-qwen3-side50` with every position question the training scenes support in the mix. 2,435 CPU s; "
         "validation: position 0.859 [0.781, 0.938] (+32.8 [+17.2, +46.9] over its majority answer: the first base that "
         "reads left / right), colour 0.554, count and shape not above their majority answers; the base of "
-        "gcpo-vs-grpo-vqa-side50", every_types=("position",), phases=[[["side_one"], 1000], [["side_one", "side"], 1000]]),
+        "gcpo-vs-grpo-vqa-side50", every_types=("position",), phases=SHAPES_VQA_SIDE_PHASES),
     "shapes-vqa-qwen3-side50-pairs-long": _vqa_column_spec(
         "shapes-vqa-qwen3-side50-pairs-long", 10000, ("side_one", "side"), 50.0,
         "`shapes-vqa-qwen3-side50-pairs` at 10,000 steps instead of 7,000 (8,000 of the mix instead of 5,000): at 7,000 "
         "it reads position and the side questions, while count, colour and shape, which get a third of the mix, are "
         "still rising. 3,852 CPU s; validation: colour 0.735, shape 0.660 and position 0.906 (+37.5 [+23.4, +51.6]) "
         "above their majority answers, count 0.600 not (+9.0 [-5.0, +23.0])",
-        every_types=("position",), phases=[[["side_one"], 1000], [["side_one", "side"], 1000]]),
+        every_types=("position",), phases=SHAPES_VQA_SIDE_PHASES),
     "shapes-vqa-qwen3-side50-every": _vqa_column_spec(
         "shapes-vqa-qwen3-side50-every", 10000, ("side_one", "side"), 50.0,
         "`shapes-vqa-qwen3-side50-pairs-long` with every question of every task type the training scenes support in "
@@ -401,12 +405,12 @@ TINY_MODELS: dict[str, TinySpec] = {
         "answer, becomes about a quarter of it. 4,289 CPU s; validation: count 0.830, colour 0.892, shape 0.862, position "
         "0.875, every type above its majority answer (smallest lower bound +18.8 points, position): issue 25 item 5's "
         "adopted base, the base of gcpo-vs-grpo-vqa-every", every_types=VQA_QUESTION_TYPES,
-        phases=[[["side_one"], 1000], [["side_one", "side"], 1000]]),
+        phases=SHAPES_VQA_SIDE_PHASES),
     "shapes-vqa-qwen3-side50-every-long": _vqa_column_spec(
         "shapes-vqa-qwen3-side50-every-long", 12000, ("side_one", "side"), 50.0,
         "`shapes-vqa-qwen3-side50-every` at 12,000 steps instead of 10,000 (10,000 of the mix). 5,089 CPU s; validation: "
         "colour 0.831, shape 0.851 and position 0.922 above their majority answers, count 0.630 not (+12.0 [-1.0, +25.0])",
-        every_types=VQA_QUESTION_TYPES, phases=[[["side_one"], 1000], [["side_one", "side"], 1000]]),
+        every_types=VQA_QUESTION_TYPES, phases=SHAPES_VQA_SIDE_PHASES),
 }
 """name -> spec of the tiny base models."""
 

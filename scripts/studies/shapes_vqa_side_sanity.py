@@ -66,7 +66,7 @@ register()
 arch = dict(SHAPES_VQA_QWEN3_DEEP_ARCH, position_table_scale=args.pos_scale, **({"text_first": True} if args.text_first else {}))
 policy = build_untrained(dataclasses.replace(spec_for("shapes-vqa-qwen3"), name="side-sanity", arch=arch))
 held_out = one_object_rows(200, HELD_OUT_SEED)
-held_objects = frozenset((r["object"]) for r in held_out)
+held_objects = frozenset(r["object"] for r in held_out)
 rows = one_object_rows(args.scenes, TRAIN_SEED, exclude=held_objects)  # no held-out scene is trained on
 answers = [r["answer"] for r in held_out]
 majority = max(answers.count(a) for a in set(answers)) / len(answers)
